@@ -1,0 +1,8 @@
+"""Hardt & Ma, "Identity Matters in Deep Learning" (ICLR 2017), in TensorFlow 2 / Keras 3.
+
+Modules:
+  model        the paper's all-convolutional residual network (Table 1).
+  cifar_input  CIFAR-10/100 input pipeline (tfds or the official binary files).
+  training     the strategy-aware custom training loop.
+  theory       Sections 2 and 3 of the paper, executable.
+"""

@@ -1,0 +1,27 @@
+"""resnet_noBN: Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231), in TF2/Keras 3."""
+from setuptools import find_packages, setup
+
+setup(
+    name="resnet_noBN",
+    version="0.1.0",
+    description="All-convolutional residual networks without batch norm (Hardt & Ma, 2016)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["resnet_noBN", "resnet_noBN.*"]),
+    install_requires=[
+        "tensorflow==2.21.0",  # pulls Keras 3
+        "keras>=3.10",
+        # TF 2.21 no longer installs TensorBoard, and tf.summary.* needs it.
+        "tensorboard>=2.20",
+        "tensorflow-datasets>=4.9.9",
+        # tfds 4.9.10 on Python 3.11 fails to prepare cifar10 without it
+        # (tensorflow/datasets#11212).
+        "importlib_resources",
+        "numpy",
+        "absl-py",
+        # PNG plots of training curves and of the theory experiments.
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest>=8"]},
+)
