@@ -1,0 +1,227 @@
+"""The paper's all-convolutional residual network (Hardt & Ma 2016, Section 4, Table 1).
+
+Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
+
+* ``_conv`` there is :func:`conv` here: a ``k x k`` convolution, padding SAME, its kernel drawn
+  from N(0, sigma^2) with sigma = sqrt(2 / (k^2 c)) (c = output channels) in the original code,
+  and sigma = 1 / (k^2 c) for every residual convolution in the paper ("This substantially smaller
+  weight initialization helped training").
+* ``_residual`` there is :func:`residual_block` here, with batch norm and the pre-activation
+  ReLU removed: ``x + C2(ReLU(C1(x)))`` (PAPER.md section 1). The shortcut of a block that changes
+  the shape is average pooling (kernel = stride) and zero-padding the channels, half on each
+  side, exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead.
+* ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
+  the paper's last layer is "a fixed random projection", never trained.
+
+Counts (tested): 55 convolutions; 13,538,736 kernel weights; 13,546,816 trainable parameters with
+conv biases (the default); 13,588,800 with biases and 1x1 projection shortcuts, the paper's
+"13.59M".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+import tensorflow as tf
+
+INITS = ("hardt_ma", "standard")
+HEADS = ("random", "trainable")
+SHORTCUTS = ("pool_pad", "projection")
+
+
+def he_stddev(kernel_size: int, filters: int) -> float:
+    """sigma = sqrt(2 / (k^2 c)): the original code's init, kept for the first conv."""
+    return math.sqrt(2.0 / (kernel_size * kernel_size * filters))
+
+
+def hardt_ma_stddev(kernel_size: int, filters: int) -> float:
+    """sigma = 1 / (k^2 c): the paper's init of every residual conv (Section 4)."""
+    return 1.0 / (kernel_size * kernel_size * filters)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The architecture, Table 1 by default; every field is a flag of ``launch/cifar.py``.
+
+    conv_bias defaults to True: without batch norm there is no other per-channel shift, and the
+    paper's own "13.59M" count includes conv biases (PAPER.md section 1).
+    """
+
+    num_classes: int = 10
+    num_residual_units: int = 9
+    init_filters: int = 16
+    stage_widths: tuple[int, ...] = (64, 128, 256)
+    stage_strides: tuple[int, ...] = (1, 2, 2)
+    init: str = "hardt_ma"
+    head: str = "random"
+    shortcut: str = "pool_pad"
+    conv_bias: bool = True
+    data_format: str = "channels_last"
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
+        if self.num_residual_units < 1:
+            raise ValueError(
+                f"--num_residual_units must be >= 1, got {self.num_residual_units}")
+        if len(self.stage_widths) != len(self.stage_strides):
+            raise ValueError(
+                f"--stage_widths has {len(self.stage_widths)} stages but there are "
+                f"{len(self.stage_strides)} stage strides; give one width per stage")
+        for name, value, allowed in (("init", self.init, INITS), ("head", self.head, HEADS),
+                                     ("shortcut", self.shortcut, SHORTCUTS),
+                                     ("data_format", self.data_format,
+                                      ("channels_last", "channels_first"))):
+            if value not in allowed:
+                raise ValueError(f"--{name}={value} is unknown; choose one of {', '.join(allowed)}")
+        widths = (self.init_filters,) + tuple(self.stage_widths)
+        for previous, width in zip(widths, widths[1:]):
+            if width <= 0:
+                raise ValueError(f"--stage_widths must be positive, got {self.stage_widths}")
+            if self.shortcut == "pool_pad" and (width < previous or (width - previous) % 2):
+                raise ValueError(
+                    f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
+                    "half on each side, so widths must not shrink and must grow by an even "
+                    "number); change --stage_widths or use --shortcut=projection")
+
+
+def conv(x, filters: int, kernel_size: int, strides: int, stddev: float, cfg: ModelConfig,
+         name: str, use_bias: bool | None = None):
+    """A SAME-padded convolution with a N(0, stddev^2) kernel (the original ``_conv``).
+
+    ``use_bias`` defaults to ``cfg.conv_bias``.
+    """
+    return keras.layers.Conv2D(
+        filters, kernel_size, strides=strides, padding="same",
+        use_bias=cfg.conv_bias if use_bias is None else use_bias,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=stddev),
+        bias_initializer="zeros", data_format=cfg.data_format, name=name)(x)
+
+
+@keras.saving.register_keras_serializable(package="resnet_noBN")
+class ZeroPadChannels(keras.layers.Layer):
+    """Zero-pads the channel axis, ``before`` channels in front and ``after`` behind."""
+
+    def __init__(self, before: int, after: int, data_format: str = "channels_last", **kwargs):
+        super().__init__(**kwargs)
+        self.before, self.after, self.data_format = before, after, data_format
+
+    def call(self, x):
+        axis = 3 if self.data_format == "channels_last" else 1
+        paddings = [[0, 0]] * 4
+        paddings[axis] = [self.before, self.after]
+        return keras.ops.pad(x, paddings)
+
+    def compute_output_shape(self, input_shape):
+        axis = 3 if self.data_format == "channels_last" else 1
+        shape = list(input_shape)
+        shape[axis] += self.before + self.after
+        return tuple(shape)
+
+    def get_config(self):
+        return {**super().get_config(), "before": self.before, "after": self.after,
+                "data_format": self.data_format}
+
+
+def shortcut(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfig, name: str):
+    """The identity, or, where the block changes the shape, its adjustment.
+
+    ``pool_pad`` (the original code, the paper's prose): average pooling with kernel = stride,
+    then zero channels, half on each side. ``projection``: a linear 1x1 convolution with stride and
+    no bias, He init (it carries the signal, like the first conv); with conv biases elsewhere this
+    gives exactly the paper's 13.59M count (13,588,800).
+    """
+    if in_filters == out_filters and strides == 1:
+        return x
+    if cfg.shortcut == "projection":
+        return conv(x, out_filters, 1, strides, he_stddev(1, out_filters), cfg,
+                    name=f"{name}_projection", use_bias=False)
+    if strides > 1:
+        x = keras.layers.AveragePooling2D(strides, strides, padding="valid",
+                                          data_format=cfg.data_format, name=f"{name}_pool")(x)
+    if out_filters > in_filters:
+        pad = (out_filters - in_filters) // 2
+        x = ZeroPadChannels(pad, out_filters - in_filters - pad, cfg.data_format,
+                            name=f"{name}_pad")(x)
+    return x
+
+
+def residual_block(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfig,
+                   name: str):
+    """x + C2(ReLU(C1(x))): no batch norm, one ReLU; C1 may have stride 2, C2 has stride 1."""
+    init = hardt_ma_stddev if cfg.init == "hardt_ma" else he_stddev
+    y = conv(x, out_filters, 3, strides, init(3, out_filters), cfg, name=f"{name}_conv1")
+    y = keras.layers.ReLU(name=f"{name}_relu")(y)
+    y = conv(y, out_filters, 3, 1, init(3, out_filters), cfg, name=f"{name}_conv2")
+    return keras.layers.Add(name=f"{name}_add")(
+        [shortcut(x, in_filters, out_filters, strides, cfg, name), y])
+
+
+def projection_head(x, num_classes: int, trainable: bool):
+    """The last layer: a random projection W x, W ~ N(0, 1/fan_in), no bias.
+
+    The paper fixes it ("a fixed random projection"; it "slightly improved test error"), but
+    gives no distribution: we take a Gaussian scaled by 1/sqrt(fan_in), which keeps the logits'
+    scale that of the pooled features. With ``trainable=False`` (the default head) the kernel is a
+    non-trainable weight: no optimizer sees it, so training leaves it bit-for-bit unchanged, and it
+    is saved in every checkpoint, so a resumed run keeps the same projection.
+    """
+    fan_in = x.shape[-1]
+    return keras.layers.Dense(
+        num_classes, use_bias=False, trainable=trainable, name="projection",
+        kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)))(x)
+
+
+def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
+    """The CIFAR network of PAPER.md Table 1: logits for 32x32x3 per-image standardised images.
+
+    Weights are drawn from Keras' global generator: call ``keras.utils.set_random_seed`` first
+    for a repeatable model.
+    """
+    cfg.validate()
+    inputs = keras.Input((32, 32, 3), name="images")
+    x = inputs
+    if cfg.data_format == "channels_first":
+        x = keras.layers.Permute((3, 1, 2), name="to_channels_first")(x)
+    x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), cfg, name="init_conv")
+    in_filters = cfg.init_filters
+    for stage, (width, strides) in enumerate(zip(cfg.stage_widths, cfg.stage_strides), start=1):
+        for unit in range(cfg.num_residual_units):
+            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, cfg,
+                               name=f"stage{stage}_unit{unit}")
+            in_filters = width
+    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
+    logits = projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
+    return keras.Model(inputs, logits, name="resnet_noBN_cifar")
+
+
+def decayed_weights(model: keras.Model) -> list:
+    """The weights under weight decay: every conv kernel, and the head's kernel if trained.
+
+    As the original code's ``_decay``, which decays the variables named ``DW`` (kernels, not
+    biases); a fixed head is not a parameter, so it is not decayed.
+    """
+    return [layer.kernel for layer in model.layers
+            if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) and layer.trainable]
+
+
+def weight_decay_loss(model: keras.Model, rate: float) -> tf.Tensor:
+    """rate * sum ||W||^2 / 2 over :func:`decayed_weights`: the original ``tf.nn.l2_loss`` form.
+
+    (Keras' ``regularizers.l2(rate)`` would be rate * sum ||W||^2, twice this.)
+    """
+    return rate * tf.add_n([tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_weights(model)])
+
+
+def param_counts(model: keras.Model) -> dict[str, int]:
+    """Trainable / non-trainable parameter counts, and convolutions and their kernel weights."""
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    return {
+        "trainable_params": sum(int(math.prod(w.shape)) for w in model.trainable_weights),
+        "non_trainable_params": sum(int(math.prod(w.shape)) for w in model.non_trainable_weights),
+        "convolutions": len(convs),
+        "conv_kernel_weights": sum(int(math.prod(c.kernel.shape)) for c in convs),
+    }

@@ -1,0 +1,99 @@
+"""What a training run leaves beside its checkpoints, for people to read and to look at.
+
+* TensorBoard summaries: ``<model_dir>/train`` (loss, learning rate, train precision, images/s)
+  and ``<model_dir>/eval`` (test error and precision), as the original ``resnet_main.py`` wrote.
+* ``<model_dir>/metrics.jsonl``: one JSON object per evaluation on the whole test split.
+* ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
+  redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
+
+Only the chief of a multi-worker job writes them (``enabled=False`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "test_error.png"
+
+
+def read_metrics(model_dir: str) -> list[dict]:
+    """The evaluations recorded so far, oldest first (a later one at the same step wins)."""
+    path = os.path.join(model_dir, METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    by_step = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                by_step[record["step"]] = record
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def plot_error_curve(records: list[dict], path: str, title: str) -> None:
+    """Test error (and train error at the same steps) in % against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(steps, [100 * r["test_error"] for r in records], "o-", label="test error")
+    if all("train_precision" in r for r in records):
+        ax.plot(steps, [100 * (1 - r["train_precision"]) for r in records], "s--",
+                label="train error (recent batches)")
+    ax.set_xlabel("step (one gradient update)")
+    ax.set_ylabel("top-1 error (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+class RunLog:
+    """Summaries, metrics file and plot of one run in ``model_dir``."""
+
+    def __init__(self, model_dir: str, title: str, enabled: bool = True):
+        self.model_dir, self.title, self.enabled = model_dir, title, enabled
+        if enabled:
+            self._train_writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+            self._eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
+
+    def train(self, step: int, scalars: dict[str, float]) -> None:
+        """TensorBoard scalars of the training run at ``step``."""
+        self._write(self._train_writer if self.enabled else None, step, scalars)
+
+    def evaluation(self, record: dict) -> None:
+        """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
+        if not self.enabled:
+            return
+        self._write(self._eval_writer, record["step"],
+                    {k: v for k, v in record.items() if k in ("test_error", "test_precision")})
+        with open(os.path.join(self.model_dir, METRICS_FILE), "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        plot_error_curve(read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE),
+                         self.title)
+
+    def best_test_error(self) -> float | None:
+        """The lowest test error over the evaluations in ``metrics.jsonl`` (None if none).
+
+        Labelled as such wherever printed: the original code logged this optimistic figure.
+        """
+        records = read_metrics(self.model_dir) if self.enabled else []
+        return min(r["test_error"] for r in records) if records else None
+
+    @staticmethod
+    def _write(writer, step: int, scalars: dict[str, float]) -> None:
+        if writer is None:
+            return
+        with writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        writer.flush()

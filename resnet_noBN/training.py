@@ -1,0 +1,257 @@
+"""The training loop: one custom, ``tf.distribute``-aware loop for every launcher and strategy.
+
+It mirrors the original ``resnet_main.py``'s explicit loop (momentum SGD, a step-keyed learning
+rate, ``cost = xent + decay``, periodic evaluation and checkpoints) in TF2 terms:
+``strategy.distribute_datasets_from_function`` feeds each replica, ``strategy.run`` runs the step,
+``tf.nn.compute_average_loss`` / ``scale_regularization_loss`` make the loss the global batch
+mean whatever the number of replicas, and the Keras optimizer all-reduces the gradients. Keras 3's
+``model.fit`` is not used: it fails under multi-worker MirroredStrategy (keras-team/keras#20585).
+
+Steps run in chunks inside one ``tf.function`` (a ``tf.range`` loop), so the host only wakes up at
+the next event: a progress line, an evaluation, a checkpoint, or the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import tempfile
+import time
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from resnet_noBN.model import weight_decay_loss
+from resnet_noBN.run_log import RunLog
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the latest checkpoint is the last good one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The recipe of PAPER.md section 1; each field is a flag of the launchers."""
+
+    train_steps: int = 60_000
+    batch_size: int = 128  # global: split over all replicas
+    learning_rate: float = 0.05
+    lr_boundaries: tuple[int, ...] = (30_000, 50_000)
+    lr_decay: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    eval_every: int = 2_000
+    checkpoint_every: int = 1_000
+    log_every: int = 100
+    max_checkpoints: int = 5
+    eval_batch_size: int = 500  # global
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for an impossible recipe."""
+        for name in ("train_steps", "batch_size", "eval_every", "checkpoint_every", "log_every",
+                     "max_checkpoints", "eval_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"--weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
+        bounds = self.lr_boundaries
+        if any(b <= 0 for b in bounds) or any(b >= a for b, a in zip(bounds, bounds[1:])):
+            raise ValueError(f"--lr_boundaries must be positive and strictly increasing, got "
+                             f"{','.join(map(str, bounds))}")
+
+
+def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:
+    """lr(step) = learning_rate * lr_decay^(number of boundaries <= step).
+
+    As the original ``_LearningRateSetterHook`` (``if train_step < 40000: 0.1 ...``): the update
+    made at step 30,000 already uses the decayed rate. Keras' ``PiecewiseConstantDecay`` switches
+    after ``step > boundary``, hence the boundaries minus one. The optimizer evaluates it at its
+    ``iterations`` counter, which the checkpoint saves, so a resumed run continues the schedule.
+    """
+    values = [cfg.learning_rate * cfg.lr_decay ** i for i in range(len(cfg.lr_boundaries) + 1)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(
+        [b - 1 for b in cfg.lr_boundaries], values)
+
+
+class Trainer:
+    """Model, optimizer, checkpoints and the compiled train/eval steps under one strategy.
+
+    ``build_model`` is called inside ``strategy.scope()``. ``model_dir`` receives checkpoints;
+    when ``is_chief`` is False (a non-chief worker of a multi-worker job) checkpoints go to a
+    temporary directory, as TF's multi-worker guide prescribes, and no run log is written.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, build_model: Callable[[], keras.Model],
+                 cfg: TrainConfig, model_dir: str, is_chief: bool = True, title: str = ""):
+        self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
+        with strategy.scope():
+            self.model = build_model()
+            self.optimizer = keras.optimizers.SGD(
+                learning_rate=learning_rate_schedule(cfg), momentum=cfg.momentum)
+            self.optimizer.build(self.model.trainable_variables)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        self._checkpoint_dir = model_dir if is_chief else tempfile.mkdtemp(prefix="worker_ckpt_")
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir,
+                                                  max_to_keep=cfg.max_checkpoints)
+        self.log = RunLog(model_dir, title, enabled=is_chief)
+        self._train_chunk = tf.function(self._train_chunk_fn)
+        self._eval_batch = tf.function(self._eval_batch_fn)
+
+    # ----------------------------------------------------------------- compiled steps
+    @property
+    def step(self) -> int:
+        """The global step: the number of updates applied (the optimizer's counter)."""
+        return int(self.optimizer.iterations.numpy())
+
+    def _replica_step(self, images, labels):
+        """One update on this replica's share of the global batch (PAPER.md section 1)."""
+        with tf.GradientTape() as tape:
+            logits = self.model(images, training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, tf.cast(logits, tf.float32), from_logits=True)
+            xent = tf.nn.compute_average_loss(per_example, global_batch_size=self.cfg.batch_size)
+            decay = tf.nn.scale_regularization_loss(
+                weight_decay_loss(self.model, self.cfg.weight_decay))
+            loss = xent + decay
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        correct = tf.reduce_sum(tf.cast(
+            tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
+        return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)])
+
+    def _train_chunk_fn(self, iterator, num_steps):
+        """num_steps updates; returns [sum of step losses, correct, examples] over them."""
+        totals = tf.zeros([3])
+        for _ in tf.range(num_steps):
+            per_replica = self.strategy.run(self._replica_step, args=next(iterator))
+            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return totals
+
+    def _replica_eval(self, images, labels):
+        """[correct, examples] on this replica's share of an evaluation batch.
+
+        The last, partial batch of a split leaves some replicas an empty share, and TF 2.21's
+        oneDNN conv2d returns a wrong shape for an empty batch: such a share counts zeros.
+        """
+        def count():
+            logits = self.model(images, training=False)
+            correct = tf.reduce_sum(tf.cast(
+                tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.int64))
+            return tf.stack([correct, tf.size(labels, out_type=tf.int64)])
+
+        return tf.cond(tf.size(labels) > 0, count, lambda: tf.zeros([2], tf.int64))
+
+    def _eval_batch_fn(self, batch):
+        """[correct, examples] of one distributed batch, summed over replicas."""
+        per_replica = self.strategy.run(self._replica_eval, args=batch)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    # ----------------------------------------------------------------- public API
+    def restore(self) -> int:
+        """Resume from the latest checkpoint in ``model_dir`` (if any); returns the step."""
+        latest = tf.train.latest_checkpoint(self.model_dir)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        return self.step
+
+    def evaluate(self, dataset_fn: Callable) -> dict:
+        """Top-1 error on the whole split ``dataset_fn`` yields (one pass, partial batch kept)."""
+        dist = self.strategy.distribute_datasets_from_function(dataset_fn)
+        totals = np.zeros(2, np.int64)
+        for batch in dist:
+            totals += self._eval_batch(batch).numpy()
+        correct, count = (int(v) for v in totals)
+        return {"test_error": 1.0 - correct / count, "test_precision": correct / count,
+                "test_examples": count}
+
+    def save(self) -> None:
+        """Write a checkpoint at the current step (every worker must call it: it is collective)."""
+        self.manager.save(checkpoint_number=self.step)
+
+    def train(self, train_fn: Callable, eval_fn: Callable, print_fn=print) -> dict:
+        """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
+
+        Events (progress line, evaluation, checkpoint) fire when the step is a multiple of their
+        interval, and at the end. Raises TrainingDiverged when the loss is not finite; nothing is
+        saved after that, so the latest checkpoint in ``model_dir`` is the last good one.
+        """
+        cfg = self.cfg
+        start_step = self.restore()
+        if start_step:
+            print_fn(f"resumed from {tf.train.latest_checkpoint(self.model_dir)} at step "
+                     f"{start_step}")
+        iterator = iter(self.strategy.distribute_datasets_from_function(train_fn))
+        run_start = time.perf_counter()
+        train_seconds, trained_images = 0.0, 0
+        last_eval = None
+        step = start_step
+        while step < cfg.train_steps:
+            num_steps = min(cfg.train_steps, _next_multiple(step, cfg.log_every),
+                            _next_multiple(step, cfg.eval_every),
+                            _next_multiple(step, cfg.checkpoint_every)) - step
+            t0 = time.perf_counter()
+            loss_sum, correct, count = self._train_chunk(
+                iterator, tf.constant(num_steps)).numpy().tolist()
+            seconds = time.perf_counter() - t0
+            step = self.step
+            loss = loss_sum / num_steps
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
+                    f"({tf.train.latest_checkpoint(self.model_dir) or 'none yet'}) is the last "
+                    "good one; lower --learning_rate or check the input data")
+            train_seconds += seconds
+            trained_images += num_steps * cfg.batch_size
+            scalars = {"loss": loss, "precision": correct / count,
+                       "learning_rate": float(self.optimizer.learning_rate.numpy()),
+                       "images_per_sec": num_steps * cfg.batch_size / seconds}
+            done = step >= cfg.train_steps
+            if step % cfg.log_every == 0 or done:
+                print_fn(f"step {step:>7d}  loss {loss:.4f}  precision {scalars['precision']:.4f}"
+                         f"  lr {scalars['learning_rate']:.4g}"
+                         f"  {scalars['images_per_sec']:.1f} images/s")
+                self.log.train(step, scalars)
+            if step % cfg.checkpoint_every == 0 or done:
+                self.save()
+            if step % cfg.eval_every == 0 or done:
+                last_eval = self._evaluate_and_log(eval_fn, step, scalars, print_fn)
+        if last_eval is None:  # nothing left to train: report the restored model
+            last_eval = self._evaluate_and_log(eval_fn, step, {}, print_fn)
+        best = self.log.best_test_error()
+        return {"final_step": step, "test_error": last_eval["test_error"],
+                "best_test_error_over_evaluations": last_eval["test_error"] if best is None
+                else best,
+                "test_examples": last_eval["test_examples"],
+                "wall_time_s": round(time.perf_counter() - run_start, 3),
+                "images_per_sec": round(trained_images / train_seconds, 2) if train_seconds
+                else None}
+
+    def _evaluate_and_log(self, eval_fn, step, scalars, print_fn) -> dict:
+        result = self.evaluate(eval_fn)
+        record = {"step": step, **result,
+                  **{f"train_{k}" if k in ("loss", "precision") else k: v
+                     for k, v in scalars.items()}}
+        print_fn(f"step {step:>7d}  test error {result['test_error']:.4f} "
+                 f"({result['test_examples']} images)")
+        self.log.evaluation(record)
+        return record
+
+    def close(self) -> None:
+        """Remove a non-chief worker's temporary checkpoints."""
+        if not self.is_chief:
+            shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+
+def _next_multiple(step: int, interval: int) -> int:
+    return (step // interval + 1) * interval
+

@@ -1,0 +1,154 @@
+"""The custom training loop: recipe, learning, fixed head, resume, divergence, replicas."""
+
+import glob
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_noBN.model import ModelConfig, build_cifar_model
+from resnet_noBN.training import (TrainConfig, Trainer, TrainingDiverged,
+                                  learning_rate_schedule)
+
+SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
+RNG = np.random.default_rng(0)
+# class c: a colour gradient of its own (a pooled, nearly linear network at init can see it)
+_ramp = np.linspace(-1, 1, 32, dtype=np.float32)
+TEMPLATES = (RNG.normal(size=(10, 1, 1, 3)) + RNG.normal(size=(10, 1, 1, 3)) * _ramp[:, None, None]
+             + RNG.normal(size=(10, 1, 1, 3)) * _ramp[None, :, None]).astype(np.float32)
+
+
+def synthetic(n, seed):
+    """A learnable problem: class c is template c plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n).astype(np.int32)
+    images = TEMPLATES[labels] + rng.normal(scale=0.7, size=(n, 32, 32, 3)).astype(np.float32)
+    return tf.image.per_image_standardization(images).numpy(), labels  # as the real pipeline
+
+
+def input_fns(global_batch, n_train=512, n_test=100, nan_after=None):
+    train, test = synthetic(n_train, 1), synthetic(n_test, 2)
+
+    def train_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices(train).shuffle(n_train, seed=0).repeat()
+        ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+        if nan_after is not None:
+            ds = ds.take(nan_after).concatenate(ds.map(lambda x, y: (x * np.nan, y)))
+        return ds
+
+    def test_fn(ctx):
+        return tf.data.Dataset.from_tensor_slices(test).batch(
+            ctx.get_per_replica_batch_size(32))
+
+    return train_fn, test_fn
+
+
+def make_trainer(model_dir, strategy=None, **overrides):
+    cfg = TrainConfig(**{"batch_size": 32, "train_steps": 20, "eval_every": 10,
+                         "checkpoint_every": 5, "log_every": 5, "eval_batch_size": 32,
+                         "learning_rate": 0.02,  # 0.05 diverges on this toy problem
+                         **overrides})
+    keras.utils.set_random_seed(0)
+    return Trainer(strategy or tf.distribute.get_strategy(), lambda: build_cifar_model(SMALL),
+                   cfg, str(model_dir))
+
+
+@pytest.mark.parametrize("step, lr", [(0, 0.05), (29_999, 0.05), (30_000, 0.005),
+                                      (49_999, 0.005), (50_000, 0.0005), (59_999, 0.0005)])
+def test_learning_rate_schedule(step, lr):
+    assert float(learning_rate_schedule(TrainConfig())(step)) == pytest.approx(lr, rel=1e-6)
+
+
+def test_short_run_lowers_loss_and_writes_run_files(tmp_path):
+    lines = []
+    trainer = make_trainer(tmp_path, train_steps=40, eval_every=20)
+    result = trainer.train(*input_fns(32), print_fn=lines.append)
+    losses = [float(line.split("loss ")[1].split()[0]) for line in lines if " loss " in line]
+    assert len(losses) == 8
+    assert losses[-1] < 0.8 * losses[0]
+    assert result["final_step"] == 40 and trainer.step == 40
+    assert result["test_examples"] == 100  # the whole split, partial last batch included
+    assert result["test_error"] < 0.75  # chance is 0.9
+    assert result["images_per_sec"] > 0
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in records] == [20, 40]
+    assert records[-1]["test_error"] == result["test_error"]
+    assert (tmp_path / "test_error.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-40")
+    for sub in ("train", "eval"):
+        assert glob.glob(str(tmp_path / sub / "events.out.tfevents.*"))
+
+
+def test_head_bit_for_bit_unchanged_by_training(tmp_path):
+    trainer = make_trainer(tmp_path, train_steps=3, eval_every=3, checkpoint_every=3,
+                           log_every=3)
+    head = trainer.model.get_layer("projection").kernel.numpy().copy()
+    conv = trainer.model.get_layer("stage1_unit0_conv1").kernel.numpy().copy()
+    trainer.train(*input_fns(32), print_fn=lambda _: None)
+    np.testing.assert_array_equal(trainer.model.get_layer("projection").kernel.numpy(), head)
+    assert not np.allclose(trainer.model.get_layer("stage1_unit0_conv1").kernel.numpy(), conv)
+
+
+def test_resume_continues_step_optimizer_state_and_schedule(tmp_path):
+    first = make_trainer(tmp_path, train_steps=10, lr_boundaries=(12,))
+    first.train(*input_fns(32), print_fn=lambda _: None)
+    momenta = [v.numpy().copy() for v in first.optimizer.variables]
+    weights = [w.numpy().copy() for w in first.model.weights]
+
+    lines = []
+    second = make_trainer(tmp_path, train_steps=15, lr_boundaries=(12,))
+    assert second.restore() == 10
+    for saved, restored in zip(momenta + weights, second.optimizer.variables + second.model.weights):
+        np.testing.assert_array_equal(saved, restored.numpy())
+    result = second.train(*input_fns(32), print_fn=lines.append)
+    assert lines[0].startswith("resumed from ") and lines[0].endswith("at step 10")
+    assert result["final_step"] == 15
+    assert float(second.optimizer.learning_rate) == pytest.approx(0.002)  # 0.02 / 10 past step 12
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [10, 15]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path, train_steps=30)
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 15: .*ckpt-10"):
+        trainer.train(*input_fns(32, nan_after=11), print_fn=lambda _: None)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-10")
+    assert make_trainer(tmp_path).restore() == 10
+    good = make_trainer(tmp_path)
+    good.restore()
+    assert all(np.isfinite(w.numpy()).all() for w in good.model.weights)
+
+
+def test_mirrored_two_replicas_equal_one_device(tmp_path):
+    """Global-batch loss scaling and gradient all-reduce: 2 replicas == 1 device, same batch."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(devices) == 2
+    mirrored = tf.distribute.MirroredStrategy(devices)
+    single = make_trainer(tmp_path / "one", train_steps=2, log_every=1, checkpoint_every=2,
+                          eval_every=2)
+    multi = make_trainer(tmp_path / "two", strategy=mirrored, train_steps=2, log_every=1,
+                         checkpoint_every=2, eval_every=2)
+    multi.model.set_weights(single.model.get_weights())
+    outs = [[], []]
+    r1 = single.train(*input_fns(32), print_fn=outs[0].append)
+    r2 = multi.train(*input_fns(32), print_fn=outs[1].append)
+    assert multi.strategy.num_replicas_in_sync == 2
+    for a, b in zip(single.model.get_weights(), multi.model.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert r1["test_examples"] == r2["test_examples"] == 100
+    assert r1["test_error"] == pytest.approx(r2["test_error"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(batch_size=0), "--batch_size must be positive, got 0"),
+    (dict(train_steps=-5), "--train_steps must be positive, got -5"),
+    (dict(lr_boundaries=(50_000, 30_000)), "--lr_boundaries must be positive and strictly "
+                                           "increasing, got 50000,30000"),
+    (dict(lr_boundaries=(30_000, 30_000)), "strictly increasing"),
+    (dict(learning_rate=0.0), "--learning_rate must be positive"),
+])
+def test_impossible_recipes(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**overrides).validate()
