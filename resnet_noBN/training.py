@@ -86,18 +86,23 @@ def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.Learn
 class Trainer:
     """Model, optimizer, checkpoints and the compiled train/eval steps under one strategy.
 
-    ``build_model`` is called inside ``strategy.scope()``. ``model_dir`` receives checkpoints;
+    ``build_model`` is called inside ``strategy.scope()``. ``schedule`` replaces the CIFAR
+    step schedule (ImageNet decays exponentially); ``top5`` adds the top-5 error to evaluations.
+    ``model_dir`` receives checkpoints;
     when ``is_chief`` is False (a non-chief worker of a multi-worker job) checkpoints go to a
     temporary directory, as TF's multi-worker guide prescribes, and no run log is written.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, build_model: Callable[[], keras.Model],
-                 cfg: TrainConfig, model_dir: str, is_chief: bool = True, title: str = ""):
+                 cfg: TrainConfig, model_dir: str, is_chief: bool = True, title: str = "",
+                 schedule: keras.optimizers.schedules.LearningRateSchedule | None = None,
+                 top5: bool = False):
         self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
+        self.top5 = top5
         with strategy.scope():
             self.model = build_model()
             self.optimizer = keras.optimizers.SGD(
-                learning_rate=learning_rate_schedule(cfg), momentum=cfg.momentum)
+                learning_rate=schedule or learning_rate_schedule(cfg), momentum=cfg.momentum)
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
         self._checkpoint_dir = model_dir if is_chief else tempfile.mkdtemp(prefix="worker_ckpt_")
@@ -138,21 +143,22 @@ class Trainer:
         return totals
 
     def _replica_eval(self, images, labels):
-        """[correct, examples] on this replica's share of an evaluation batch.
+        """[top-1 correct, (top-5 correct,) examples] on this replica's share of a batch.
 
         The last, partial batch of a split leaves some replicas an empty share, and TF 2.21's
         oneDNN conv2d returns a wrong shape for an empty batch: such a share counts zeros.
         """
         def count():
-            logits = self.model(images, training=False)
-            correct = tf.reduce_sum(tf.cast(
-                tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.int64))
-            return tf.stack([correct, tf.size(labels, out_type=tf.int64)])
+            logits = tf.cast(self.model(images, training=False), tf.float32)
+            hits = [tf.math.in_top_k(labels, logits, k) for k in ((1, 5) if self.top5 else (1,))]
+            return tf.stack([tf.reduce_sum(tf.cast(h, tf.int64)) for h in hits]
+                            + [tf.size(labels, out_type=tf.int64)])
 
-        return tf.cond(tf.size(labels) > 0, count, lambda: tf.zeros([2], tf.int64))
+        return tf.cond(tf.size(labels) > 0, count,
+                       lambda: tf.zeros([3 if self.top5 else 2], tf.int64))
 
     def _eval_batch_fn(self, batch):
-        """[correct, examples] of one distributed batch, summed over replicas."""
+        """:meth:`_replica_eval` of one distributed batch, summed over replicas."""
         per_replica = self.strategy.run(self._replica_eval, args=batch)
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
@@ -165,14 +171,17 @@ class Trainer:
         return self.step
 
     def evaluate(self, dataset_fn: Callable) -> dict:
-        """Top-1 error on the whole split ``dataset_fn`` yields (one pass, partial batch kept)."""
+        """Top-1 (and top-5) error on the whole split ``dataset_fn`` yields, in one pass."""
         dist = self.strategy.distribute_datasets_from_function(dataset_fn)
-        totals = np.zeros(2, np.int64)
+        totals = np.zeros(3 if self.top5 else 2, np.int64)
         for batch in dist:
             totals += self._eval_batch(batch).numpy()
-        correct, count = (int(v) for v in totals)
-        return {"test_error": 1.0 - correct / count, "test_precision": correct / count,
-                "test_examples": count}
+        correct, count = int(totals[0]), int(totals[-1])
+        result = {"test_error": 1.0 - correct / count, "test_precision": correct / count,
+                  "test_examples": count}
+        if self.top5:
+            result["test_top5_error"] = 1.0 - int(totals[1]) / count
+        return result
 
     def save(self) -> None:
         """Write a checkpoint at the current step (every worker must call it: it is collective)."""

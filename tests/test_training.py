@@ -152,3 +152,17 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path):
 def test_impossible_recipes(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**overrides).validate()
+
+
+def test_top5_error_counts_the_whole_split(tmp_path):
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(SMALL),
+                      TrainConfig(batch_size=32, eval_batch_size=32), str(tmp_path), top5=True)
+    result = trainer.evaluate(input_fns(32)[1])
+    assert result["test_examples"] == 100
+    images, labels = synthetic(100, 2)
+    logits = trainer.model.predict(images, verbose=0)
+    top5 = np.argsort(-logits, axis=1)[:, :5]
+    expected = 1 - np.mean([label in row for label, row in zip(labels, top5)])
+    assert result["test_top5_error"] == pytest.approx(expected)
+    assert result["test_top5_error"] <= result["test_error"]
