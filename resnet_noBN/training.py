@@ -88,7 +88,8 @@ class Trainer:
 
     ``build_model`` is called inside ``strategy.scope()``. ``schedule`` replaces the CIFAR
     step schedule (ImageNet decays exponentially); ``top5`` adds the top-5 error to evaluations.
-    ``model_dir`` receives checkpoints;
+    ``jit_compile`` compiles each replica's step with XLA (the all-reduce stays outside: XLA
+    cannot compile collectives on a CPU). ``model_dir`` receives checkpoints;
     when ``is_chief`` is False (a non-chief worker of a multi-worker job) checkpoints go to a
     temporary directory, as TF's multi-worker guide prescribes, and no run log is written.
     """
@@ -96,7 +97,7 @@ class Trainer:
     def __init__(self, strategy: tf.distribute.Strategy, build_model: Callable[[], keras.Model],
                  cfg: TrainConfig, model_dir: str, is_chief: bool = True, title: str = "",
                  schedule: keras.optimizers.schedules.LearningRateSchedule | None = None,
-                 top5: bool = False):
+                 top5: bool = False, jit_compile: bool = False):
         self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
         self.top5 = top5
         with strategy.scope():
@@ -109,7 +110,9 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir,
                                                   max_to_keep=cfg.max_checkpoints)
         self.log = RunLog(model_dir, title, enabled=is_chief)
-        self._train_chunk = tf.function(self._train_chunk_fn)
+        self._loss_and_grads = tf.function(self._loss_and_grads_fn, jit_compile=True) \
+            if jit_compile else self._loss_and_grads_fn
+        self._run_steps = tf.function(self._run_steps_fn)
         self._eval_batch = tf.function(self._eval_batch_fn)
 
     # ----------------------------------------------------------------- compiled steps
@@ -118,24 +121,29 @@ class Trainer:
         """The global step: the number of updates applied (the optimizer's counter)."""
         return int(self.optimizer.iterations.numpy())
 
-    def _replica_step(self, images, labels):
-        """One update on this replica's share of the global batch (PAPER.md section 1)."""
+    def _loss_and_grads_fn(self, images, labels):
+        """Forward and backward pass on this replica's share of the global batch (PAPER.md 1)."""
         with tf.GradientTape() as tape:
-            logits = self.model(images, training=True)
+            logits = tf.cast(self.model(images, training=True), tf.float32)
             per_example = keras.losses.sparse_categorical_crossentropy(
-                labels, tf.cast(logits, tf.float32), from_logits=True)
+                labels, logits, from_logits=True)
             xent = tf.nn.compute_average_loss(per_example, global_batch_size=self.cfg.batch_size)
             decay = tf.nn.scale_regularization_loss(
                 weight_decay_loss(self.model, self.cfg.weight_decay))
             loss = xent + decay
         grads = tape.gradient(loss, self.model.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         correct = tf.reduce_sum(tf.cast(
             tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
-        return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)])
+        return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)]), grads
 
-    def _train_chunk_fn(self, iterator, num_steps):
-        """num_steps updates; returns [sum of step losses, correct, examples] over them."""
+    def _replica_step(self, images, labels):
+        """One update: gradients (XLA-compiled if asked), then the all-reducing optimizer."""
+        totals, grads = self._loss_and_grads(images, labels)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return totals
+
+    def _run_steps_fn(self, iterator, num_steps):
+        """``num_steps`` updates in a graph loop: [sum of step losses, correct, examples]."""
         totals = tf.zeros([3])
         for _ in tf.range(num_steps):
             per_replica = self.strategy.run(self._replica_step, args=next(iterator))
@@ -183,6 +191,15 @@ class Trainer:
             result["test_top5_error"] = 1.0 - int(totals[1]) / count
         return result
 
+    def distribute(self, dataset_fn: Callable) -> tf.distribute.DistributedIterator:
+        """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds."""
+        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+
+    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
+        """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
+        loss_sum, correct, count = self._run_steps(iterator, tf.constant(num_steps)).numpy()
+        return float(loss_sum), float(correct), float(count)
+
     def save(self) -> None:
         """Write a checkpoint at the current step (every worker must call it: it is collective)."""
         self.manager.save(checkpoint_number=self.step)
@@ -199,7 +216,7 @@ class Trainer:
         if start_step:
             print_fn(f"resumed from {tf.train.latest_checkpoint(self.model_dir)} at step "
                      f"{start_step}")
-        iterator = iter(self.strategy.distribute_datasets_from_function(train_fn))
+        iterator = self.distribute(train_fn)
         run_start = time.perf_counter()
         train_seconds, trained_images = 0.0, 0
         last_eval = None
@@ -209,8 +226,7 @@ class Trainer:
                             _next_multiple(step, cfg.eval_every),
                             _next_multiple(step, cfg.checkpoint_every)) - step
             t0 = time.perf_counter()
-            loss_sum, correct, count = self._train_chunk(
-                iterator, tf.constant(num_steps)).numpy().tolist()
+            loss_sum, correct, count = self.run_steps(iterator, num_steps)
             seconds = time.perf_counter() - t0
             step = self.step
             loss = loss_sum / num_steps

@@ -1,0 +1,43 @@
+"""Speed settings that leave the mathematics unchanged (issue: "Fast").
+
+* Threading: on a small CPU, TensorFlow's default inter-op pool runs independent ops of a step
+  concurrently with the intra-op pool that each conv already saturates, so steps are bimodal and
+  slower; one inter-op thread and one intra-op thread per core keeps them steady.
+* Mixed precision: ``mixed_bfloat16`` computes convolutions in bfloat16 with float32 weights and
+  float32 updates; the loss and the logits are cast to float32 (see ``training.py``), and the
+  fixed head's float32 kernel is never updated, so it stays bit-for-bit fixed.
+
+Call :func:`configure` before any TensorFlow op runs and before the model is built.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import tensorflow as tf
+
+PRECISIONS = ("float32", "mixed_bfloat16")
+
+
+def configure(precision: str = "float32", intra_op_threads: int = 0,
+              inter_op_threads: int = 0) -> None:
+    """Set the Keras dtype policy and TF's thread pools (0 = TF's default for that pool)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision={precision} is unknown; choose one of "
+                         f"{', '.join(PRECISIONS)}")
+    keras.mixed_precision.set_global_policy(precision)
+    if intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    if inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+
+
+def default_threads() -> tuple[int, int]:
+    """(intra, inter) for a CPU-only host: all cores to each op, one op at a time.
+
+    With a GPU, TF's defaults are kept (0, 0): the host threads only feed the device.
+    """
+    if tf.config.list_physical_devices("GPU"):
+        return 0, 0
+    return len(os.sched_getaffinity(0)), 1
