@@ -83,6 +83,8 @@ def main(argv):
         raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")
     if FLAGS.data_path:
         cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
+    else:  # download / verify the tfds data set now, before anything is written
+        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
     seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
     run_config = {"dataset": FLAGS.dataset, **dataclasses.asdict(model_cfg)}

@@ -15,6 +15,15 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """MirroredStrategy over the two logical CPUs, one per test session: like a real process,
+    which has one strategy (two over the same devices would share collective keys)."""
+    return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
@@ -25,3 +34,44 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every HTTP(S) request fails at once as on a machine without internet (requests'
+    ConnectionError, what tfds' downloader raises offline): no test reaches the network."""
+    import requests
+
+    def offline(*args, **kwargs):
+        raise requests.exceptions.ConnectionError("network access is disabled in the tests")
+
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", offline)
+
+
+@pytest.fixture
+def write_cifar():
+    """write(folder, dataset, records_per_file) writes random records in the official
+    binary layout of cifar_input.DATASETS[dataset] (CIFAR-100: coarse = fine // 5) into folder;
+    returns {split: (uint8 images [N, 32, 32, 3], int labels [N])} in file order."""
+    import numpy as np
+
+    from resnet_noBN.cifar_input import DATASETS
+
+    def write(folder: Path, dataset: str, records_per_file: int):
+        spec = DATASETS[dataset]
+        rng = np.random.default_rng(0)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = {}
+        for split, names in spec.files.items():
+            n = records_per_file * len(names)
+            images = rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+            labels = rng.integers(0, spec.num_classes, n)
+            label_bytes = np.stack([labels // 5, labels] if spec.label_bytes == 2 else [labels], 1)
+            records = np.concatenate(
+                [label_bytes.astype(np.uint8), images.transpose(0, 3, 1, 2).reshape(n, -1)], 1)
+            for name, file_records in zip(names, np.split(records, len(names))):
+                (folder / name).write_bytes(file_records.tobytes())
+            written[split] = images, labels
+        return written
+
+    return write

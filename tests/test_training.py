@@ -121,11 +121,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert all(np.isfinite(w.numpy()).all() for w in good.model.weights)
 
 
-def test_mirrored_two_replicas_equal_one_device(tmp_path):
+def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
     """Global-batch loss scaling and gradient all-reduce: 2 replicas == 1 device, same batch."""
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
-    assert len(devices) == 2
-    mirrored = tf.distribute.MirroredStrategy(devices)
+    mirrored = mirrored_strategy
     single = make_trainer(tmp_path / "one", train_steps=2, log_every=1, checkpoint_every=2,
                           eval_every=2)
     multi = make_trainer(tmp_path / "two", strategy=mirrored, train_steps=2, log_every=1,

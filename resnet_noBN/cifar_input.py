@@ -1,0 +1,360 @@
+"""CIFAR-10/100 input pipeline: the official binary files or tensorflow-datasets.
+
+A tf.data rewrite of the original tensorflow/models `resnet/cifar_input.py` (queue runners,
+`FixedLengthRecordReader`), which the paper's experiments used (PAPER.md §1):
+
+* Records: as in the original, the official binary files are read as fixed-length records of
+  label byte(s) + 3,072 pixel bytes, depth-major [3, 32, 32], transposed to [32, 32, 3]; CIFAR-100
+  records carry (coarse, fine) labels and the FINE label is used (`decode_record`).
+* Training augmentation, "standard data augmentation" (PAPER.md §1): as in the original,
+  `resize_with_crop_or_pad` to (32 + 2·pad)² (pad=2: the original's 36×36; He et al. use 4),
+  a random 32×32 crop, a random left-right flip, then `per_image_standardization`; evaluation:
+  per-image standardisation only. Unlike the original, augmentation uses stateless random ops
+  with one seed per element, so the same `seed` gives the same batches (`augment`).
+* Evaluation reads the WHOLE split once, in order, keeping the last partial batch (the original
+  evaluated 50 batches of 100, half the test split: PAPER.md §1 asks for the whole split).
+* Shuffling: the original's `RandomShuffleQueue` held 16 batches; here the shuffle buffer holds
+  the whole training split (50,000 uint8 images, 150 MB).
+
+Two sources, the same elements (uint8 image [32, 32, 3], int32 label), see `read_records`:
+`data_path` (the official binary files, validated by `check_data_path`) or tensorflow-datasets
+(`data_dir`, prepared by `prepare_tfds` or `python data/prepare.py`). See data/README.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import urllib.error
+from pathlib import Path
+
+import numpy as np
+import requests
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
+
+IMAGE_SIZE = 32
+IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
+SPLITS = ("train", "test")
+
+# Where `python data/prepare.py` prepares tfds data sets, and the launcher's default --data_dir
+# (git-ignored).
+DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[1] / "data" / "tensorflow_datasets"
+
+
+class DataError(ValueError):
+    """Bad data input; str(e) is ONE line naming the problem and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CifarSpec:
+    """What the pipeline needs to know about one data set (tfds names it the same)."""
+
+    title: str
+    num_classes: int
+    # Label bytes in front of the pixels of a binary record; the last one is the label used
+    # (CIFAR-100: coarse, then fine).
+    label_bytes: int
+    folder: str  # the folder the official binary archive unpacks to
+    files: dict[str, tuple[str, ...]]  # split -> record files, in the official order
+    train_examples: int = 50_000
+
+    @property
+    def record_bytes(self) -> int:
+        return self.label_bytes + IMAGE_BYTES
+
+
+DATASETS = {
+    "cifar10": CifarSpec(
+        title="CIFAR-10",
+        num_classes=10,
+        label_bytes=1,
+        folder="cifar-10-batches-bin",
+        files={
+            "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
+            "test": ("test_batch.bin",),
+        },
+    ),
+    "cifar100": CifarSpec(
+        title="CIFAR-100",
+        num_classes=100,
+        label_bytes=2,
+        folder="cifar-100-binary",
+        files={"train": ("train.bin",), "test": ("test.bin",)},
+    ),
+}
+
+# What a failed download raises through tfds: requests' errors (ConnectionError when offline),
+# tfds' DownloadError (HTTP status), urllib's (ftp) and the socket-level ones.
+_DOWNLOAD_ERRORS = (
+    requests.exceptions.RequestException,
+    tfds.download.DownloadError,
+    urllib.error.URLError,
+    ConnectionError,
+    TimeoutError,
+)
+
+
+def _spec(dataset: str) -> CifarSpec:
+    if dataset not in DATASETS:
+        raise DataError(f"unknown data set {dataset!r}; known: {', '.join(DATASETS)}")
+    return DATASETS[dataset]
+
+
+def num_classes(dataset: str) -> int:
+    """Number of classes of `dataset` ("cifar10": 10, "cifar100": 100, fine labels)."""
+    return _spec(dataset).num_classes
+
+
+def _binary_files(dataset: str, data_path: str | os.PathLike) -> dict[str, list[str]]:
+    """Validates `data_path` without touching TensorFlow; returns split -> record files."""
+    spec = _spec(dataset)
+    root = Path(data_path)
+    if not root.is_dir():
+        raise DataError(
+            f"--data_path {root} is not a folder: point it at the {spec.title} binary files "
+            f"(the official archive unpacked: {spec.folder}/) or at their parent"
+        )
+    folder = root / spec.folder if (root / spec.folder).is_dir() else root
+    expected = [name for split in SPLITS for name in spec.files[split]]
+    missing = [name for name in expected if not (folder / name).is_file()]
+    if missing:
+        raise DataError(
+            f"{folder} lacks {', '.join(missing)}: --data_path must be the folder holding the "
+            f"{spec.title} binary files ({', '.join(expected)}) or its parent holding "
+            f"{spec.folder}/"
+        )
+    for name in expected:
+        size = (folder / name).stat().st_size
+        if size == 0 or size % spec.record_bytes:
+            raise DataError(
+                f"{folder / name} is {size} bytes, not a whole number (>= 1) of "
+                f"{spec.record_bytes}-byte {spec.title} records: the file is truncated or not "
+                f"{spec.title}; unpack the official archive again"
+            )
+    return {split: [str(folder / name) for name in spec.files[split]] for split in SPLITS}
+
+
+def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
+    """Validates a --data_path for `dataset`; returns its record files (train, then test).
+
+    `data_path` is the folder holding the official binary files (CIFAR-10: data_batch_1..5.bin,
+    test_batch.bin; CIFAR-100: train.bin, test.bin) or its parent holding `cifar-10-batches-bin/`
+    / `cifar-100-binary/`. Raises DataError for a missing path, a wrong layout (naming the
+    expected files and where), an empty file or one whose size is not a whole number of records.
+    Plain file-system checks: no TensorFlow graph work.
+    """
+    files = _binary_files(dataset, data_path)
+    return [path for split in SPLITS for path in files[split]]
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+
+
+def decode_record(record: tf.Tensor, dataset: str) -> tuple[tf.Tensor, tf.Tensor]:
+    """One official binary record -> (uint8 image [32, 32, 3], int32 label).
+
+    As in the original `cifar_input.py`: label byte(s), then depth-major [3, 32, 32] pixels
+    transposed to [32, 32, 3]. CIFAR-100 records hold (coarse, fine): the fine label is returned.
+    """
+    spec = _spec(dataset)
+    raw = tf.io.decode_raw(record, tf.uint8)
+    label = tf.cast(raw[spec.label_bytes - 1], tf.int32)
+    depth_major = tf.reshape(raw[spec.label_bytes :], [3, IMAGE_SIZE, IMAGE_SIZE])
+    return tf.transpose(depth_major, [1, 2, 0]), label
+
+
+def prepare_tfds(
+    dataset: str,
+    data_dir: str | os.PathLike | None = None,
+    manual_dir: str | os.PathLike | None = None,
+) -> tfds.core.DatasetBuilder:
+    """Returns the tfds builder of `dataset`, downloading and preparing it first if needed.
+
+    `data_dir`: the tfds data directory (None: tfds' default). `manual_dir`: a folder holding the
+    official archive (`cifar-10-binary.tar.gz` / `cifar-100-binary.tar.gz`: tfds' DownloadManager
+    takes `manual_dir / <the registered file name>` instead of downloading it), to prepare on a
+    machine without internet. The archive's checksum is still verified against the one tfds
+    registers. A failed download, a missing or wrong archive -> DataError (chained).
+    """
+    _spec(dataset)
+    builder = tfds.builder(dataset, data_dir=None if data_dir is None else os.fspath(data_dir))
+    download_config = None
+    archives = [info.filename for info in builder.url_infos.values()]
+    if manual_dir is not None:
+        archives = [str(Path(manual_dir) / name) for name in archives]
+        missing = [path for path in archives if not Path(path).is_file()]
+        if missing:
+            raise DataError(
+                f"--manual_dir {manual_dir} lacks {', '.join(Path(m).name for m in missing)}: "
+                f"put the official archive there, under that name ({builder.info.homepage})"
+            )
+        download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir))
+    try:
+        if manual_dir is None and not builder.is_prepared():
+            _probe(builder.url_infos)
+        builder.download_and_prepare(download_config=download_config)
+    except NonMatchingChecksumError as e:
+        raise DataError(
+            f"{', '.join(archives)}: not the checksum tfds registers for the official {dataset} "
+            f"archive (a truncated download or another file); download it again"
+        ) from e
+    except _DOWNLOAD_ERRORS as e:
+        raise DataError(
+            f"downloading {dataset} into {builder.data_dir_root} failed ({type(e).__name__}): "
+            f"this machine appears offline; pass --data_path (a folder with the official binary "
+            f"files) or --data_dir (a prepared tfds directory; see `python data/prepare.py "
+            f"{dataset} --manual_dir DIR`)"
+        ) from e
+    return builder
+
+
+def _probe(url_infos: dict) -> None:
+    """Fail within seconds where the download would fail after minutes of retries (offline)."""
+    for url in url_infos:
+        requests.head(url, timeout=10, allow_redirects=False)
+
+
+def _pipeline_shard(input_context: tf.distribute.InputContext | None) -> tuple[int, int] | None:
+    """(number of input pipelines, this one's index), or None when there is one pipeline."""
+    if input_context is None or input_context.num_input_pipelines == 1:
+        return None
+    return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
+def read_records(
+    dataset: str,
+    split: str,
+    *,
+    data_path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+) -> tf.data.Dataset:
+    """The records of one split: (uint8 image [32, 32, 3], int32 label), unbatched.
+
+    `data_path` given: the official binary files (`check_data_path`), read in order with
+    `FixedLengthRecordDataset` as in the original. Otherwise tensorflow-datasets from `data_dir`
+    (prepared, or downloaded now, by `prepare_tfds`), in order unless `shuffle_files` (tfds'
+    file order shuffled with `seed`; the binary files are always read in order: `build_dataset`
+    shuffles the whole split anyway).
+
+    With an `input_context` of n > 1 input pipelines, pipeline i reads a disjoint part, the n
+    parts covering the split: by file (files i, i+n, ...; tfds: `ReadConfig(input_context)`)
+    when the split has at least n files, else by record (records i, i+n, ...: `Dataset.shard`;
+    tfds: `tfds.even_splits(split, n)[i]`, contiguous ranges). CIFAR-10's 5 training files give
+    file sharding up to 5 pipelines; its test split and CIFAR-100 have one file per split.
+    """
+    _check_split(split)
+    shard = _pipeline_shard(input_context)
+    if data_path is not None:
+        spec = _spec(dataset)
+        files = _binary_files(dataset, data_path)[split]
+        by_file = shard and len(files) >= shard[0]
+        if by_file:
+            files = files[shard[1] :: shard[0]]
+        records = tf.data.FixedLengthRecordDataset(files, spec.record_bytes)
+        if shard and not by_file:
+            records = records.shard(*shard)
+        return records.map(
+            functools.partial(decode_record, dataset=dataset), num_parallel_calls=tf.data.AUTOTUNE
+        )
+    builder = prepare_tfds(dataset, data_dir)
+    by_file = shard and builder.info.splits[split].num_shards >= shard[0]
+    if shard and not by_file:
+        split = tfds.even_splits(split, shard[0])[shard[1]]
+    read_config = tfds.ReadConfig(
+        shuffle_seed=seed, try_autocache=False, input_context=input_context if by_file else None
+    )
+    images = builder.as_dataset(
+        split=split, as_supervised=True, shuffle_files=shuffle_files, read_config=read_config
+    )
+    return images.map(lambda image, label: (image, tf.cast(label, tf.int32)))
+
+
+def augment(image: tf.Tensor, seed: tf.Tensor, pad: int = 2) -> tf.Tensor:
+    """Training augmentation of one uint8 image [32, 32, 3], before standardisation.
+
+    As in the original (PAPER.md §1): zero-pad to (32 + 2·pad)² with `resize_with_crop_or_pad`,
+    a random 32×32 crop, a random left-right flip; pad=0: the flip only. Stateless: the same
+    `seed` (int [2]) gives the same output.
+    """
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    if pad:
+        size = IMAGE_SIZE + 2 * pad
+        image = tf.image.resize_with_crop_or_pad(image, size, size)
+        image = tf.image.stateless_random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, 3], seed=crop_seed)
+    return tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
+
+
+def build_dataset(
+    dataset: str,
+    split: str,
+    batch_size: int,
+    *,
+    data_path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    train: bool | None = None,
+    pad: int = 2,
+    seed: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    cache: bool = True,
+    drop_remainder: bool | None = None,
+) -> tf.data.Dataset:
+    """Batches (float32 images [B, 32, 32, 3], int32 labels [B]) of `split` ("train"/"test").
+
+    `batch_size` is per input pipeline (per replica under `distribute_datasets_from_function`:
+    pass `input_context.get_per_replica_batch_size(global_batch)` and the `input_context`, which
+    shards the records as in `read_records`). `data_path`: the official binary files; else tfds
+    from `data_dir` (None: tfds' default; the launcher's is DEFAULT_TFDS_DIR).
+
+    `train` (default: split == "train"): shuffle (buffer: the whole training split, reshuffled
+    every epoch), repeat forever, augment (`augment` with `pad`), standardise, drop the last
+    partial batch. Evaluation (train=False): one pass over the whole split (or this pipeline's
+    shard) in order, standardised only, keeping the last partial batch. `drop_remainder`
+    overrides that choice. `seed`: the shuffle and augmentation seed (with several input
+    pipelines, each derives its own from it); the same seed gives the same batches; None: random
+    (derived from TF's global seed where one is set). `cache`: keep the decoded uint8 records in
+    memory (before augmentation).
+    """
+    spec = _spec(dataset)
+    _check_split(split)
+    if batch_size < 1 or pad < 0:
+        raise DataError(f"batch_size must be >= 1 and pad >= 0, got {batch_size} and {pad}")
+    train = split == "train" if train is None else train
+    drop_remainder = train if drop_remainder is None else drop_remainder
+    shard = _pipeline_shard(input_context)
+    if shard and seed is not None:  # each input pipeline its own shuffle and augmentation
+        seed = int(np.random.SeedSequence([seed, shard[1]]).generate_state(1)[0])
+    records = read_records(
+        dataset,
+        split,
+        data_path=data_path,
+        data_dir=data_dir,
+        input_context=input_context,
+        shuffle_files=train,
+        seed=seed,
+    )
+    if cache:
+        records = records.cache()
+    if train:
+        records = records.shuffle(spec.train_examples, seed=seed, reshuffle_each_iteration=True)
+        seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        examples = tf.data.Dataset.zip((records.repeat(), seeds)).map(
+            lambda record, element_seed: (
+                tf.image.per_image_standardization(augment(record[0], element_seed, pad)),
+                record[1],
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    else:
+        examples = records.map(
+            lambda image, label: (tf.image.per_image_standardization(image), label),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    return examples.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

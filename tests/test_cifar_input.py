@@ -1,0 +1,225 @@
+"""resnet_noBN.cifar_input: binary records, augmentation, batching, sharding, tfds, errors."""
+
+import numpy as np
+import pytest
+import requests
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from resnet_noBN import cifar_input
+from resnet_noBN.cifar_input import DataError
+
+pytestmark = pytest.mark.usefixtures("no_network")
+
+
+def one_line(excinfo, *fragments):
+    """The DataError's message is one line holding every fragment."""
+    message = str(excinfo.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def arrays(dataset):
+    """Every element of an (image, label) dataset, as two stacked numpy arrays."""
+    images, labels = zip(*dataset.as_numpy_iterator())
+    return np.stack(images), np.stack(labels)
+
+
+def context(pipelines, index):
+    return tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index,
+                                      num_replicas_in_sync=pipelines)
+
+
+@pytest.fixture
+def cifar10(tmp_path, write_cifar):
+    """CIFAR-10 in the official layout under tmp_path/cifar-10-batches-bin: 3 records a file."""
+    written = write_cifar(tmp_path / "cifar-10-batches-bin", "cifar10", 3)
+    return tmp_path, written
+
+
+def test_num_classes_and_unknown_dataset():
+    assert cifar_input.num_classes("cifar10") == 10
+    assert cifar_input.num_classes("cifar100") == 100
+    with pytest.raises(DataError) as e:
+        cifar_input.num_classes("mnist")
+    one_line(e, "'mnist'", "cifar10, cifar100")
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_binary_records_round_trip_byte_exact(cifar10, split):
+    root, written = cifar10
+    images, labels = arrays(cifar_input.read_records("cifar10", split, data_path=root))
+    assert images.dtype == np.uint8 and labels.dtype == np.int32
+    np.testing.assert_array_equal(images, written[split][0])
+    np.testing.assert_array_equal(labels, written[split][1])
+
+
+def test_cifar100_uses_the_fine_label(tmp_path, write_cifar):
+    written = write_cifar(tmp_path / "cifar-100-binary", "cifar100", 40)
+    images, labels = arrays(cifar_input.read_records("cifar100", "test", data_path=tmp_path))
+    np.testing.assert_array_equal(images, written["test"][0])
+    np.testing.assert_array_equal(labels, written["test"][1])  # fine; coarse is fine // 5
+    assert (labels != labels // 5).any()
+
+
+def test_check_data_path_accepts_the_folder_or_its_parent(cifar10):
+    root, _ = cifar10
+    folder = root / "cifar-10-batches-bin"
+    expected = [str(folder / f"data_batch_{i}.bin") for i in range(1, 6)] + [
+        str(folder / "test_batch.bin")]
+    assert cifar_input.check_data_path("cifar10", root) == expected
+    assert cifar_input.check_data_path("cifar10", folder) == expected
+
+
+def test_data_path_errors(cifar10):
+    root, _ = cifar10
+    folder = root / "cifar-10-batches-bin"
+    with pytest.raises(DataError) as e:
+        cifar_input.check_data_path("cifar10", root / "absent")
+    one_line(e, "absent is not a folder", "cifar-10-batches-bin")
+    with pytest.raises(DataError) as e:  # the CIFAR-100 layout is not there
+        cifar_input.check_data_path("cifar100", root)
+    one_line(e, "lacks train.bin, test.bin", "cifar-100-binary/")
+    (folder / "data_batch_3.bin").unlink()
+    with pytest.raises(DataError) as e:
+        cifar_input.check_data_path("cifar10", root)
+    one_line(e, f"{folder} lacks data_batch_3.bin", "test_batch.bin")
+    (folder / "data_batch_3.bin").write_bytes(b"\0" * 3073 * 2 + b"\0" * 100)
+    with pytest.raises(DataError) as e:  # build_dataset validates too, before any TF work
+        cifar_input.build_dataset("cifar10", "train", 4, data_path=root)
+    one_line(e, f"{folder / 'data_batch_3.bin'} is 6246 bytes", "3073-byte")
+    (folder / "data_batch_3.bin").write_bytes(b"")
+    with pytest.raises(DataError) as e:
+        cifar_input.check_data_path("cifar10", folder)
+    one_line(e, "data_batch_3.bin is 0 bytes")
+    with pytest.raises(DataError) as e:
+        cifar_input.build_dataset("cifar10", "validation", 4, data_path=root)
+    one_line(e, "'validation'", "train, test")
+
+
+@pytest.mark.parametrize("pad", [0, 2, 4])
+def test_augment_is_a_translate_of_the_padded_image_maybe_flipped(pad):
+    image = np.random.default_rng(0).integers(1, 256, (32, 32, 3), dtype=np.uint8)
+    padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0)))
+    seen = set()
+    for s in range(40):
+        out = cifar_input.augment(tf.constant(image), tf.constant([s, 7], tf.int64), pad).numpy()
+        assert out.shape == (32, 32, 3) and out.dtype == np.uint8
+        matches = [(dy, dx, flip) for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)
+                   for flip in (False, True)
+                   if np.array_equal(out, padded[dy:dy + 32, dx:dx + 32][:, ::-1 if flip else 1])]
+        assert len(matches) == 1
+        seen.add(matches[0])
+        again = cifar_input.augment(tf.constant(image), tf.constant([s, 7], tf.int64), pad)
+        np.testing.assert_array_equal(again, out)  # stateless: the seed decides
+    assert {flip for _, _, flip in seen} == {False, True}
+    offsets = {(dy, dx) for dy, dx, _ in seen}
+    assert offsets == {(0, 0)} if pad == 0 else len(offsets) > 5
+
+
+def test_training_batches_shapes_ranges_and_repeatability(cifar10):
+    root, written = cifar10
+
+    def first_batches(seed):
+        ds = cifar_input.build_dataset("cifar10", "train", 8, data_path=root, seed=seed)
+        return list(ds.take(4).as_numpy_iterator())  # 32 > 15 records: repeats, reshuffled
+
+    batches = first_batches(seed=7)
+    assert cifar_input.build_dataset("cifar10", "train", 8, data_path=root).element_spec == (
+        tf.TensorSpec([8, 32, 32, 3], tf.float32), tf.TensorSpec([8], tf.int32))
+    images = np.concatenate([b[0] for b in batches])
+    labels = np.concatenate([b[1] for b in batches])
+    np.testing.assert_allclose(images.mean(axis=(1, 2, 3)), 0, atol=1e-4)
+    np.testing.assert_allclose(images.std(axis=(1, 2, 3)), 1, atol=1e-3)
+    assert set(labels) <= set(written["train"][1])
+    # Each epoch of 15 holds each training record once (the first 15 labels are a permutation).
+    assert sorted(labels[:15]) == sorted(written["train"][1])
+    for a, b in zip(batches, first_batches(seed=7)):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(images, np.concatenate([b[0] for b in first_batches(seed=8)]))
+
+
+def test_evaluation_is_one_ordered_pass_with_a_partial_last_batch(cifar10):
+    root, written = cifar10
+    ds = cifar_input.build_dataset("cifar10", "train", 4, data_path=root, train=False)
+    batches = list(ds.as_numpy_iterator())
+    assert [len(b[1]) for b in batches] == [4, 4, 4, 3]
+    images = np.concatenate([b[0] for b in batches])
+    expected = tf.image.per_image_standardization(written["train"][0]).numpy()
+    np.testing.assert_allclose(images, expected, rtol=1e-5, atol=1e-5)  # no augmentation
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), written["train"][1])
+
+
+@pytest.mark.parametrize("split,pipelines,by_file", [
+    ("train", 2, True), ("train", 5, True), ("train", 6, False), ("test", 2, False)])
+def test_sharding_gives_disjoint_shards_covering_the_split(cifar10, split, pipelines, by_file):
+    root, written = cifar10
+    shards = [arrays(cifar_input.read_records("cifar10", split, data_path=root,
+                                              input_context=context(pipelines, i)))[0]
+              for i in range(pipelines)]
+    all_images = written[split][0]
+    keys = [{image.tobytes() for image in shard} for shard in shards]
+    assert sum(len(k) for k in keys) == len(all_images)  # disjoint ...
+    assert set().union(*keys) == {image.tobytes() for image in all_images}  # ... and covering
+    # By file: pipeline i reads files i, i + n, ...; by record: records i, i + n, ...
+    files = [all_images[3 * f:3 * f + 3] for f in range(5 if split == "train" else 1)]
+    expected_first = (np.concatenate(files[::pipelines]) if by_file else all_images[::pipelines])
+    np.testing.assert_array_equal(shards[0], expected_first)
+
+
+def test_evaluation_with_input_context_covers_the_split(cifar10):
+    root, _ = cifar10
+    counts = [sum(len(labels) for _, labels in cifar_input.build_dataset(
+        "cifar10", "test", 2, data_path=root, input_context=context(2, i)).as_numpy_iterator())
+        for i in range(2)]
+    assert counts == [2, 1]
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "cifar100"])
+def test_tfds_reading_with_mock_data(tmp_path, dataset, monkeypatch):
+    # mock_data makes the download a no-op: so is the offline probe that precedes it
+    monkeypatch.setattr(cifar_input, "_probe", lambda url_infos: None)
+    with tfds.testing.mock_data(num_examples=10):
+        train = cifar_input.build_dataset(dataset, "train", 4, data_dir=tmp_path, seed=1)
+        images, labels = next(iter(train))
+        evaluation = list(cifar_input.build_dataset(dataset, "test", 4, data_dir=tmp_path)
+                          .as_numpy_iterator())
+    assert images.shape == (4, 32, 32, 3) and images.dtype == tf.float32
+    assert labels.shape == (4,) and labels.dtype == tf.int32
+    np.testing.assert_allclose(tf.reduce_mean(images, axis=(1, 2, 3)), 0, atol=1e-4)
+    assert [len(b[1]) for b in evaluation] == [4, 4, 2]
+    all_labels = np.concatenate([b[1] for b in evaluation])
+    assert all_labels.min() >= 0 and all_labels.max() < cifar_input.num_classes(dataset)
+    assert all(np.isfinite(b[0]).all() for b in evaluation)
+
+
+def test_tfds_download_offline_is_a_one_line_data_error(tmp_path):
+    with pytest.raises(DataError) as e:
+        cifar_input.build_dataset("cifar10", "train", 8, data_dir=tmp_path)
+    one_line(e, "downloading cifar10", "failed (ConnectionError)", "appears offline",
+             "--data_path", "--data_dir", "python data/prepare.py cifar10 --manual_dir")
+    assert isinstance(e.value.__cause__, requests.exceptions.ConnectionError)
+
+
+def test_real_cifar10_test_batch(shared_data):
+    files = cifar_input.check_data_path("cifar10", shared_data)
+    assert [f.rsplit("/", 1)[1] for f in files][-1] == "test_batch.bin"
+    images, labels = arrays(cifar_input.read_records("cifar10", "test", data_path=shared_data))
+    assert images.shape == (1017, 32, 32, 3)
+    assert labels.min() == 0 and labels.max() == 9
+    raw = np.fromfile(files[-1], np.uint8).reshape(1017, 3073)
+    np.testing.assert_array_equal(labels, raw[:, 0])
+    np.testing.assert_array_equal(images, raw[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+def test_real_cifar100_and_training_batch(shared_data):
+    folder = shared_data / "cifar-100-binary"
+    _, labels = arrays(cifar_input.read_records("cifar100", "test", data_path=folder))
+    raw = np.fromfile(folder / "test.bin", np.uint8).reshape(-1, 3074)
+    assert len(labels) == 916 and labels.max() <= 99 and raw[:, 0].max() <= 19
+    np.testing.assert_array_equal(labels, raw[:, 1])
+    images, labels = next(iter(cifar_input.build_dataset("cifar100", "train", 32,
+                                                         data_path=shared_data, seed=0)))
+    assert images.shape == (32, 32, 32, 3) and labels.shape == (32,)
