@@ -1,0 +1,255 @@
+"""Section 2 (linear residual networks): Claim 2.3, Lemma 2.4, Theorems 2.1 and 2.2, and the
+gradient-descent experiment, checked on numbers; and launch/linear.py end to end."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from resnet_noBN.theory import linear
+from resnet_noBN.theory.linear import LinearTheoryError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _instance(d, depth, seed, scale=0.3):
+    rng = np.random.default_rng(seed)
+    R = rng.standard_normal((d, d))
+    Sigma = linear.random_covariance(d, 10.0, rng)
+    A = scale * rng.standard_normal((depth, d, d)) / math.sqrt(d)
+    return A, R, Sigma, rng
+
+
+# --- Claim 2.3 -----------------------------------------------------------------------------
+
+
+def test_risk_closed_form_matches_monte_carlo():
+    A, R, Sigma, rng = _instance(4, 3, seed=1)
+    closed = linear.population_risk(A, R, Sigma)
+    mc, stderr = linear.monte_carlo_risk(A, R, Sigma, 200_000, rng, batch_size=50_000)
+    assert abs(mc - closed) <= 5 * stderr
+    assert stderr < 0.01 * closed
+
+
+def test_risk_is_frobenius_norm_of_E_sigma_half_plus_d():
+    A, R, Sigma, _ = _instance(5, 4, seed=2)
+    w, Q = np.linalg.eigh(Sigma)
+    E = linear.residual_product(A) - R
+    expected = np.linalg.norm(E @ (Q * np.sqrt(w)) @ Q.T, "fro") ** 2 + 5
+    assert linear.population_risk(A, R, Sigma) == pytest.approx(expected, rel=1e-12)
+
+
+def test_risk_at_an_exact_fit_is_C_equals_d():
+    R = np.diag([2.0, 0.5, 1.5])
+    A = linear.spd_factorization(R, 4)
+    assert linear.population_risk(A, R, np.eye(3)) == pytest.approx(3.0, abs=1e-12)
+
+
+# --- Lemma 2.4 -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d,depth", [(1, 1), (3, 1), (2, 4), (6, 7)])
+def test_gradient_matches_tensorflow_autodiff(d, depth):
+    A, R, Sigma, _ = _instance(d, depth, seed=d * 10 + depth)
+    closed = linear.risk_gradient(A, R, Sigma)
+    auto = linear.autodiff_risk_gradient(A, R, Sigma)
+    assert closed.shape == (depth, d, d)
+    assert np.linalg.norm(closed - auto) <= 1e-5 * np.linalg.norm(auto)
+
+
+def test_gradient_is_zero_at_an_exact_fit():
+    R = linear.random_target(4, 1.0, 0.5, np.random.default_rng(3))
+    A = linear.residual_factorization(R, 6).A
+    assert np.abs(linear.risk_gradient(A, R, np.eye(4))).max() < 1e-12
+
+
+# --- Theorem 2.1 ---------------------------------------------------------------------------
+
+
+def _random_matrix(d, condition, rng):
+    U, V = linear.random_orthonormal(d, rng), linear.random_orthonormal(d, rng)
+    return (U * np.geomspace(condition ** -0.5, condition ** 0.5, d)) @ V.T
+
+
+def _assert_theorem_2_1(R, depth):
+    check = linear.check_factorization(R, depth)
+    assert check["relative_error"] < 1e-12, check
+    assert check["max_norm"] <= check["bound"], check
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("condition", [1.0, 10.0, 1e3])
+def test_factorization_of_random_matrices(d, condition):
+    rng = np.random.default_rng(int(d * condition))
+    for _ in range(3):  # a mix of det R > 0 and det R < 0
+        R = _random_matrix(d, condition, rng)
+        least = max(1, math.ceil(3 * linear.gamma(R)))
+        for depth in sorted({least, 2 * least, 40}):
+            _assert_theorem_2_1(R, depth)
+
+
+@pytest.mark.parametrize("angles", [
+    [math.pi - 1e-9],
+    [math.pi - 1e-6, -(math.pi - 1e-12), 1.0],
+    [math.pi, math.pi, math.pi],  # repeated -1 eigenvalues
+    [math.pi, -math.pi + 1e-15, 1e-13, 2.0, 2.0 + 1e-9],
+])
+@pytest.mark.parametrize("fixed", [0, 1])
+def test_rotation_form_near_pi(angles, fixed):
+    d = 2 * len(angles) + fixed
+    O = linear.random_rotation(d, angles, np.random.default_rng(len(angles) + fixed))
+    form = linear.rotation_form(O)
+    S = form.basis
+    assert np.allclose(S.T @ S, np.eye(d), atol=1e-13)
+    assert np.linalg.norm(S @ form.blocks() @ S.T - O, 2) < 1e-12
+    assert np.sort(np.abs(form.angles)) == pytest.approx(
+        np.sort(np.abs(np.asarray(angles, float)[np.abs(angles) > 1e-12])), abs=1e-9)
+    for q in (1, 2, 5, 30):
+        root = form.root(q)
+        assert np.linalg.norm(np.linalg.matrix_power(root, q) - O, 2) < 1e-12
+        assert np.linalg.norm(root - np.eye(d), 2) <= math.pi / q + 1e-12
+    _assert_theorem_2_1(O @ linear.random_covariance(d, 50.0, np.random.default_rng(0)), 12)
+
+
+@pytest.mark.parametrize("d", [2, 4, 6])
+def test_minus_identity(d):
+    for depth in (1, 2, 7):
+        _assert_theorem_2_1(-np.eye(d), depth)
+    assert linear.residual_factorization(-np.eye(d), 4).rotation_layers == 4
+
+
+def test_negative_determinant_appends_a_dimension():
+    rng = np.random.default_rng(5)
+    R = _random_matrix(3, 20.0, rng)
+    R[:, 0] *= np.sign(np.linalg.det(R)) * -1
+    assert np.linalg.det(R) < 0
+    f = linear.residual_factorization(R, 10)
+    assert f.extra_dimension and f.A.shape == (10, 4, 4)
+    product = linear.residual_product(f.A)
+    assert np.allclose(product[:3, :3], R, atol=1e-12)
+    assert product[3, 3] == pytest.approx(-1.0, abs=1e-12)
+    assert np.abs(product[:3, 3]).max() < 1e-12 and np.abs(product[3, :3]).max() < 1e-12
+    assert f.max_norm <= linear.norm_bound(R, 10)
+
+
+def test_symmetric_positive_definite_case():
+    R = linear.random_covariance(6, math.exp(4.0), np.random.default_rng(6))
+    g = linear.gamma(R)
+    assert g == pytest.approx(2.0)
+    for depth in (6, 13, 100):
+        A = linear.spd_factorization(R, depth)
+        assert np.allclose(A, A[0]) and np.allclose(A[0], A[0].T)
+        assert np.linalg.norm(linear.residual_product(A) - R, 2) < 1e-12 * np.linalg.norm(R, 2)
+        assert linear.spectral_norms(A).max() <= 3 * g / depth
+
+
+def test_depth_one_is_R_minus_identity():
+    R = linear.random_rotation(2, [2.0], np.random.default_rng(7)) * 1.1
+    f = linear.residual_factorization(R, 1)
+    assert np.allclose(f.A[0], R - np.eye(2))
+
+
+def test_too_shallow_names_the_depth_needed():
+    R = np.diag([math.exp(2.5), 1.0])  # gamma = 2.5, 3 gamma = 7.5
+    with pytest.raises(LinearTheoryError, match=r"use depth >= 8"):
+        linear.residual_factorization(R, 7)
+    with pytest.raises(LinearTheoryError, match=r"use depth >= 8"):
+        linear.spd_factorization(R, 3)
+    _assert_theorem_2_1(R, 8)
+
+
+def test_bad_inputs_raise_one_line_errors():
+    with pytest.raises(LinearTheoryError, match="singular"):
+        linear.residual_factorization(np.array([[1.0, 2.0], [2.0, 4.0]]), 5)
+    with pytest.raises(LinearTheoryError, match="square"):
+        linear.residual_factorization(np.ones((2, 3)), 5)
+    with pytest.raises(LinearTheoryError, match="positive integer"):
+        linear.residual_factorization(np.eye(2), 0)
+    with pytest.raises(LinearTheoryError, match="not symmetric"):
+        linear.spd_factorization(np.array([[1.0, 0.5], [0.0, 1.0]]), 3)
+    with pytest.raises(LinearTheoryError, match="not positive definite"):
+        linear.spd_factorization(np.diag([1.0, -1.0]), 3)
+    with pytest.raises(LinearTheoryError, match="det -1"):
+        linear.rotation_form(np.diag([1.0, -1.0]))
+
+
+# --- Theorem 2.2 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tau", [0.05, 0.5, 0.9])
+@pytest.mark.parametrize("depth,d", [(1, 3), (3, 2), (8, 5)])
+def test_gradient_lower_bound_in_the_tau_ball(tau, depth, d):
+    ratios = linear.tau_ball_ratios(tau, depth, d, 10, np.random.default_rng(int(tau * 100)))
+    assert ratios.min() >= 1.0
+
+
+def test_gradient_lower_bound_is_tight_at_minus_tau_identity():
+    tau, depth, d = 0.4, 5, 3
+    A = np.repeat(-tau * np.eye(d)[None], depth, axis=0)
+    R = np.random.default_rng(8).standard_normal((d, d))
+    bound = linear.gradient_norm_lower_bound(A, R, np.eye(d), tau)
+    grad_sq = np.sum(linear.risk_gradient(A, R, np.eye(d)) ** 2)
+    assert grad_sq == pytest.approx(bound, rel=1e-12)
+
+
+def test_lower_bound_rejects_points_outside_the_ball():
+    A = np.repeat(0.6 * np.eye(2)[None], 3, axis=0)
+    with pytest.raises(LinearTheoryError, match="exceeds tau"):
+        linear.gradient_norm_lower_bound(A, np.eye(2), np.eye(2), 0.5)
+    with pytest.raises(LinearTheoryError, match=r"\[0, 1\)"):
+        linear.gradient_norm_lower_bound(A, np.eye(2), np.eye(2), 1.0)
+
+
+# --- The gradient-descent experiment -------------------------------------------------------
+
+
+def test_residual_descent_reaches_the_optimum_and_standard_does_not():
+    rng = np.random.default_rng(9)
+    R = linear.random_target(4, math.pi / 2, 0.5, rng)
+    Sigma = linear.random_covariance(4, 4.0, rng)
+    curves = linear.compare_parameterisations(R, Sigma, (2, 4, 8), 300, 0.1, rng)
+    for depth, c in curves.items():
+        start = c["residual"][0]
+        assert start == pytest.approx(linear.excess_risk(np.eye(4)[None], R, Sigma))
+        assert c["residual"][-1] < 1e-12 * start, depth
+        assert np.all(c["standard_zero"] == c["standard_zero"][0]), depth  # B = 0 never moves
+        assert c["standard_random"][50] > 10 * c["residual"][50], depth
+    assert curves[8]["standard_random"][-1] > 0.5 * curves[8]["standard_random"][0]  # stalls
+
+
+# --- The launcher --------------------------------------------------------------------------
+
+
+def _run(script, *args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, str(REPO / "launch" / script), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
+    out = tmp_path / "linear"
+    proc = _run("linear.py", f"--output_dir={out}", "--mc_samples=20000", "--tau_samples=2",
+                "--dim=3", "--depths=2,5", "--steps=200")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["lemma_2_4_max_rel_err"] <= 1e-5
+    assert summary["thm_2_1_max_rel_err"] < 1e-12
+    assert summary["thm_2_1_max_norm_over_bound"] <= 1
+    assert summary["thm_2_1_spd_max_norm_over_bound"] <= 1
+    assert summary["thm_2_2_min_ratio"] >= 1
+    assert summary["thm_2_2_tight_ratio"] == pytest.approx(1.0, abs=1e-9)
+    assert max(summary["gd_final_excess"]["residual"].values()) < 1e-10
+    for name in ("linear.json", "factorization.png", "gradient_descent.png"):
+        assert (out / name).stat().st_size > 0
+    assert json.loads((out / "linear.json").read_text())["theorem_2_1"]["error_when_too_shallow"]
+
+
+def test_launcher_bad_flag_is_one_error_line_and_status_2(tmp_path):
+    proc = _run("linear.py", f"--output_dir={tmp_path}", "--depths=2,zero")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --depths")
