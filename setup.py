@@ -23,5 +23,6 @@ setup(
         # PNG plots of training curves and of the theory experiments.
         "matplotlib",
     ],
-    extras_require={"test": ["pytest>=8"]},
+    # pyyaml: the tests parse the compose file and Kubernetes manifests.
+    extras_require={"test": ["pytest>=8", "pyyaml"]},
 )

@@ -1,0 +1,188 @@
+"""Train the paper's ImageNet network (Hardt & Ma 2016, Section 4: an all-convolutional ResNet-34).
+
+    python launch/imagenet.py                                # tfds imagenet2012, the paper's recipe
+    python launch/imagenet.py --data_path=/data/imagenet-tfrecords   # train-*/validation-* shards
+    python launch/imagenet.py --strategy=multi_worker        # one process per machine (TF_CONFIG)
+    python launch/imagenet.py --summary_only                 # layer table and parameter counts
+
+The recipe (PAPER.md 1): momentum SGD 0.9, global batch 256, learning rate 0.1 multiplied by
+0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4 (the CIFAR
+value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on the whole
+validation split every --eval_every steps and at the end. Architecture and input choices:
+resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints resume from
+--model_dir. Ends by printing one line of JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+from absl import app, flags
+
+from resnet_noBN import cli, distribute, imagenet_input
+from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
+from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
+from resnet_noBN.training import TrainConfig, Trainer
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_path", None,
+                    "Folder of TFRecord shards train-NNNNN-of-MMMMM / validation-NNNNN-of-MMMMM "
+                    "(image/encoded JPEG, image/class/label int64). Default: read tfds "
+                    "imagenet2012 from --data_dir.")
+flags.DEFINE_string("data_dir", str(imagenet_input.DEFAULT_TFDS_DIR),
+                    "tensorflow-datasets directory; an unprepared imagenet2012 is prepared from "
+                    "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in "
+                    "<data_dir>/downloads/manual/.")
+flags.DEFINE_integer("label_offset", 1,
+                     "--data_path only: label = image/class/label - label_offset. 1 for the "
+                     "TF-slim / TPU converters (labels 1..1000), 0 for 0-based shards.")
+flags.DEFINE_enum("normalization", "per_image", list(imagenet_input.NORMALIZATIONS),
+                  "per_image: tf.image.per_image_standardization; mean_std: ImageNet RGB "
+                  "mean/std.")
+flags.DEFINE_integer("shuffle_buffer", imagenet_input.SHUFFLE_BUFFER,
+                     "Training records (JPEG bytes) in the shuffle buffer of each worker.")
+flags.DEFINE_float("epochs_per_decay", 2.0, "Epochs between learning-rate decays by --lr_decay.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/imagenet.")
+flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation.")
+flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
+                  "tf.distribute strategy (see README: batch semantics).")
+flags.DEFINE_bool("summary_only", False,
+                  "Print the layer table and parameter counts, and exit without data.")
+# The architecture (ResNet-34's layout by default).
+flags.DEFINE_integer("image_size", imagenet_input.IMAGE_SIZE,
+                     "Side of the square training/evaluation crops (evaluation resizes the "
+                     "shorter side to image_size * 256 / 224 first).")
+flags.DEFINE_string("stage_units", "3,4,6,3", "Residual blocks per stage.")
+flags.DEFINE_string("stage_widths", "64,128,256,512", "Channels of each stage.")
+flags.DEFINE_integer("stem_filters", 64, "Channels of the 7x7 stride-2 stem convolution.")
+flags.DEFINE_enum("downsample", "block", list(DOWNSAMPLES),
+                  "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first block; "
+                  "conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).")
+flags.DEFINE_enum("init", "hardt_ma", list(INITS),
+                  "Residual conv init: hardt_ma sigma=1/(k^2 c), standard sqrt(2/(k^2 c)).")
+flags.DEFINE_enum("head", "random", list(HEADS), "Last layer: fixed random projection or trained.")
+flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
+                  "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
+flags.DEFINE_bool("conv_bias", True, "A bias on every convolution.")
+cli.define_train_flags(TrainConfig(
+    train_steps=700_000, batch_size=256, learning_rate=0.1, lr_boundaries=(), lr_decay=0.94,
+    momentum=0.9, weight_decay=1e-4, eval_every=10_000, checkpoint_every=5_000, log_every=100,
+    eval_batch_size=256))
+
+
+def model_config() -> ImageNetConfig:
+    cfg = ImageNetConfig(
+        image_size=FLAGS.image_size, stem_filters=FLAGS.stem_filters,
+        stage_units=cli.int_list("stage_units", FLAGS.stage_units),
+        stage_widths=cli.int_list("stage_widths", FLAGS.stage_widths),
+        downsample=FLAGS.downsample, init=FLAGS.init, head=FLAGS.head, shortcut=FLAGS.shortcut,
+        conv_bias=FLAGS.conv_bias)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise cli.InputError(str(e)) from None
+    return cfg
+
+
+def summary(cfg: ImageNetConfig) -> None:
+    model = build_imagenet_model(cfg)
+    model.summary(line_length=110)
+    for name, value in param_counts(model).items():
+        print(f"{name}: {value}")
+    print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
+
+
+def input_pipelines(strategy) -> int:
+    """The number of input pipelines the strategy will build: one per worker."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
+@cli.exit_codes
+def main(argv):
+    if len(argv) > 1:
+        raise cli.InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
+    model_cfg = model_config()
+    if FLAGS.summary_only:
+        return summary(model_cfg)
+    train_cfg = cli.train_config_from_flags()
+    if train_cfg.lr_boundaries:
+        raise cli.InputError("--lr_boundaries is not used by the ImageNet recipe (exponential "
+                             "decay): set --lr_decay and --epochs_per_decay instead")
+    if not FLAGS.epochs_per_decay > 0:
+        raise cli.InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
+    if FLAGS.shuffle_buffer < 1:
+        raise cli.InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
+    if FLAGS.data_path:
+        imagenet_input.check_data_path(FLAGS.data_path, label_offset=FLAGS.label_offset)
+    else:
+        imagenet_input.tfds_builder(FLAGS.data_dir)
+    model_dir = FLAGS.model_dir or "runs/imagenet"
+    seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
+    dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
+    run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
+    cli.check_resumable(model_dir, run_config)
+
+    import keras
+    import tensorflow as tf
+
+    strategy = distribute.make_strategy(FLAGS.strategy)
+    replicas = strategy.num_replicas_in_sync
+    for name in ("batch_size", "eval_batch_size"):
+        if getattr(train_cfg, name) % replicas:
+            raise cli.InputError(f"--{name}={getattr(train_cfg, name)} is not divisible by the "
+                                 f"{replicas} replicas; use a multiple of {replicas}")
+    pipelines = input_pipelines(strategy)
+    if pipelines > 1:  # file-based sharding: at least one file per pipeline, checked up front
+        if FLAGS.data_path:
+            imagenet_input.check_data_path(FLAGS.data_path, pipelines, FLAGS.label_offset)
+        else:
+            imagenet_input.tfds_builder(FLAGS.data_dir, pipelines)
+    keras.utils.set_random_seed(seed)
+    is_chief = distribute.is_chief(strategy)
+    if is_chief:
+        cli.record_config(model_dir, run_config)
+    print(f"imagenet ({dataset}): {replicas} replica(s), {pipelines} input pipeline(s), global "
+          f"batch {train_cfg.batch_size}, seed {seed}, model_dir {model_dir}", flush=True)
+
+    def dataset_fn(split, global_batch):
+        def fn(input_context):
+            return imagenet_input.build_dataset(
+                split, input_context.get_per_replica_batch_size(global_batch),
+                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir,
+                label_offset=FLAGS.label_offset, image_size=model_cfg.image_size,
+                normalization=FLAGS.normalization, seed=seed, input_context=input_context,
+                shuffle_buffer=FLAGS.shuffle_buffer)
+        return fn
+
+    schedule = imagenet_input.learning_rate_schedule(
+        train_cfg.batch_size, train_cfg.learning_rate, train_cfg.lr_decay, FLAGS.epochs_per_decay)
+    trainer = Trainer(strategy, lambda: build_imagenet_model(model_cfg), train_cfg, model_dir,
+                      is_chief=is_chief, title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
+                      schedule=schedule, top5=True)
+    try:
+        result = trainer.train(dataset_fn("train", train_cfg.batch_size),
+                               dataset_fn("validation", train_cfg.eval_batch_size),
+                               print_fn=lambda line: print(line, flush=True))
+    except tf.errors.InvalidArgumentError as e:
+        error = imagenet_input.label_error(e, FLAGS.label_offset)  # the in-graph label check
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        trainer.close()
+    from resnet_noBN.run_log import read_metrics
+
+    records = read_metrics(model_dir) if is_chief else []
+    if records and "test_top5_error" in records[-1]:
+        result["test_top5_error"] = records[-1]["test_top5_error"]
+    print(json.dumps({"dataset": "imagenet2012", **result}), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

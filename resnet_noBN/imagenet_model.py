@@ -1,0 +1,166 @@
+"""The paper's ImageNet network: an all-convolutional ResNet-34 without batch norm (PAPER.md 1).
+
+Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
+3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
+initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
+parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
+(``conv``, ``residual_block``, ``shortcut``, ``projection_head``), so the two networks differ
+only where ImageNet forces them to:
+
+* **Stem**: He et al.'s 7x7 stride-2 convolution to 64 channels (He init sqrt(2/(k^2 c)), as the
+  CIFAR model's first conv), and like the CIFAR model's ``init_conv`` no activation after it: in
+  the original code the ReLU after the first conv belonged to the first unit's pre-activation
+  BN-ReLU, which the paper removes with the batch norm.
+* **What replaces the max-pool** (``downsample``). He et al. go 224 -> 112 (stem) -> 56
+  (3x3/2 max-pool) -> 28 -> 14 -> 7. To keep that pyramid, the 7x7 final map and the ResNet-34
+  cost (~3.6 GFLOP per 224x224 image), the max-pool's stride must go somewhere:
+
+  - ``"block"`` (default): the first block of stage 1 has stride 2, exactly as the first block
+    of stages 2-4 (C1 with stride 2, shortcut = 2x2 average pooling). No new layer and no new
+    parameter: the network downsamples everywhere in the one way the paper's CIFAR model does,
+    by strided residual convolutions, and the max-pool is simply "removed" (stage strides
+    2, 2, 2, 2 instead of 1, 2, 2, 2).
+  - ``"conv"``: All-CNN's recipe (Springenberg et al., the paper's comparison row), which
+    replaces each max-pool by a learned convolution of the same window and stride: stem ->
+    ReLU -> 3x3 stride-2 conv 64 -> 64 (He init, linear into the residual stream like the
+    stem). +36,928 parameters.
+
+* **Head**: global average pooling of the 7x7x512 map, then the fixed random projection
+  512 -> 1000 (N(0, 1/512), no bias, not trainable), as the CIFAR model.
+
+Parameter counts (tested; conv biases on, as the CIFAR model's default, pool+pad shortcuts).
+Ours has 33 convolutions + the head = 34 layers, as ResNet-34:
+
+=====================================================  ==============  =============
+variant                                                trainable       non-trainable
+=====================================================  ==============  =============
+**ours (default)**                                     **21,103,232**  512,000
+without conv biases (kernel weights only)              21,095,616      512,000
+1x1 projection shortcuts (4: stage 1 strides too)      21,279,360      512,000
+``downsample="conv"``                                  21,140,160      512,000
+trainable head (no bias)                               21,615,232      0
+stages 3, 4, 6, **6** (not ResNet-34; see below)       35,262,080      512,000
+He et al.'s ResNet-34 (BN, 3 projections, FC + bias)   21,797,672      (BN statistics)
+=====================================================  ==============  =============
+
+(He's 21.8M = our 21,095,616 kernel weights + 172,032 projection weights + the 513,000 of the
+FC layer + 17,024 BN scales and offsets.)
+
+**The paper's 35.7M is not reached by any reading we find principled**; it exceeds ResNet-34 by
+~14.6M, i.e. by two thirds. Removing BN and max-pool only *removes* parameters; biases,
+projection shortcuts, a trainable head or a strided stem conv add at most ~0.7M together
+(21.8M). What does give ~35M, and why we do not adopt it:
+
+* three more 512-wide blocks (stages 3, 4, 6, **6**) or twelve more 256-wide ones (3, 4, **18**,
+  3), or a fifth stage of one 1024-wide block: 35.26-35.27M each -- deeper than 34 layers, not
+  the "34-layer ResNet" the paper names;
+* every width x1.3 (stem 83, stages 83, 166, 333, 666): 35.69M -- a numerical coincidence;
+  the paper names ResNet-34's widths 64..512;
+* the hidden width of each block x1.7 (C1: c -> 1.7c, C2: 1.7c -> c): 35.86M -- not the
+  ``x + C2(ReLU(C1 x))`` of equal widths the paper describes;
+* replacing the global average pool by a 7x7 conv 512 -> 512 ("all-convolutional" read
+  literally): 33.95M -- still short, and the CIFAR model keeps its global pool.
+
+So we build the network the paper's text describes (ResNet-34 stages and widths, no BN, no
+max-pool, fixed head) and report its true count, 21,103,232 trainable parameters; the 35.7M is
+most likely a miscount or the count of a model other than the one described (e.g. a deeper or
+wider variant); ``--stage_units`` / ``--stage_widths`` build such variants for comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+
+from resnet_noBN.model import ModelConfig, conv, he_stddev, projection_head, residual_block
+
+DOWNSAMPLES = ("block", "conv")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageNetConfig:
+    """The ImageNet architecture, ResNet-34's layout by default; flags of ``launch/imagenet.py``.
+
+    ``stage_units`` / ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests
+    and smoke runs. ``init``, ``head``, ``shortcut``, ``conv_bias`` and ``data_format`` mean
+    what they mean in :class:`resnet_noBN.model.ModelConfig`.
+    """
+
+    num_classes: int = 1000
+    image_size: int = 224
+    stem_filters: int = 64
+    stem_kernel: int = 7
+    stage_units: tuple[int, ...] = (3, 4, 6, 3)
+    stage_widths: tuple[int, ...] = (64, 128, 256, 512)
+    downsample: str = "block"
+    init: str = "hardt_ma"
+    head: str = "random"
+    shortcut: str = "pool_pad"
+    conv_bias: bool = True
+    data_format: str = "channels_last"
+
+    @property
+    def stage_strides(self) -> tuple[int, ...]:
+        """Stride of each stage's first block: 2 everywhere, the first stage's only if it
+        replaces the max-pool (``downsample="block"``)."""
+        first = 2 if self.downsample == "block" else 1
+        return ((first,) + (2,) * (len(self.stage_widths) - 1))[:len(self.stage_widths)]
+
+    def block_config(self) -> ModelConfig:
+        """The :class:`ModelConfig` that ``conv`` / ``residual_block`` / ``shortcut`` read."""
+        return ModelConfig(
+            num_classes=self.num_classes, num_residual_units=1, init_filters=self.stem_filters,
+            stage_widths=tuple(self.stage_widths), stage_strides=self.stage_strides,
+            init=self.init, head=self.head, shortcut=self.shortcut, conv_bias=self.conv_bias,
+            data_format=self.data_format)
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for an impossible architecture."""
+        if self.downsample not in DOWNSAMPLES:
+            raise ValueError(f"--downsample={self.downsample} is unknown; choose one of "
+                             f"{', '.join(DOWNSAMPLES)}")
+        if len(self.stage_units) != len(self.stage_widths):
+            raise ValueError(
+                f"--stage_units has {len(self.stage_units)} stages but --stage_widths has "
+                f"{len(self.stage_widths)}; give one width per stage")
+        if not self.stage_units or any(u < 1 for u in self.stage_units):
+            raise ValueError(f"--stage_units must be >= 1 each, got {self.stage_units}")
+        if self.stem_filters < 1 or self.stem_kernel < 1:
+            raise ValueError(f"--stem_filters and the stem kernel must be >= 1, got "
+                             f"{self.stem_filters} and {self.stem_kernel}")
+        if self.image_size < 8:
+            raise ValueError(f"--image_size must be >= 8, got {self.image_size}")
+        self.block_config().validate()  # widths, shortcut, init, head, data_format
+
+
+def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
+    """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3].
+
+    Layer names follow the CIFAR model (``stageS_unitU_conv1`` ...): ``stem_conv``, then
+    ``stem_relu`` / ``stem_downsample`` with ``downsample="conv"``, ``global_pool``,
+    ``projection``. Weights come from Keras' global generator: call
+    ``keras.utils.set_random_seed`` first for a repeatable model.
+    """
+    cfg.validate()
+    block_cfg = cfg.block_config()
+    inputs = keras.Input((cfg.image_size, cfg.image_size, 3), name="images")
+    x = inputs
+    if cfg.data_format == "channels_first":
+        x = keras.layers.Permute((3, 1, 2), name="to_channels_first")(x)
+    x = conv(x, cfg.stem_filters, cfg.stem_kernel, 2, he_stddev(cfg.stem_kernel, cfg.stem_filters),
+             block_cfg, name="stem_conv")
+    if cfg.downsample == "conv":
+        x = keras.layers.ReLU(name="stem_relu")(x)
+        x = conv(x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block_cfg,
+                 name="stem_downsample")
+    in_filters = cfg.stem_filters
+    for stage, (units, width, strides) in enumerate(
+            zip(cfg.stage_units, cfg.stage_widths, cfg.stage_strides), start=1):
+        for unit in range(units):
+            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, block_cfg,
+                               name=f"stage{stage}_unit{unit}")
+            in_filters = width
+    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
+    logits = projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
+    return keras.Model(inputs, logits, name="resnet_noBN_imagenet")
