@@ -13,14 +13,12 @@ from --model_dir. Ends by printing one line of JSON.
 from __future__ import annotations
 
 import dataclasses
-import json
-import random
 
-from absl import app, flags
+from absl import flags
 
-from resnet_noBN import cifar_input, cli, distribute
+from resnet_noBN import cifar_input, cli
 from resnet_noBN.model import HEADS, INITS, SHORTCUTS, ModelConfig, build_cifar_model, param_counts
-from resnet_noBN.training import TrainConfig, Trainer
+from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
@@ -32,11 +30,9 @@ flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
 flags.DEFINE_integer("pad", 2, "Pixels of padding per side before the random 32x32 crop: 2 as "
                      "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.")
-flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation.")
-flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
-                  "tf.distribute strategy (see README: batch semantics).")
-flags.DEFINE_bool("summary_only", False,
-                  "Print the layer table and parameter counts, and exit without data.")
+flags.DEFINE_enum("data_format", "channels_last", ["channels_last", "channels_first"],
+                  "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
+                  "kernels need channels_last). The input pipeline always yields NHWC.")
 # The architecture (PAPER.md Table 1 by default) and the paper's ablations.
 flags.DEFINE_integer("num_residual_units", 9, "Residual blocks per stage.")
 flags.DEFINE_string("stage_widths", "64,128,256", "Channels of each stage.")
@@ -48,6 +44,7 @@ flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
                   "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
 flags.DEFINE_bool("conv_bias", True, "A bias on every convolution (the paper's 13.59M count).")
 cli.define_train_flags(TrainConfig())
+cli.define_runtime_flags()
 
 
 def model_config() -> ModelConfig:
@@ -56,7 +53,8 @@ def model_config() -> ModelConfig:
         num_classes=cifar_input.num_classes(FLAGS.dataset),
         num_residual_units=FLAGS.num_residual_units, init_filters=FLAGS.init_filters,
         stage_widths=widths, stage_strides=(1,) + (2,) * (len(widths) - 1), init=FLAGS.init,
-        head=FLAGS.head, shortcut=FLAGS.shortcut, conv_bias=FLAGS.conv_bias)
+        head=FLAGS.head, shortcut=FLAGS.shortcut, conv_bias=FLAGS.conv_bias,
+        data_format=FLAGS.data_format)
     try:
         cfg.validate()
     except ValueError as e:
@@ -83,46 +81,32 @@ def main(argv):
         raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")
     if FLAGS.data_path:
         cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    else:  # download / verify the tfds data set now, before anything is written
-        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
-    seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
     run_config = {"dataset": FLAGS.dataset, **dataclasses.asdict(model_cfg)}
+    run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
     cli.check_resumable(model_dir, run_config)
 
-    import keras
-
-    strategy = distribute.make_strategy(FLAGS.strategy)
-    replicas = strategy.num_replicas_in_sync
-    for name in ("batch_size", "eval_batch_size"):
-        if getattr(train_cfg, name) % replicas:
-            raise cli.InputError(f"--{name}={getattr(train_cfg, name)} is not divisible by the "
-                                 f"{replicas} replicas; use a multiple of {replicas}")
-    keras.utils.set_random_seed(seed)
-    is_chief = distribute.is_chief(strategy)
-    if is_chief:
+    runtime = cli.start_runtime(train_cfg)  # before preparing tfds data: that runs TF ops
+    if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written
+        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
+    if runtime.is_chief:
         cli.record_config(model_dir, run_config)
-    print(f"{FLAGS.dataset}: {replicas} replica(s), global batch {train_cfg.batch_size}, "
-          f"seed {seed}, model_dir {model_dir}", flush=True)
+    print(f"{FLAGS.dataset}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
+          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
+          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
 
     def dataset_fn(split, global_batch):
         def fn(input_context):
             return cifar_input.build_dataset(
                 FLAGS.dataset, split, input_context.get_per_replica_batch_size(global_batch),
-                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, pad=FLAGS.pad, seed=seed,
-                input_context=input_context)
+                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, pad=FLAGS.pad,
+                seed=runtime.seed, input_context=input_context)
         return fn
 
-    trainer = Trainer(strategy, lambda: build_cifar_model(model_cfg), train_cfg, model_dir,
-                      is_chief=is_chief, title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)")
-    try:
-        result = trainer.train(dataset_fn("train", train_cfg.batch_size),
-                               dataset_fn("test", train_cfg.eval_batch_size),
-                               print_fn=lambda line: print(line, flush=True))
-    finally:
-        trainer.close()
-    print(json.dumps({"dataset": FLAGS.dataset, **result}), flush=True)
-
+    trainer = cli.make_trainer(runtime, lambda: build_cifar_model(model_cfg), train_cfg,
+                               model_dir, title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)")
+    cli.train_and_report(trainer, dataset_fn("train", train_cfg.batch_size),
+                         dataset_fn("test", train_cfg.eval_batch_size), dataset=FLAGS.dataset)
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -16,15 +16,13 @@ resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints res
 from __future__ import annotations
 
 import dataclasses
-import json
-import random
 
-from absl import app, flags
+from absl import flags
 
-from resnet_noBN import cli, distribute, imagenet_input
+from resnet_noBN import cli, imagenet_input
 from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
 from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
-from resnet_noBN.training import TrainConfig, Trainer
+from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_path", None,
@@ -45,11 +43,6 @@ flags.DEFINE_integer("shuffle_buffer", imagenet_input.SHUFFLE_BUFFER,
                      "Training records (JPEG bytes) in the shuffle buffer of each worker.")
 flags.DEFINE_float("epochs_per_decay", 2.0, "Epochs between learning-rate decays by --lr_decay.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/imagenet.")
-flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation.")
-flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
-                  "tf.distribute strategy (see README: batch semantics).")
-flags.DEFINE_bool("summary_only", False,
-                  "Print the layer table and parameter counts, and exit without data.")
 # The architecture (ResNet-34's layout by default).
 flags.DEFINE_integer("image_size", imagenet_input.IMAGE_SIZE,
                      "Side of the square training/evaluation crops (evaluation resizes the "
@@ -70,6 +63,7 @@ cli.define_train_flags(TrainConfig(
     train_steps=700_000, batch_size=256, learning_rate=0.1, lr_boundaries=(), lr_decay=0.94,
     momentum=0.9, weight_decay=1e-4, eval_every=10_000, checkpoint_every=5_000, log_every=100,
     eval_batch_size=256))
+cli.define_runtime_flags()
 
 
 def model_config() -> ImageNetConfig:
@@ -94,15 +88,6 @@ def summary(cfg: ImageNetConfig) -> None:
     print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
 
 
-def input_pipelines(strategy) -> int:
-    """The number of input pipelines the strategy will build: one per worker."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return 1
-    spec = resolver.cluster_spec().as_dict()
-    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
-
-
 @cli.exit_codes
 def main(argv):
     if len(argv) > 1:
@@ -118,37 +103,25 @@ def main(argv):
         raise cli.InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
     if FLAGS.shuffle_buffer < 1:
         raise cli.InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
-    if FLAGS.data_path:
-        imagenet_input.check_data_path(FLAGS.data_path, label_offset=FLAGS.label_offset)
-    else:
-        imagenet_input.tfds_builder(FLAGS.data_dir)
     model_dir = FLAGS.model_dir or "runs/imagenet"
-    seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
     run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
     cli.check_resumable(model_dir, run_config)
 
-    import keras
     import tensorflow as tf
 
-    strategy = distribute.make_strategy(FLAGS.strategy)
-    replicas = strategy.num_replicas_in_sync
-    for name in ("batch_size", "eval_batch_size"):
-        if getattr(train_cfg, name) % replicas:
-            raise cli.InputError(f"--{name}={getattr(train_cfg, name)} is not divisible by the "
-                                 f"{replicas} replicas; use a multiple of {replicas}")
-    pipelines = input_pipelines(strategy)
-    if pipelines > 1:  # file-based sharding: at least one file per pipeline, checked up front
-        if FLAGS.data_path:
-            imagenet_input.check_data_path(FLAGS.data_path, pipelines, FLAGS.label_offset)
-        else:
-            imagenet_input.tfds_builder(FLAGS.data_dir, pipelines)
-    keras.utils.set_random_seed(seed)
-    is_chief = distribute.is_chief(strategy)
-    if is_chief:
+    runtime = cli.start_runtime(train_cfg)  # before the data checks: they run TF ops
+    # file-based sharding needs a file per input pipeline: checked before anything is written
+    if FLAGS.data_path:
+        imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines,
+                                       FLAGS.label_offset)
+    else:
+        imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
+    if runtime.is_chief:
         cli.record_config(model_dir, run_config)
-    print(f"imagenet ({dataset}): {replicas} replica(s), {pipelines} input pipeline(s), global "
-          f"batch {train_cfg.batch_size}, seed {seed}, model_dir {model_dir}", flush=True)
+    print(f"imagenet ({dataset}): {runtime.strategy.num_replicas_in_sync} replica(s) x "
+          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
+          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
 
     def dataset_fn(split, global_batch):
         def fn(input_context):
@@ -156,33 +129,24 @@ def main(argv):
                 split, input_context.get_per_replica_batch_size(global_batch),
                 data_path=FLAGS.data_path, data_dir=FLAGS.data_dir,
                 label_offset=FLAGS.label_offset, image_size=model_cfg.image_size,
-                normalization=FLAGS.normalization, seed=seed, input_context=input_context,
-                shuffle_buffer=FLAGS.shuffle_buffer)
+                normalization=FLAGS.normalization, seed=runtime.seed,
+                input_context=input_context, shuffle_buffer=FLAGS.shuffle_buffer)
         return fn
 
     schedule = imagenet_input.learning_rate_schedule(
         train_cfg.batch_size, train_cfg.learning_rate, train_cfg.lr_decay, FLAGS.epochs_per_decay)
-    trainer = Trainer(strategy, lambda: build_imagenet_model(model_cfg), train_cfg, model_dir,
-                      is_chief=is_chief, title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
-                      schedule=schedule, top5=True)
+    trainer = cli.make_trainer(runtime, lambda: build_imagenet_model(model_cfg), train_cfg,
+                               model_dir, title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
+                               schedule=schedule, top5=True)
     try:
-        result = trainer.train(dataset_fn("train", train_cfg.batch_size),
-                               dataset_fn("validation", train_cfg.eval_batch_size),
-                               print_fn=lambda line: print(line, flush=True))
+        cli.train_and_report(trainer, dataset_fn("train", train_cfg.batch_size),
+                             dataset_fn("validation", train_cfg.eval_batch_size),
+                             dataset="imagenet2012")
     except tf.errors.InvalidArgumentError as e:
         error = imagenet_input.label_error(e, FLAGS.label_offset)  # the in-graph label check
         if error is None:
             raise
         raise error from None
-    finally:
-        trainer.close()
-    from resnet_noBN.run_log import read_metrics
-
-    records = read_metrics(model_dir) if is_chief else []
-    if records and "test_top5_error" in records[-1]:
-        result["test_top5_error"] = records[-1]["test_top5_error"]
-    print(json.dumps({"dataset": "imagenet2012", **result}), flush=True)
-
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

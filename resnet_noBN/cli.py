@@ -6,14 +6,18 @@ anything is written; a run that diverges ends with status 1 and its checkpoints 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
+import random
 import sys
 
-from absl import flags
+from absl import app, flags
 
-from resnet_noBN.training import TrainConfig, TrainingDiverged
+from resnet_noBN import distribute, speed
+from resnet_noBN.cifar_input import DataError
+from resnet_noBN.training import TrainConfig, Trainer, TrainingDiverged
 
 FLAGS = flags.FLAGS
 CONFIG_FILE = "config.json"
@@ -53,11 +57,45 @@ def define_train_flags(defaults: TrainConfig) -> None:
                          "GLOBAL batch size of the evaluation.")
 
 
+    flags.DEFINE_bool("scale_lr", False,
+                      f"Linear scaling rule: multiply --learning_rate by --batch_size / "
+                      f"{defaults.batch_size} (the paper's batch), for a larger global batch. "
+                      "--train_steps and --lr_boundaries are not rescaled.")
+    _reference_batch[0] = defaults.batch_size
+
+
+_reference_batch = [0]  # the paper's batch of the launcher, for --scale_lr
+
+
+def define_runtime_flags() -> None:
+    """Where and how a launcher runs: strategy, cluster, seed, precision, XLA, threads."""
+    flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
+                      "tf.distribute strategy; see resnet_noBN/distribute.py and the README "
+                      "(batch semantics).")
+    flags.DEFINE_enum("cluster_resolver", "tf_config", list(distribute.RESOLVERS),
+                      "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
+                      "SLURM step's variables.")
+    flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation "
+                         "(default: drawn at random and printed).")
+    flags.DEFINE_bool("summary_only", False,
+                      "Print the layer table and parameter counts, and exit without data.")
+    flags.DEFINE_enum("precision", "float32", list(speed.PRECISIONS),
+                      "mixed_bfloat16: bfloat16 compute, float32 weights and updates.")
+    flags.DEFINE_bool("jit_compile", False, "Compile each replica's forward/backward with XLA.")
+    flags.DEFINE_integer("intra_op_threads", None,
+                         "Threads within an op (default: all cores on a CPU-only host, else TF's).")
+    flags.DEFINE_integer("inter_op_threads", None,
+                         "Ops run at once (default: 1 on a CPU-only host, else TF's).")
+
+
 def train_config_from_flags() -> TrainConfig:
     """The validated :class:`TrainConfig` the flags describe (InputError otherwise)."""
+    learning_rate = FLAGS.learning_rate
+    if FLAGS.scale_lr:
+        learning_rate *= FLAGS.batch_size / _reference_batch[0]
     cfg = TrainConfig(
         train_steps=FLAGS.train_steps, batch_size=FLAGS.batch_size,
-        learning_rate=FLAGS.learning_rate,
+        learning_rate=learning_rate,
         lr_boundaries=int_list("lr_boundaries", FLAGS.lr_boundaries), lr_decay=FLAGS.lr_decay,
         momentum=FLAGS.momentum, weight_decay=FLAGS.weight_decay, eval_every=FLAGS.eval_every,
         checkpoint_every=FLAGS.checkpoint_every, log_every=FLAGS.log_every,
@@ -67,6 +105,60 @@ def train_config_from_flags() -> TrainConfig:
     except ValueError as e:
         raise InputError(str(e)) from None
     return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The strategy a launcher trains under, and what follows from it."""
+
+    strategy: object
+    is_chief: bool
+    input_pipelines: int
+    seed: int
+
+
+def start_runtime(train_cfg: TrainConfig) -> Runtime:
+    """Threads and precision, then the strategy (before any other TensorFlow op), then seeds.
+
+    InputError for a bad cluster or a batch the replicas cannot split evenly. A worker or
+    parameter server of a parameter-server job never returns: it serves the chief.
+    """
+    import keras
+
+    default_intra, default_inter = speed.default_threads()
+    speed.configure(FLAGS.precision,
+                    default_intra if FLAGS.intra_op_threads is None else FLAGS.intra_op_threads,
+                    default_inter if FLAGS.inter_op_threads is None else FLAGS.inter_op_threads)
+    try:
+        strategy, resolver = distribute.make_strategy(FLAGS.strategy, FLAGS.cluster_resolver)
+    except distribute.ClusterError as e:
+        raise InputError(str(e)) from None
+    replicas = strategy.num_replicas_in_sync
+    for name in ("batch_size", "eval_batch_size"):
+        if getattr(train_cfg, name) % replicas:
+            raise InputError(f"--{name}={getattr(train_cfg, name)} is not divisible by the "
+                             f"{replicas} replicas; use a multiple of {replicas}")
+    seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
+    keras.utils.set_random_seed(seed)
+    return Runtime(strategy, distribute.is_chief(resolver),
+                   distribute.input_pipelines(strategy, resolver), seed)
+
+
+def make_trainer(runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str,
+                 **kwargs) -> Trainer:
+    """A :class:`Trainer` for this runtime (XLA as --jit_compile says)."""
+    return Trainer(runtime.strategy, build_model, train_cfg, model_dir,
+                   is_chief=runtime.is_chief, jit_compile=FLAGS.jit_compile, **kwargs)
+
+
+def train_and_report(trainer: Trainer, train_fn, eval_fn, **report) -> dict:
+    """Train, then print the run's one line of JSON (``report`` first); returns the result."""
+    try:
+        result = trainer.train(train_fn, eval_fn, print_fn=lambda line: print(line, flush=True))
+    finally:
+        trainer.close()
+    print(json.dumps({**report, **result}), flush=True)
+    return result
 
 
 def check_resumable(model_dir: str, run_config: dict) -> None:
@@ -80,6 +172,7 @@ def check_resumable(model_dir: str, run_config: dict) -> None:
         return
     with open(path, encoding="utf-8") as f:
         saved = json.load(f)
+    run_config = json.loads(json.dumps(run_config))  # as saved: tuples are lists
     changed = [f"{k}={saved.get(k)!r} there, {v!r} now" for k, v in run_config.items()
                if saved.get(k) != v]
     if changed:
@@ -94,13 +187,24 @@ def record_config(model_dir: str, run_config: dict) -> None:
         json.dump(run_config, f, indent=2, sort_keys=True)
 
 
+def run(main) -> None:
+    """``app.run(main)``, with a bad flag reported as one line ``error: ...`` and exit 2."""
+
+    def parse(argv):
+        try:
+            return FLAGS(argv)
+        except flags.Error as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(main, flags_parser=parse)
+
+
 def exit_codes(main):
     """Wrap an absl ``main``: bad input -> 'error: ...' and exit 2; divergence -> exit 1."""
 
     @functools.wraps(main)
     def wrapped(argv):
-        from resnet_noBN.cifar_input import DataError
-
         try:
             return main(argv)
         except (InputError, DataError) as e:

@@ -14,6 +14,7 @@ the next event: a progress line, an evaluation, a checkpoint, or the end.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import shutil
@@ -25,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from resnet_noBN.distribute import is_parameter_server
 from resnet_noBN.model import weight_decay_loss
 from resnet_noBN.run_log import RunLog
 
@@ -114,6 +116,10 @@ class Trainer:
             if jit_compile else self._loss_and_grads_fn
         self._run_steps = tf.function(self._run_steps_fn)
         self._eval_batch = tf.function(self._eval_batch_fn)
+        # parameter servers: the chief schedules steps on workers, which update asynchronously
+        self.coordinator = (tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+                            if is_parameter_server(strategy) else None)
+        self._local_eval = tf.function(self._replica_eval)
 
     # ----------------------------------------------------------------- compiled steps
     @property
@@ -180,10 +186,13 @@ class Trainer:
 
     def evaluate(self, dataset_fn: Callable) -> dict:
         """Top-1 (and top-5) error on the whole split ``dataset_fn`` yields, in one pass."""
-        dist = self.strategy.distribute_datasets_from_function(dataset_fn)
         totals = np.zeros(3 if self.top5 else 2, np.int64)
-        for batch in dist:
-            totals += self._eval_batch(batch).numpy()
+        if self.coordinator:  # the chief evaluates the parameter servers' variables itself
+            for images, labels in dataset_fn(tf.distribute.InputContext()):
+                totals += self._local_eval(images, labels).numpy()
+        else:
+            for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
+                totals += self._eval_batch(batch).numpy()
         correct, count = int(totals[0]), int(totals[-1])
         result = {"test_error": 1.0 - correct / count, "test_precision": correct / count,
                   "test_examples": count}
@@ -191,14 +200,29 @@ class Trainer:
             result["test_top5_error"] = 1.0 - int(totals[1]) / count
         return result
 
-    def distribute(self, dataset_fn: Callable) -> tf.distribute.DistributedIterator:
-        """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds."""
-        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+    def distribute(self, dataset_fn: Callable):
+        """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds
+        (under parameter servers, one per worker)."""
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        if self.coordinator:
+            dataset = self.coordinator.create_per_worker_dataset(dataset)
+        return iter(dataset)
 
     def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
-        """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
-        loss_sum, correct, count = self._run_steps(iterator, tf.constant(num_steps)).numpy()
-        return float(loss_sum), float(correct), float(count)
+        """``num_steps`` updates: (sum of losses, correct, examples).
+
+        One compiled call; under parameter servers, ``num_steps`` one-step closures scheduled on
+        whichever worker is free (each advances the shared step counter), then joined.
+        """
+        if self.coordinator:
+            results = [self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
+                       for _ in range(num_steps)]
+            self.coordinator.join()
+            totals = np.sum([r.fetch() for r in results], axis=0)
+        else:
+            totals = self._run_steps(iterator, tf.constant(num_steps)).numpy()
+        loss_sum, correct, count = (float(v) for v in totals)
+        return loss_sum, correct, count
 
     def save(self) -> None:
         """Write a checkpoint at the current step (every worker must call it: it is collective)."""
@@ -253,10 +277,11 @@ class Trainer:
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_fn, step, {}, print_fn)
         best = self.log.best_test_error()
-        return {"final_step": step, "test_error": last_eval["test_error"],
+        return {"final_step": step,
+                **{k: v for k, v in last_eval.items() if k.startswith("test_")},
                 "best_test_error_over_evaluations": last_eval["test_error"] if best is None
                 else best,
-                "test_examples": last_eval["test_examples"],
+                "weights_sha256": self.weights_digest(),
                 "wall_time_s": round(time.perf_counter() - run_start, 3),
                 "images_per_sec": round(trained_images / train_seconds, 2) if train_seconds
                 else None}
@@ -270,6 +295,13 @@ class Trainer:
                  f"({result['test_examples']} images)")
         self.log.evaluation(record)
         return record
+
+    def weights_digest(self) -> str:
+        """SHA-256 of every weight's bytes: equal on all workers of a synchronous job."""
+        digest = hashlib.sha256()
+        for weight in self.model.weights:
+            digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
+        return digest.hexdigest()[:16]
 
     def close(self) -> None:
         """Remove a non-chief worker's temporary checkpoints."""

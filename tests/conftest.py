@@ -48,7 +48,7 @@ def no_network(monkeypatch):
     monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", offline)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def write_cifar():
     """write(folder, dataset, records_per_file) writes random records in the official
     binary layout of cifar_input.DATASETS[dataset] (CIFAR-100: coarse = fine // 5) into folder;

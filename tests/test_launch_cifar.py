@@ -1,0 +1,137 @@
+"""launch/cifar.py end to end: summary, a run and its files, resume, every bad input."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SMALL = ["--num_residual_units=1", "--stage_widths=16,32,64", "--batch_size=16",
+         "--eval_batch_size=20", "--log_every=4", "--checkpoint_every=4", "--eval_every=4",
+         "--seed=3"]
+
+
+def cifar(*args, env=None):
+    return subprocess.run([sys.executable, str(REPO / "launch/cifar.py"), *args],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})))
+
+
+@pytest.fixture(scope="module")
+def cifar_bin(tmp_path_factory, write_cifar):
+    folder = tmp_path_factory.mktemp("data") / "cifar-10-batches-bin"
+    write_cifar(folder, "cifar10", 16)
+    return folder
+
+
+def test_summary_only_prints_counts_without_data():
+    proc = cifar("--summary_only", "--data_path=/nonexistent")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "trainable_params: 13546816" in lines and "non_trainable_params: 2560" in lines
+    assert "convolutions: 55" in lines and "conv_kernel_weights: 13538736" in lines
+    assert "stage3_unit8_conv2" in proc.stdout  # the layer table
+
+
+def test_summary_of_the_paper_count_with_projection_shortcuts():
+    proc = cifar("--summary_only", "--shortcut=projection", "--dataset=cifar100")
+    assert "trainable_params: 13588800" in proc.stdout.splitlines()
+    assert "non_trainable_params: 25600" in proc.stdout.splitlines()
+
+
+def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
+    model_dir = tmp_path / "run"
+    first = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
+                  "--train_steps=8", *SMALL)
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = json.loads(first.stdout.strip().splitlines()[-1])
+    assert result["dataset"] == "cifar10" and result["final_step"] == 8
+    assert result["test_examples"] == 16 and 0 <= result["test_error"] <= 1
+    assert result["images_per_sec"] > 0 and result["wall_time_s"] > 0
+    assert "step       4  loss " in first.stdout and "images/s" in first.stdout
+    for name in ("config.json", "metrics.jsonl", "test_error.png", "checkpoint",
+                 "ckpt-8.index"):
+        assert (model_dir / name).exists(), name
+    assert [json.loads(line)["step"] for line in
+            (model_dir / "metrics.jsonl").read_text().splitlines()] == [4, 8]
+
+    again = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
+                  "--train_steps=12", *SMALL)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {model_dir}/ckpt-8 at step 8" in again.stdout
+    assert json.loads(again.stdout.strip().splitlines()[-1])["final_step"] == 12
+
+    other = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
+                  "--train_steps=16", *SMALL, "--num_residual_units=2")
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[-1].startswith(
+        f"error: --model_dir {model_dir} holds a run of another model (num_residual_units=1 "
+        "there, 2 now)")
+    assert sorted(p.name for p in model_dir.glob("ckpt-*.index")) == [
+        "ckpt-12.index", "ckpt-4.index", "ckpt-8.index"]  # nothing lost
+
+
+def test_divergence_stops_with_status_1_and_keeps_checkpoints(tmp_path, cifar_bin):
+    model_dir = tmp_path / "run"
+    proc = cifar(f"--data_path={cifar_bin}", f"--model_dir={model_dir}", "--train_steps=400",
+                 *SMALL, "--learning_rate=1e12")
+    assert proc.returncode == 1
+    assert "training diverged" in proc.stderr.strip().splitlines()[-1]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: loss is ")
+
+
+@pytest.fixture
+def broken_data(tmp_path, cifar_bin):
+    """Copies of the generated data set with one flaw each."""
+    import shutil
+
+    def make(kind):
+        folder = tmp_path / kind / "cifar-10-batches-bin"
+        shutil.copytree(cifar_bin, folder)
+        if kind == "truncated":
+            with open(folder / "data_batch_3.bin", "ab") as f:
+                f.write(b"\0" * 100)
+        elif kind == "layout":
+            (folder / "test_batch.bin").unlink()
+        return folder
+
+    return make
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of "
+                          "<cifar10|cifar100>"),
+    (["--init=he"], "error: flag --init=he: value should be one of <hardt_ma|standard>"),
+    (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
+    (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
+    (["--lr_boundaries=50000,30000"],
+     "error: --lr_boundaries must be positive and strictly increasing, got 50000,30000"),
+    (["--lr_boundaries=3e4"], "error: --lr_boundaries must be comma-separated integers"),
+    (["--stage_widths=64,48,256"], "error: a pool_pad shortcut cannot go from 64 to 48"),
+    (["--pad=-1"], "error: --pad must be >= 0, got -1"),
+    (["--data_path=/nonexistent/cifar"], "error: --data_path /nonexistent/cifar is not a folder"),
+    (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
+])
+def test_bad_input_one_line_nothing_written(tmp_path, cifar_bin, args, message):
+    model_dir = tmp_path / "run"
+    proc = cifar(f"--model_dir={model_dir}", f"--data_path={cifar_bin}", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(message)
+    assert not model_dir.exists()
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("truncated", "data_batch_3.bin is 49268 bytes, not a whole number (>= 1) of 3073-byte "
+                  "CIFAR-10 records"),
+    ("layout", "lacks test_batch.bin: --data_path must be the folder"),
+])
+def test_broken_data_files_are_named(tmp_path, broken_data, kind, message):
+    model_dir = tmp_path / "run"
+    proc = cifar(f"--model_dir={model_dir}", f"--data_path={broken_data(kind)}", *SMALL)
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and message in line
+    assert not model_dir.exists()
