@@ -17,7 +17,7 @@ import dataclasses
 from absl import flags
 
 from resnet_noBN import cifar_input, cli
-from resnet_noBN.model import HEADS, INITS, SHORTCUTS, ModelConfig, build_cifar_model, param_counts
+from resnet_noBN.model import HEADS, INITS, SHORTCUTS, ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
@@ -49,24 +49,12 @@ cli.define_runtime_flags()
 
 def model_config() -> ModelConfig:
     widths = cli.int_list("stage_widths", FLAGS.stage_widths)
-    cfg = ModelConfig(
+    return cli.validated(ModelConfig(
         num_classes=cifar_input.num_classes(FLAGS.dataset),
         num_residual_units=FLAGS.num_residual_units, init_filters=FLAGS.init_filters,
         stage_widths=widths, stage_strides=(1,) + (2,) * (len(widths) - 1), init=FLAGS.init,
         head=FLAGS.head, shortcut=FLAGS.shortcut, conv_bias=FLAGS.conv_bias,
-        data_format=FLAGS.data_format)
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise cli.InputError(str(e)) from None
-    return cfg
-
-
-def summary(cfg: ModelConfig) -> None:
-    model = build_cifar_model(cfg)
-    model.summary(line_length=110)
-    for name, value in param_counts(model).items():
-        print(f"{name}: {value}")
+        data_format=FLAGS.data_format))
 
 
 @cli.exit_codes
@@ -75,7 +63,7 @@ def main(argv):
         raise cli.InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
     model_cfg = model_config()
     if FLAGS.summary_only:
-        return summary(model_cfg)
+        return cli.print_summary(build_cifar_model(model_cfg))
     train_cfg = cli.train_config_from_flags()
     if FLAGS.pad < 0:
         raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")

@@ -21,7 +21,7 @@ from absl import flags
 
 from resnet_noBN import cli, imagenet_input
 from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
+from resnet_noBN.model import HEADS, INITS, SHORTCUTS
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
@@ -67,24 +67,16 @@ cli.define_runtime_flags()
 
 
 def model_config() -> ImageNetConfig:
-    cfg = ImageNetConfig(
+    return cli.validated(ImageNetConfig(
         image_size=FLAGS.image_size, stem_filters=FLAGS.stem_filters,
         stage_units=cli.int_list("stage_units", FLAGS.stage_units),
         stage_widths=cli.int_list("stage_widths", FLAGS.stage_widths),
         downsample=FLAGS.downsample, init=FLAGS.init, head=FLAGS.head, shortcut=FLAGS.shortcut,
-        conv_bias=FLAGS.conv_bias)
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise cli.InputError(str(e)) from None
-    return cfg
+        conv_bias=FLAGS.conv_bias))
 
 
 def summary(cfg: ImageNetConfig) -> None:
-    model = build_imagenet_model(cfg)
-    model.summary(line_length=110)
-    for name, value in param_counts(model).items():
-        print(f"{name}: {value}")
+    cli.print_summary(build_imagenet_model(cfg))
     print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
 
 

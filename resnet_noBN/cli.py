@@ -17,6 +17,7 @@ from absl import app, flags
 
 from resnet_noBN import distribute, speed
 from resnet_noBN.cifar_input import DataError
+from resnet_noBN.model import param_counts
 from resnet_noBN.training import TrainConfig, Trainer, TrainingDiverged
 
 FLAGS = flags.FLAGS
@@ -33,6 +34,22 @@ def int_list(flag_name: str, text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise InputError(f"--{flag_name} must be comma-separated integers, got '{text}'") from None
+
+
+def validated(cfg):
+    """``cfg`` after ``cfg.validate()``; its ValueError becomes an InputError."""
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return cfg
+
+
+def print_summary(model) -> None:
+    """The layer table, then ``name: count`` lines (trainable_params, non_trainable_params, ...)."""
+    model.summary(line_length=110)
+    for name, value in param_counts(model).items():
+        print(f"{name}: {value}")
 
 
 def define_train_flags(defaults: TrainConfig) -> None:
@@ -93,18 +110,13 @@ def train_config_from_flags() -> TrainConfig:
     learning_rate = FLAGS.learning_rate
     if FLAGS.scale_lr:
         learning_rate *= FLAGS.batch_size / _reference_batch[0]
-    cfg = TrainConfig(
+    return validated(TrainConfig(
         train_steps=FLAGS.train_steps, batch_size=FLAGS.batch_size,
         learning_rate=learning_rate,
         lr_boundaries=int_list("lr_boundaries", FLAGS.lr_boundaries), lr_decay=FLAGS.lr_decay,
         momentum=FLAGS.momentum, weight_decay=FLAGS.weight_decay, eval_every=FLAGS.eval_every,
         checkpoint_every=FLAGS.checkpoint_every, log_every=FLAGS.log_every,
-        max_checkpoints=FLAGS.max_checkpoints, eval_batch_size=FLAGS.eval_batch_size)
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    return cfg
+        max_checkpoints=FLAGS.max_checkpoints, eval_batch_size=FLAGS.eval_batch_size))
 
 
 @dataclasses.dataclass(frozen=True)

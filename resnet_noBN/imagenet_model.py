@@ -4,7 +4,7 @@ Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
 parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
-(``conv``, ``residual_block``, ``shortcut``, ``projection_head``), so the two networks differ
+(``conv``, ``residual_stages``, ``pool_and_project``), so the two networks differ
 only where ImageNet forces them to:
 
 * **Stem**: He et al.'s 7x7 stride-2 convolution to 64 channels (He init sqrt(2/(k^2 c)), as the
@@ -73,7 +73,8 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import ModelConfig, conv, he_stddev, projection_head, residual_block
+from resnet_noBN.model import (ModelConfig, conv, he_stddev, image_input, pool_and_project,
+                               residual_stages)
 
 DOWNSAMPLES = ("block", "conv")
 
@@ -144,23 +145,12 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
     """
     cfg.validate()
     block_cfg = cfg.block_config()
-    inputs = keras.Input((cfg.image_size, cfg.image_size, 3), name="images")
-    x = inputs
-    if cfg.data_format == "channels_first":
-        x = keras.layers.Permute((3, 1, 2), name="to_channels_first")(x)
+    inputs, x = image_input(cfg.image_size, block_cfg)
     x = conv(x, cfg.stem_filters, cfg.stem_kernel, 2, he_stddev(cfg.stem_kernel, cfg.stem_filters),
              block_cfg, name="stem_conv")
     if cfg.downsample == "conv":
         x = keras.layers.ReLU(name="stem_relu")(x)
         x = conv(x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block_cfg,
                  name="stem_downsample")
-    in_filters = cfg.stem_filters
-    for stage, (units, width, strides) in enumerate(
-            zip(cfg.stage_units, cfg.stage_widths, cfg.stage_strides), start=1):
-        for unit in range(units):
-            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, block_cfg,
-                               name=f"stage{stage}_unit{unit}")
-            in_filters = width
-    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
-    logits = projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
-    return keras.Model(inputs, logits, name="resnet_noBN_imagenet")
+    x = residual_stages(x, cfg.stem_filters, cfg.stage_units, block_cfg)
+    return keras.Model(inputs, pool_and_project(x, block_cfg), name="resnet_noBN_imagenet")

@@ -175,6 +175,33 @@ def projection_head(x, num_classes: int, trainable: bool):
         kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)))(x)
 
 
+def residual_stages(x, in_filters: int, stage_units: tuple[int, ...], cfg: ModelConfig):
+    """The residual stages: stage s has ``stage_units[s]`` blocks of ``cfg.stage_widths[s]``
+    channels, its first block with stride ``cfg.stage_strides[s]`` (Table 1: 9, 9, 9 blocks of
+    64, 128, 256 channels, strides 1, 2, 2)."""
+    for stage, (units, width, strides) in enumerate(
+            zip(stage_units, cfg.stage_widths, cfg.stage_strides), start=1):
+        for unit in range(units):
+            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, cfg,
+                               name=f"stage{stage}_unit{unit}")
+            in_filters = width
+    return x
+
+
+def pool_and_project(x, cfg: ModelConfig):
+    """Global average pooling, then the fixed (or, as an ablation, trained) projection."""
+    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
+    return projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
+
+
+def image_input(size: int, cfg: ModelConfig):
+    """(the Keras input of NHWC images, the tensor in the model's layout)."""
+    inputs = keras.Input((size, size, 3), name="images")
+    if cfg.data_format == "channels_first":
+        return inputs, keras.layers.Permute((3, 1, 2), name="to_channels_first")(inputs)
+    return inputs, inputs
+
+
 def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
     """The CIFAR network of PAPER.md Table 1: logits for 32x32x3 per-image standardised images.
 
@@ -182,20 +209,11 @@ def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
     for a repeatable model.
     """
     cfg.validate()
-    inputs = keras.Input((32, 32, 3), name="images")
-    x = inputs
-    if cfg.data_format == "channels_first":
-        x = keras.layers.Permute((3, 1, 2), name="to_channels_first")(x)
+    inputs, x = image_input(32, cfg)
     x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), cfg, name="init_conv")
-    in_filters = cfg.init_filters
-    for stage, (width, strides) in enumerate(zip(cfg.stage_widths, cfg.stage_strides), start=1):
-        for unit in range(cfg.num_residual_units):
-            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, cfg,
-                               name=f"stage{stage}_unit{unit}")
-            in_filters = width
-    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
-    logits = projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
-    return keras.Model(inputs, logits, name="resnet_noBN_cifar")
+    x = residual_stages(x, cfg.init_filters,
+                        (cfg.num_residual_units,) * len(cfg.stage_widths), cfg)
+    return keras.Model(inputs, pool_and_project(x, cfg), name="resnet_noBN_cifar")
 
 
 def decayed_weights(model: keras.Model) -> list:
