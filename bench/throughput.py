@@ -1,0 +1,596 @@
+"""Training / evaluation / input throughput of the paper's CIFAR network on this device.
+
+    python bench/throughput.py                                 # paper model, batch 128
+    python bench/throughput.py --synthetic                     # compute only (cached batch)
+    python bench/throughput.py --synthetic --compare_torch     # TF, then the PyTorch twin
+    python bench/throughput.py --precision=mixed_bfloat16 --jit_compile
+    python bench/throughput.py --model=small --steps=2 --warmup=1 --eval_batches=1
+
+Measures, for ``resnet_noBN.training.Trainer`` (the real training step: forward, backward,
+weight decay, momentum SGD) on the current device:
+
+* training seconds/step and images/s: median and spread (p10/p90, min/max) of ``--steps``
+  individually timed steps (``trainer.run_steps(it, 1)``) after ``--warmup`` untimed ones, and,
+  with ``--chunk_steps K``, one call of K steps (the launcher's way: no host wake-up per step);
+* the first step's time (tracing + compile + one step);
+* evaluation images/s (``trainer.evaluate`` over ``--eval_batches`` batches, after one warm-up);
+* the input pipeline alone (``cifar_input.build_dataset``, training split, augmentation, from the
+  official binary files: ``--data_path``, default ``../shared/data/cifar-10-batches-bin`` beside
+  the repository when present, else random records written to a temporary folder);
+* peak memory: host RSS (``resource.getrusage``), and the GPU's peak when there is one;
+* FLOPs per image, computed analytically from the layer shapes (2 k^2 c_in c_out H_out W_out per
+  conv, a multiply-add counting 2; a training step ~ 3x the forward pass), the achieved FLOP/s,
+  and its fraction of the device's peak (MFU) from ``GPU_PEAKS`` or, on a CPU, a stated peak:
+  cores x FLOP/cycle x clock (``cpu_peak``), beside a measured matmul rate.
+
+``--synthetic`` feeds one cached batch instead of the pipeline (compute without input).
+``--compare_torch`` then runs ``bench/torch_twin.py`` (a subprocess, after TF) on the same model,
+batch and thread count and prints both s/step and the ratio TF / torch.
+
+The LAST stdout line is the result as JSON (also written to ``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar-10-batches-bin"
+
+# The architectures, as keyword arguments of resnet_noBN.model.ModelConfig (and of the torch
+# twin). "small" is the tests' reduced network (one block per stage, narrow stages).
+MODELS = {
+    "paper": {"num_classes": 10, "num_residual_units": 9, "init_filters": 16,
+              "stage_widths": (64, 128, 256), "stage_strides": (1, 2, 2)},
+    "small": {"num_classes": 10, "num_residual_units": 1, "init_filters": 16,
+              "stage_widths": (16, 32, 64), "stage_strides": (1, 2, 2)},
+}
+
+# Dense peak FLOP/s by GPU name (first substring match wins), from NVIDIA's data sheets
+# (without sparsity). "float32" is the non-tensor-core rate; TF runs float32 convs and matmuls
+# in TF32 on Ampere and newer unless tf.config.experimental.enable_tensor_float_32_execution(False).
+_H100_SXM = {"bfloat16": 989e12, "tf32": 494.5e12, "float32": 67e12}
+GPU_PEAKS = (
+    ("H100 PCIe", {"bfloat16": 756e12, "tf32": 378e12, "float32": 51e12}),
+    ("H100 NVL", {"bfloat16": 835e12, "tf32": 417.5e12, "float32": 60e12}),
+    ("H100", _H100_SXM),       # H100 SXM ("NVIDIA H100 80GB HBM3")
+    ("H200", _H100_SXM),       # the same GH100 chip, more and faster memory
+    ("GH200", _H100_SXM),
+    ("A100", {"bfloat16": 312e12, "tf32": 156e12, "float32": 19.5e12}),
+)
+
+
+# --------------------------------------------------------------------------- FLOPs
+def conv_flops(kernel: int, c_in: int, c_out: int, h_out: int, w_out: int) -> int:
+    """FLOPs of one k x k convolution on one image: 2 k^2 c_in c_out H_out W_out (a multiply-add
+    is 2 FLOPs; bias, padding and the stride's skipped positions are not counted)."""
+    return 2 * kernel * kernel * c_in * c_out * h_out * w_out
+
+
+def model_flops(num_classes: int = 10, num_residual_units: int = 9, init_filters: int = 16,
+                stage_widths=(64, 128, 256), stage_strides=(1, 2, 2), shortcut: str = "pool_pad",
+                image_size: int = 32, **_ignored) -> dict:
+    """Analytic FLOPs per image of the CIFAR network (PAPER.md Table 1 by default).
+
+    Forward: every conv (first conv, C1 and C2 of each block, and 1x1 projection shortcuts if
+    ``shortcut="projection"``) plus the head's matmul; element-wise ops (bias, ReLU, add, pools)
+    are left out (< 0.1%). A training step costs ~3x the forward pass (the backward pass computes
+    the input and the weight gradient, each as costly as the forward conv); the first conv's
+    input gradient is not needed, which this rounds over (< 0.03%).
+    """
+    size = image_size
+    convs = conv_flops(3, 3, init_filters, size, size)
+    c_in = init_filters
+    for width, stride in zip(stage_widths, stage_strides):
+        for unit in range(num_residual_units):
+            s = stride if unit == 0 else 1
+            size = -(-size // s)  # SAME padding
+            convs += (conv_flops(3, c_in, width, size, size)
+                      + conv_flops(3, width, width, size, size))
+            if shortcut == "projection" and (c_in != width or s != 1):
+                convs += conv_flops(1, c_in, width, size, size)
+            c_in = width
+    head = 2 * c_in * num_classes
+    forward = convs + head
+    return {"forward_flops_per_image": forward, "conv_flops_per_image": convs,
+            "head_flops_per_image": head, "train_flops_per_image": 3 * forward}
+
+
+def keras_model_flops(model) -> int:
+    """Forward FLOPs per image read off a built Keras model's layers (Conv2D and Dense): the
+    same count as :func:`model_flops`, from the kernels' and outputs' shapes."""
+    import keras
+
+    total = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            kh, kw, c_in, c_out = layer.kernel.shape
+            shape = layer.output.shape
+            h, w = (shape[1], shape[2]) if layer.data_format == "channels_last" else \
+                (shape[2], shape[3])
+            total += 2 * kh * kw * c_in * c_out * h * w
+        elif isinstance(layer, keras.layers.Dense):
+            total += 2 * math.prod(layer.kernel.shape)
+    return int(total)
+
+
+# --------------------------------------------------------------------------- peaks
+def _cpuinfo() -> dict:
+    """vendor, family, model, flags and clock (MHz) of this CPU, from /proc/cpuinfo and lscpu."""
+    info = {"vendor": "", "family": 0, "model": 0, "flags": set(), "mhz": 0.0, "name": "",
+            "clock_source": ""}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    first = text.split("\n\n")[0]
+    fields = dict((k.strip(), v.strip()) for k, _, v in
+                  (line.partition(":") for line in first.splitlines()) if k.strip())
+    info.update(vendor=fields.get("vendor_id", ""), name=fields.get("model name", ""),
+                family=int(fields.get("cpu family", 0) or 0),
+                model=int(fields.get("model", 0) or 0),
+                flags=set(fields.get("flags", "").split()))
+    mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)]
+    if mhz:
+        info["mhz"], info["clock_source"] = max(mhz), "/proc/cpuinfo 'cpu MHz' (nominal)"
+    try:  # a max (boost) clock, where the kernel exposes one (not in most VMs)
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        match = re.search(r"^CPU max MHz:\s*([\d.]+)", out, re.M)
+        if match and float(match.group(1)) > 0:
+            info["mhz"], info["clock_source"] = float(match.group(1)), "lscpu 'CPU max MHz'"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def cpu_flops_per_cycle(vendor: str, family: int, flags: set) -> tuple[int, int, str]:
+    """(fp32 FLOP/cycle/core, bf16 FLOP/cycle/core, why) from the microarchitecture.
+
+    FMA = 2 FLOPs. AMD Zen 4 (family 0x19 with AVX-512) has two 256-bit FMA pipes and runs a
+    512-bit instruction as two halves: 2 x 8 fp32 lanes x 2 = 32 fp32 FLOP/cycle (the same as
+    Zen 3's AVX2), NOT 2 x 16 x 2. Zen 5 (family 0x1A) has 512-bit pipes: 64. Intel with
+    AVX-512: two 512-bit FMA units assumed (Xeon Gold/Platinum; some parts have one): 64.
+    bf16: AVX512_BF16's VDPBF16PS does 2 products per fp32 lane: 2x fp32; AMX: 1024/cycle
+    (Intel's figure for Sapphire Rapids' TMUL).
+    """
+    if vendor == "AuthenticAMD" and family >= 0x1A and "avx512f" in flags:
+        fp32, why = 64, "AMD Zen 5: 2 FMA pipes x 16 fp32 lanes (512-bit) x 2"
+    elif vendor == "AuthenticAMD" and "avx512f" in flags:
+        fp32, why = 32, ("AMD Zen 4: 2 FMA pipes x 8 fp32 lanes (256-bit; AVX-512 is run as "
+                         "two halves) x 2")
+    elif "avx512f" in flags:
+        fp32, why = 64, "AVX-512: 2 FMA units x 16 fp32 lanes x 2 (assumed 2 units)"
+    elif "avx2" in flags and "fma" in flags:
+        fp32, why = 32, "AVX2: 2 FMA units x 8 fp32 lanes x 2"
+    else:
+        fp32, why = 8, "SSE: 4 lanes x (1 mul + 1 add)"
+    if "amx_bf16" in flags:
+        bf16, why_bf16 = 1024, "AMX-BF16 tiles: 1024 bf16 FLOP/cycle"
+    elif "avx512_bf16" in flags:
+        bf16, why_bf16 = 2 * fp32, "AVX512_BF16 dot products: 2x the fp32 rate"
+    else:
+        bf16, why_bf16 = fp32, "no bf16 arithmetic: bf16 computed at the fp32 rate at best"
+    return fp32, bf16, f"{why}; {why_bf16}"
+
+
+def cpu_peak(precision: str, cores: int | None = None, clock_ghz: float | None = None) -> dict:
+    """The STATED peak of this CPU: cores x FLOP/cycle x clock (not measured).
+
+    The clock is ``clock_ghz`` if given, else lscpu's max clock, else /proc/cpuinfo's (in a VM
+    usually the nominal clock: the cores may boost above it, so a real kernel can exceed this
+    "peak"; compare with the measured matmul rate that throughput.py reports beside it).
+    """
+    info = _cpuinfo()
+    cores = cores or len(os.sched_getaffinity(0))
+    fp32, bf16, why = cpu_flops_per_cycle(info["vendor"], info["family"], info["flags"])
+    per_cycle = bf16 if precision == "bfloat16" else fp32
+    ghz = clock_ghz or info["mhz"] / 1000
+    source = "--cpu_clock_ghz" if clock_ghz else info["clock_source"]
+    return {"flops_per_s": cores * per_cycle * ghz * 1e9 if ghz else None,
+            "source": (f"stated: {cores} cores x {per_cycle} FLOP/cycle x {ghz:.3f} GHz "
+                       f"({source}); {why}"),
+            "cpu": info["name"], "cpu_family": info["family"], "cpu_model": info["model"]}
+
+
+def gpu_peak(device_name: str, precision: str) -> dict:
+    """Dense peak FLOP/s of a GPU from ``GPU_PEAKS`` (None where the name is not listed)."""
+    for key, peaks in GPU_PEAKS:
+        if key.lower() in device_name.lower():
+            return {"flops_per_s": peaks[precision],
+                    "source": f"data sheet: {key} {precision} dense {peaks[precision] / 1e12:g} "
+                              "TFLOP/s"}
+    return {"flops_per_s": None, "source": f"{device_name!r} is not in GPU_PEAKS"}
+
+
+def device_peak_flops(device: str, precision: str, device_name: str = "",
+                      clock_ghz: float | None = None, cores: int | None = None) -> dict:
+    """Peak FLOP/s for ``device`` ("cpu" or "gpu") at ``precision`` ("float32", "tf32",
+    "bfloat16")."""
+    if device == "gpu":
+        return gpu_peak(device_name, precision)
+    return cpu_peak("float32" if precision == "tf32" else precision, cores, clock_ghz)
+
+
+# --------------------------------------------------------------------------- timing
+def summarize(seconds) -> dict:
+    """median, mean, p10, p90, min, max of a list of durations (seconds)."""
+    seconds = sorted(seconds)
+    if len(seconds) == 1:
+        q = seconds * 9
+    else:
+        q = statistics.quantiles(seconds, n=10, method="inclusive")
+    return {"median": statistics.median(seconds), "mean": statistics.fmean(seconds),
+            "p10": q[0], "p90": q[-1], "min": seconds[0], "max": seconds[-1], "n": len(seconds)}
+
+
+def _rounded(stats: dict, digits: int = 5) -> dict:
+    return {k: (v if k == "n" else round(v, digits)) for k, v in stats.items()}
+
+
+def write_random_cifar10(folder: Path, records_per_file: int = 256, seed: int = 0) -> Path:
+    """Random records in the official CIFAR-10 binary layout (5 training files, 1 test file)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    for name in names:
+        labels = rng.integers(0, 10, (records_per_file, 1), dtype=np.uint8)
+        pixels = rng.integers(0, 256, (records_per_file, 3 * 32 * 32), dtype=np.uint8)
+        (folder / name).write_bytes(np.concatenate([labels, pixels], 1).tobytes())
+    return folder
+
+
+def measure_matmul(tf, dtype: str, n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of an n x n x n matmul on the current device (a practical peak)."""
+    tf_dtype = tf.bfloat16 if dtype == "bfloat16" else tf.float32
+    a = tf.random.normal([n, n], dtype=tf.float32)
+    a = tf.cast(a, tf_dtype)
+    matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
+    float(tf.reduce_sum(tf.cast(matmul(a)[:1, :1], tf.float32)))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = matmul(a)
+    float(tf.reduce_sum(tf.cast(out[:1, :1], tf.float32)))
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- benchmark
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", choices=sorted(MODELS), default="paper",
+                   help="paper: PAPER.md Table 1; small: the tests' reduced network (smoke)")
+    p.add_argument("--batch_size", type=int, default=128, help="global training batch")
+    p.add_argument("--steps", type=int, default=20, help="individually timed training steps")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed training steps after the first (compile) step")
+    p.add_argument("--chunk_steps", type=int, default=0,
+                   help="also time K steps in ONE run_steps call (0: skip)")
+    p.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32")
+    p.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=False,
+                   help="XLA-compile the forward/backward (Trainer(jit_compile=True))")
+    p.add_argument("--data_format", choices=("channels_last", "channels_first"),
+                   default="channels_last")
+    p.add_argument("--intra_op_threads", type=int, default=None,
+                   help="default: speed.default_threads() (CPU: one per core; GPU: TF's); "
+                        "0: TF's default")
+    p.add_argument("--inter_op_threads", type=int, default=None,
+                   help="default: speed.default_threads() (CPU: 1; GPU: TF's); 0: TF's default")
+    p.add_argument("--onednn", choices=("0", "1"), default=None,
+                   help="set TF_ENABLE_ONEDNN_OPTS before TF is imported (default: inherit the "
+                        "environment; TF enables oneDNN on x86 Linux when unset)")
+    p.add_argument("--synthetic", action="store_true",
+                   help="train on one cached in-memory batch instead of the input pipeline")
+    p.add_argument("--data_path", default=None,
+                   help="CIFAR-10 binary files (default: ../shared/data/cifar-10-batches-bin "
+                        "when present, else random records in a temporary folder)")
+    p.add_argument("--eval_batch_size", type=int, default=500)
+    p.add_argument("--eval_batches", type=int, default=2,
+                   help="timed evaluation batches, after one warm-up batch (0: skip)")
+    p.add_argument("--input_batches", type=int, default=100,
+                   help="timed batches of the input pipeline alone, after a warm-up epoch "
+                        "(0: skip)")
+    p.add_argument("--measure_matmul", action=argparse.BooleanOptionalAction, default=True,
+                   help="time a 2048^3 matmul in the run's precision: a practical peak")
+    p.add_argument("--cpu_clock_ghz", type=float, default=None,
+                   help="clock for the CPU's stated peak (default: lscpu / /proc/cpuinfo)")
+    p.add_argument("--compare_torch", action="store_true",
+                   help="then run bench/torch_twin.py with the same model, batch, steps and "
+                        "threads, and print the TF / torch s/step ratio")
+    p.add_argument("--compare_rounds", type=int, default=1,
+                   help="with --compare_torch: alternate TF and torch timed windows this many "
+                        "times (TF re-timed in-process, torch a fresh subprocess each round)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="also write the JSON result here")
+    args = p.parse_args(argv)
+    for name in ("batch_size", "steps", "compare_rounds", "eval_batch_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    for name in ("warmup", "chunk_steps", "eval_batches", "input_batches"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name} must be >= 0")
+    return args
+
+
+def run_torch_twin(args, threads: int, print_fn=print) -> dict:
+    """bench/torch_twin.py in a subprocess (its own thread pools); its last line's JSON."""
+    cmd = [sys.executable, str(BENCH / "torch_twin.py"), f"--model={args.model}",
+           f"--batch_size={args.batch_size}", f"--steps={args.steps}",
+           f"--warmup={max(args.warmup, 1)}", f"--threads={threads}", f"--seed={args.seed}",
+           "--precision=" + ("bfloat16" if args.precision == "mixed_bfloat16" else "float32")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    lines = proc.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        print_fn(line)
+    return json.loads(lines[-1])
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.compare_torch:
+        import importlib.util
+        if importlib.util.find_spec("torch") is None:
+            raise SystemExit("error: --compare_torch needs torch: "
+                             "pip install -r bench/requirements.txt")
+    if args.onednn is not None:
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, str(REPO))
+
+    import keras
+    import tensorflow as tf
+
+    from resnet_noBN import cifar_input, speed
+    from resnet_noBN.model import ModelConfig, build_cifar_model, param_counts
+    from resnet_noBN.training import TrainConfig, Trainer
+
+    def say(line):
+        print(line, flush=True)
+
+    intra, inter = speed.default_threads()
+    intra = intra if args.intra_op_threads is None else args.intra_op_threads
+    inter = inter if args.inter_op_threads is None else args.inter_op_threads
+    speed.configure(args.precision, intra, inter)
+    keras.utils.set_random_seed(args.seed)
+
+    gpus = tf.config.list_physical_devices("GPU")
+    device = "gpu" if gpus else "cpu"
+    device_name = (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+                   if gpus else _cpuinfo()["name"] or "CPU")
+    if args.precision == "mixed_bfloat16":
+        peak_precision = "bfloat16"
+    elif device == "gpu" and tf.config.experimental.tensor_float_32_execution_enabled():
+        peak_precision = "tf32"
+    else:
+        peak_precision = "float32"
+    cores = len(os.sched_getaffinity(0))
+    peak = device_peak_flops(device, peak_precision, device_name, args.cpu_clock_ghz, cores)
+
+    model_kwargs = dict(MODELS[args.model])
+    model_cfg = ModelConfig(**model_kwargs, data_format=args.data_format)
+    flops = model_flops(**model_kwargs)
+    train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
+
+    tmp = tempfile.TemporaryDirectory(prefix="throughput_")
+    if args.data_path:
+        data_path, data_source = args.data_path, "--data_path"
+    elif SHARED_CIFAR10.is_dir():
+        data_path, data_source = str(SHARED_CIFAR10), "shared CIFAR-10 slice"
+    else:
+        data_path = str(write_random_cifar10(Path(tmp.name) / "cifar-10-batches-bin"))
+        data_source = "random records (no CIFAR-10 binary files found)"
+    cifar_input.check_data_path("cifar10", data_path)
+
+    def train_dataset(batch_size):
+        return cifar_input.build_dataset("cifar10", "train", batch_size, data_path=data_path,
+                                         seed=args.seed)
+
+    say(f"{device_name} ({device}); TF {tf.__version__}, Keras {keras.__version__}; "
+        f"model {args.model}, batch {args.batch_size}, {args.precision}, "
+        f"jit_compile={args.jit_compile}, {args.data_format}, threads intra={intra} "
+        f"inter={inter}, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}; "
+        f"input: {'synthetic (one cached batch)' if args.synthetic else 'pipeline'} "
+        f"from {data_path} ({data_source})")
+
+    result = {
+        "framework": "tensorflow", "tf_version": tf.__version__, "keras_version":
+        keras.__version__, "device": device, "device_name": device_name, "model": args.model,
+        "model_config": {k: list(v) if isinstance(v, tuple) else v
+                         for k, v in model_kwargs.items()},
+        "batch_size": args.batch_size, "precision": args.precision,
+        "jit_compile": args.jit_compile, "data_format": args.data_format,
+        "intra_op_threads": intra, "inter_op_threads": inter,
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "synthetic": args.synthetic, "data_path": data_path, "data_source": data_source,
+        **flops,
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+    # ---- input pipeline alone (before the model exists: nothing else competes for the CPU)
+    if args.input_batches:
+        ds = train_dataset(args.batch_size)
+        spec = cifar_input.DATASETS["cifar10"]
+        records = sum(os.path.getsize(f) for f in cifar_input.check_data_path(
+            "cifar10", data_path)[:len(spec.files["train"])]) // spec.record_bytes
+        warm = math.ceil(records / args.batch_size) + 1  # one pass: fills cache and shuffle
+        it = iter(ds)
+        for _ in range(warm):
+            next(it)
+        t0 = time.perf_counter()
+        for _ in range(args.input_batches):
+            images, _labels = next(it)
+        seconds = time.perf_counter() - t0
+        result["input_images_per_s"] = round(args.input_batches * args.batch_size / seconds, 1)
+        say(f"input pipeline alone: {result['input_images_per_s']} images/s "
+            f"({args.input_batches} batches after {warm} warm-up batches)")
+        del it, ds
+
+    # ---- model and trainer
+    model_dir = tmp.name + "/model"
+    trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(model_cfg),
+                      train_cfg, model_dir, is_chief=False, jit_compile=args.jit_compile)
+    counts = param_counts(trainer.model)
+    result.update(counts)
+    result["keras_forward_flops_per_image"] = keras_model_flops(trainer.model)
+
+    if args.synthetic:
+        batch = next(iter(train_dataset(args.batch_size)))
+
+        def train_fn(ctx):
+            return tf.data.Dataset.from_tensors(batch).repeat()
+    else:
+        def train_fn(ctx):
+            return train_dataset(ctx.get_per_replica_batch_size(args.batch_size))
+    iterator = trainer.distribute(train_fn)
+
+    t0 = time.perf_counter()
+    trainer.run_steps(iterator, 1)
+    result["first_step_s"] = round(time.perf_counter() - t0, 3)
+    say(f"first step (trace + compile + 1 step): {result['first_step_s']} s")
+    for _ in range(args.warmup):
+        trainer.run_steps(iterator, 1)
+
+    cpu_times = []
+
+    def timed_window():
+        times = []
+        for _ in range(args.steps):
+            c0, t0 = time.process_time(), time.perf_counter()
+            loss_sum, _, _ = trainer.run_steps(iterator, 1)
+            times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
+        if not math.isfinite(loss_sum):
+            raise RuntimeError(f"the loss is {loss_sum}: the benchmark's training diverged")
+        return times
+
+    times = timed_window()
+    train = summarize(times)
+    # CPU seconds of this process per step (all threads, spin-waiting included): less
+    # sensitive than wall time to other processes on the machine, not a speed by itself.
+    result["train_cpu_s_per_step"] = round(statistics.median(cpu_times), 4)
+    tflops = flops["train_flops_per_image"] * args.batch_size / train["median"]
+    result["train_s_per_step"] = _rounded(train)
+    result["train_images_per_s"] = round(args.batch_size / train["median"], 2)
+    result["train_flops_per_s"] = round(tflops)
+    say(f"train: {train['median']:.4f} s/step median (p10 {train['p10']:.4f}, p90 "
+        f"{train['p90']:.4f}, min {train['min']:.4f}, max {train['max']:.4f}; {args.steps} "
+        f"steps after {args.warmup} warm-up); {result['train_images_per_s']} images/s; "
+        f"{tflops / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU s/step")
+
+    if args.chunk_steps:
+        t0 = time.perf_counter()
+        trainer.run_steps(iterator, args.chunk_steps)
+        per_step = (time.perf_counter() - t0) / args.chunk_steps
+        result["chunk_steps"] = args.chunk_steps
+        result["chunk_s_per_step"] = round(per_step, 5)
+        result["chunk_images_per_s"] = round(args.batch_size / per_step, 2)
+        say(f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
+            f"{result['chunk_images_per_s']} images/s")
+
+    # ---- evaluation
+    if args.eval_batches:
+        if args.synthetic:
+            eval_batch = next(iter(cifar_input.build_dataset(
+                "cifar10", "test", args.eval_batch_size, data_path=data_path).repeat()))
+
+            def eval_fn(n):
+                return lambda ctx: tf.data.Dataset.from_tensors(eval_batch).repeat(n)
+        else:
+            def eval_fn(n):
+                return lambda ctx: cifar_input.build_dataset(
+                    "cifar10", "test", args.eval_batch_size, data_path=data_path,
+                    drop_remainder=True).repeat().take(n)
+        trainer.evaluate(eval_fn(1))  # trace
+        t0 = time.perf_counter()
+        evaluated = trainer.evaluate(eval_fn(args.eval_batches))
+        seconds = time.perf_counter() - t0
+        result["eval_images_per_s"] = round(evaluated["test_examples"] / seconds, 1)
+        result["eval_flops_per_s"] = round(
+            flops["forward_flops_per_image"] * evaluated["test_examples"] / seconds)
+        say(f"eval: {result['eval_images_per_s']} images/s ({evaluated['test_examples']} images "
+            f"in batches of {args.eval_batch_size}); "
+            f"{result['eval_flops_per_s'] / 1e9:.1f} GFLOP/s")
+
+    # ---- peaks and MFU
+    if args.measure_matmul:
+        rate = measure_matmul(tf, peak_precision if peak_precision == "bfloat16" else "float32",
+                              n=8192 if device == "gpu" else 2048)
+        result["matmul_flops_per_s"] = round(rate)
+        result["mfu_vs_matmul"] = round(tflops / rate, 4)
+    result["peak_flops_per_s"] = peak["flops_per_s"]
+    result["peak_precision"] = peak_precision
+    result["peak_source"] = peak["source"]
+    result["mfu"] = round(tflops / peak["flops_per_s"], 4) if peak["flops_per_s"] else None
+    say(f"achieved {tflops / 1e9:.1f} GFLOP/s training; peak "
+        + (f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['source']}): MFU {result['mfu']:.3f}"
+           if peak["flops_per_s"] else f"unknown ({peak['source']})")
+        + (f"; measured {peak_precision if peak_precision == 'bfloat16' else 'float32'} matmul "
+           f"{result['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (step = "
+           f"{result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul else ""))
+    if device == "cpu" and result["mfu"] and result["mfu"] > 1:
+        say("note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
+            "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)")
+
+    # ---- memory
+    result["peak_host_rss_mib"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if gpus:
+        result["peak_gpu_memory_mib"] = round(
+            tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
+    say(f"peak host RSS {result['peak_host_rss_mib']} MiB"
+        + (f"; peak GPU memory {result['peak_gpu_memory_mib']} MiB" if gpus else ""))
+
+    # ---- the PyTorch twin, side by side
+    if args.compare_torch:
+        threads = intra or cores
+        tf_times, rounds = list(times), []
+        for r in range(args.compare_rounds):
+            window = timed_window() if r else times
+            tf_times += window if r else []
+            twin = run_torch_twin(args, threads, say)
+            rounds.append({"tf_median_s": round(statistics.median(window), 5),
+                           "torch_median_s": twin["train_s_per_step"]["median"]})
+            if args.compare_rounds > 1:
+                say(f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
+                    f"{rounds[-1]['torch_median_s']:.4f} s/step")
+        tf_med = statistics.median(tf_times)
+        torch_med = statistics.median(r["torch_median_s"] for r in rounds)
+        result["torch"] = twin
+        result["compare"] = {
+            "rounds": rounds, "tf_s_per_step": round(tf_med, 5),
+            "torch_s_per_step": round(torch_med, 5), "tf_over_torch": round(tf_med / torch_med, 4),
+            "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
+            "torch_trainable_params": twin["trainable_params"],
+            "same_param_count": twin["trainable_params"] == counts["trainable_params"]}
+        say(f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
+            f"{tf_med / torch_med:.3f}" + ("" if args.synthetic else
+                                           " (TF with its input pipeline: add --synthetic "
+                                           "for compute vs compute)"))
+
+    result["load_average_at_end"] = list(os.getloadavg())
+    line = json.dumps(result)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(line + "\n")
+    tmp.cleanup()
+    print(line, flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

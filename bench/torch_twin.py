@@ -1,0 +1,245 @@
+"""A PyTorch twin of the paper's CIFAR network, timed the way ``bench/throughput.py`` times TF.
+
+    python bench/torch_twin.py                       # paper model, batch 128, float32, 2 threads
+    python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
+    python bench/torch_twin.py --model=small --steps=2 --warmup=1
+
+The same layers as ``resnet_noBN.model.build_cifar_model`` (PAPER.md section 1): a 3x3 conv
+3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), conv biases on,
+TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts by average pooling (kernel =
+stride) and zero channels (half on each side), global average pool, and a fixed random
+projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9, cross-entropy
+plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager, channels-
+last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random batch
+(compute only, like ``throughput.py --synthetic``).
+
+Benchmark only: torch is never a dependency of the ``resnet_noBN`` package (bench/requirements.txt).
+Its LAST stdout line is a JSON object, which ``throughput.py --compare_torch`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# throughput.py imports TensorFlow only inside its functions: these are plain Python.
+from throughput import (MODELS, device_peak_flops, model_flops,  # noqa: E402
+                        summarize)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+class SameConv(nn.Conv2d):
+    """A k x k conv with TensorFlow's SAME padding (asymmetric for an even input and stride 2:
+    the extra row/column goes at the bottom/right, as TF does)."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int, bias: bool, stddev: float):
+        super().__init__(cin, cout, k, stride=stride, padding=0, bias=bias)
+        self.k = k
+        nn.init.normal_(self.weight, 0.0, stddev)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x):
+        size = x.shape[-1]
+        stride = self.stride[0]
+        out = -(-size // stride)
+        total = max((out - 1) * stride + self.k - size, 0)
+        before = total // 2
+        if before == total - before:  # symmetric: let the conv pad (no copy)
+            return F.conv2d(x, self.weight, self.bias, self.stride, before)
+        x = F.pad(x, (before, total - before, before, total - before))
+        return F.conv2d(x, self.weight, self.bias, self.stride, 0)
+
+
+class Block(nn.Module):
+    """x + C2(ReLU(C1 x)); a shape-changing shortcut is avg-pool (kernel = stride) + zero
+    channels, half in front, half behind."""
+
+    def __init__(self, cin: int, cout: int, stride: int, bias: bool, init: str):
+        super().__init__()
+        std = 1.0 / (9 * cout) if init == "hardt_ma" else math.sqrt(2.0 / (9 * cout))
+        self.conv1 = SameConv(cin, cout, 3, stride, bias, std)
+        self.conv2 = SameConv(cout, cout, 3, 1, bias, std)
+        self.stride = stride
+        self.pad = ((cout - cin) // 2, cout - cin - (cout - cin) // 2)
+
+    def forward(self, x):
+        y = self.conv2(F.relu(self.conv1(x)))
+        if self.stride > 1:
+            x = F.avg_pool2d(x, self.stride, self.stride)
+        if self.pad[0] or self.pad[1]:
+            # F.pad returns a contiguous (NCHW) tensor: keep channels-last, or every later op
+            # of the stage would reorder.
+            x = F.pad(x, (0, 0, 0, 0) + self.pad).contiguous(memory_format=x_format(x))
+        return x + y
+
+
+def x_format(x):
+    return torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) \
+        else torch.contiguous_format
+
+
+class HardtMaNet(nn.Module):
+    """The CIFAR network of PAPER.md Table 1 (default: the paper model)."""
+
+    def __init__(self, num_classes: int = 10, num_residual_units: int = 9,
+                 init_filters: int = 16, stage_widths=(64, 128, 256), stage_strides=(1, 2, 2),
+                 conv_bias: bool = True, init: str = "hardt_ma", projection_seed: int = 0):
+        super().__init__()
+        self.init_conv = SameConv(3, init_filters, 3, 1, conv_bias,
+                                  math.sqrt(2.0 / (9 * init_filters)))
+        blocks, cin = [], init_filters
+        for width, stride in zip(stage_widths, stage_strides):
+            for unit in range(num_residual_units):
+                blocks.append(Block(cin, width, stride if unit == 0 else 1, conv_bias, init))
+                cin = width
+        self.blocks = nn.Sequential(*blocks)
+        gen = torch.Generator().manual_seed(projection_seed)
+        # The fixed random projection: a buffer (saved, moved with .to(), never trained).
+        self.register_buffer("projection",
+                             torch.randn(cin, num_classes, generator=gen) / math.sqrt(cin))
+
+    def forward(self, x):
+        x = self.blocks(self.init_conv(x))
+        return x.mean(dim=(2, 3)) @ self.projection.to(x.dtype)
+
+    def decayed_weights(self):
+        """The conv kernels (the fixed head is a buffer: not decayed, as in the TF model)."""
+        return [m.weight for m in self.modules() if isinstance(m, nn.Conv2d)]
+
+
+def param_count(model: nn.Module) -> int:
+    """Trainable parameters (the projection buffer is not one)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def make_train_step(model: HardtMaNet, lr: float = 0.05, momentum: float = 0.9,
+                    weight_decay: float = 1e-4, precision: str = "float32"):
+    """One recipe step: cross-entropy + weight_decay * sum ||W||^2 / 2, SGD with momentum.
+
+    (torch's SGD momentum, buf = m buf + g, w -= lr buf, equals Keras' v = m v - lr g,
+    w += v at a constant learning rate.)
+    """
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    decayed = model.decayed_weights()
+
+    def step(images, labels):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            logits = model(images)
+        loss = F.cross_entropy(logits.float(), labels)
+        loss = loss + weight_decay * sum(w.pow(2).sum() for w in decayed) / 2
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def model_kwargs(name: str) -> dict:
+    cfg = MODELS[name]
+    return {k: cfg[k] for k in ("num_classes", "num_residual_units", "init_filters",
+                                "stage_widths", "stage_strides")}
+
+
+def run(model: str = "paper", batch_size: int = 128, steps: int = 10, warmup: int = 2,
+        threads: int | None = None, precision: str = "float32", channels_last: bool = True,
+        flush_denormal: bool = False, seed: int = 0, print_fn=print) -> dict:
+    """Warm-up steps, then ``steps`` individually timed steps; returns the result dict."""
+    threads = threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+    if flush_denormal:
+        torch.set_flush_denormal(True)
+    torch.manual_seed(seed)
+    kwargs = model_kwargs(model)
+    net = HardtMaNet(**kwargs, projection_seed=seed)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    net = net.to(memory_format=fmt)
+    images = torch.randn(batch_size, 3, 32, 32).contiguous(memory_format=fmt)
+    labels = torch.randint(0, kwargs["num_classes"], (batch_size,))
+    step = make_train_step(net, precision=precision)
+
+    t0 = time.perf_counter()
+    step(images, labels).item()
+    first = time.perf_counter() - t0
+    for _ in range(max(warmup - 1, 0)):
+        step(images, labels).item()
+    times, cpu_times = [], []
+    for _ in range(steps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        loss = step(images, labels).item()
+        times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
+    if not math.isfinite(loss):
+        raise RuntimeError(f"torch twin: loss is {loss}")
+    flops = model_flops(**kwargs)
+    stats = summarize(times)
+    train_flops_per_s = 3 * flops["forward_flops_per_image"] * batch_size / stats["median"]
+    peak = device_peak_flops("cpu", "bfloat16" if precision == "bfloat16" else "float32")
+    result = {
+        "framework": "torch", "torch_version": torch.__version__, "model": model,
+        "batch_size": batch_size, "precision": precision, "threads": threads,
+        "channels_last": channels_last, "flush_denormal": flush_denormal,
+        "trainable_params": param_count(net), "warmup_steps": warmup, "timed_steps": steps,
+        "first_step_s": round(first, 4),
+        "train_s_per_step": {k: round(v, 5) for k, v in stats.items()},
+        "train_images_per_s": round(batch_size / stats["median"], 2),
+        "train_cpu_s_per_step": round(statistics.median(cpu_times), 4),
+        "train_flops_per_s": round(train_flops_per_s, 0),
+        "peak_flops_per_s": peak["flops_per_s"], "peak_source": peak["source"],
+        "mfu": round(train_flops_per_s / peak["flops_per_s"], 4) if peak["flops_per_s"] else None,
+        "peak_host_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "last_loss": round(loss, 5),
+    }
+    print_fn(f"torch {model} batch {batch_size} {precision}: {stats['median']:.4f} s/step median "
+             f"(p10 {stats['p10']:.4f}, p90 {stats['p90']:.4f}, min {stats['min']:.4f}, max "
+             f"{stats['max']:.4f}); {result['train_images_per_s']} images/s; "
+             f"{train_flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU "
+             f"s/step; first step {first:.3f} s")
+    return result
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="paper")
+    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (>= 1)")
+    parser.add_argument("--threads", type=int, default=0, help="0: one per available core")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                        help="bfloat16: torch.autocast('cpu', bfloat16)")
+    parser.add_argument("--channels_last", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--flush_denormal", action=argparse.BooleanOptionalAction, default=False,
+                        help="torch.set_flush_denormal(True) (TF flushes denormals by default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 1 or args.batch_size < 1:
+        parser.error("--steps, --warmup and --batch_size must be >= 1")
+    result = run(args.model, args.batch_size, args.steps, args.warmup, args.threads,
+                 args.precision, args.channels_last, args.flush_denormal, args.seed)
+    line = json.dumps(result)
+    if args.output:
+        Path(args.output).write_text(line + "\n")
+    print(line, flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""bench/: the analytic FLOP count, the peak table, the PyTorch twin's equivalence with the
+Keras model, and the benchmark end to end on a tiny network (correctness only: no timing is
+asserted)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from resnet_noBN.model import ModelConfig, build_cifar_model, param_counts
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+
+import throughput  # noqa: E402  (bench/ is not a package)
+
+PAPER = ModelConfig()
+SMALL = ModelConfig(**throughput.MODELS["small"])
+
+
+def test_conv_flops_is_two_flops_per_multiply_add():
+    # a 3x3 conv, 64 -> 64 channels, on a 32x32 output: 2 * 9 * 64 * 64 * 1024
+    assert throughput.conv_flops(3, 64, 64, 32, 32) == 75_497_472
+    assert throughput.conv_flops(1, 1, 1, 1, 1) == 2
+
+
+def test_paper_model_flops():
+    flops = throughput.model_flops(**throughput.MODELS["paper"])
+    # first conv 884,736 + stage 1 1,302,331,392 + stages 2 and 3 1,321,205,760 each + head 5,120
+    assert flops["conv_flops_per_image"] == 3_945_627_648
+    assert flops["head_flops_per_image"] == 2 * 256 * 10
+    assert flops["forward_flops_per_image"] == 3_945_632_768  # ~3.95 GFLOP
+    assert flops["train_flops_per_image"] == 3 * flops["forward_flops_per_image"]
+    # the 1x1 projection shortcuts add 3 convs: 16->64 at 32x32, 64->128 and 128->256 strided
+    projection = throughput.model_flops(**throughput.MODELS["paper"], shortcut="projection")
+    assert (projection["conv_flops_per_image"] - flops["conv_flops_per_image"]
+            == 2 * (16 * 64 * 1024 + 64 * 128 * 256 + 128 * 256 * 64))
+
+
+@pytest.mark.parametrize("cfg", [PAPER, SMALL, ModelConfig(**throughput.MODELS["small"],
+                                                           data_format="channels_first")])
+def test_analytic_flops_match_the_keras_layers(cfg):
+    model = build_cifar_model(cfg)
+    assert throughput.keras_model_flops(model) == throughput.model_flops(
+        **{f: getattr(cfg, f) for f in throughput.MODELS["paper"]})["forward_flops_per_image"]
+
+
+def test_cpu_flops_per_cycle():
+    zen4 = {"avx2", "fma", "avx512f", "avx512_bf16"}
+    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, zen4)[:2] == (32, 64)
+    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x1A, zen4)[:2] == (64, 128)
+    assert throughput.cpu_flops_per_cycle("GenuineIntel", 6, {"avx2", "fma", "avx512f",
+                                                              "amx_bf16"})[:2] == (64, 1024)
+    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, {"avx2", "fma"})[:2] == (32, 32)
+
+
+def test_cpu_stated_peak_is_cores_times_flops_per_cycle_times_clock():
+    peak = throughput.cpu_peak("float32", cores=2, clock_ghz=2.5)
+    info = throughput._cpuinfo()
+    fp32, _, _ = throughput.cpu_flops_per_cycle(info["vendor"], info["family"], info["flags"])
+    assert peak["flops_per_s"] == pytest.approx(2 * fp32 * 2.5e9)
+    assert peak["source"].startswith("stated:")
+
+
+def test_gpu_peak_table():
+    assert throughput.gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16")["flops_per_s"] == 989e12
+    assert throughput.gpu_peak("NVIDIA H100 80GB HBM3", "float32")["flops_per_s"] == 67e12
+    assert throughput.gpu_peak("NVIDIA H200", "tf32")["flops_per_s"] == 494.5e12
+    assert throughput.gpu_peak("NVIDIA A100-SXM4-80GB", "bfloat16")["flops_per_s"] == 312e12
+    assert throughput.gpu_peak("NVIDIA H100 PCIe", "bfloat16")["flops_per_s"] == 756e12
+    assert throughput.gpu_peak("Tesla K40", "float32")["flops_per_s"] is None
+
+
+def test_summarize():
+    stats = throughput.summarize([3.0, 1.0, 2.0, 5.0, 4.0])
+    assert (stats["median"], stats["min"], stats["max"], stats["n"]) == (3.0, 1.0, 5.0, 5)
+    assert stats["p10"] == pytest.approx(1.4) and stats["p90"] == pytest.approx(4.6)
+    assert throughput.summarize([2.0])["p90"] == 2.0
+
+
+# ------------------------------------------------------------------ the PyTorch twin
+@pytest.fixture(scope="module")
+def twin():
+    pytest.importorskip("torch")
+    import torch_twin
+    return torch_twin
+
+
+@pytest.mark.parametrize("name, cfg", [("paper", PAPER), ("small", SMALL)])
+def test_torch_twin_has_the_keras_parameter_count(twin, name, cfg):
+    net = twin.HardtMaNet(**twin.model_kwargs(name))
+    counts = param_counts(build_cifar_model(cfg))
+    assert twin.param_count(net) == counts["trainable_params"]
+    assert len(net.decayed_weights()) == counts["convolutions"]
+    # the head is a fixed buffer, as the Keras head is a non-trainable weight
+    assert [n for n, _ in net.named_buffers()] == ["projection"]
+    assert net.projection.numel() == counts["non_trainable_params"]
+
+
+def test_torch_twin_computes_the_keras_function(twin):
+    """With the Keras model's weights copied in, the twin gives the same logits (SAME padding,
+    stride-2 alignment, pool + zero-channel shortcuts, global pool, head)."""
+    import keras
+    import torch
+
+    keras.utils.set_random_seed(0)
+    cfg = ModelConfig(**{**throughput.MODELS["small"], "init": "standard"})  # larger signal
+    model = build_cifar_model(cfg)
+    net = twin.HardtMaNet(**twin.model_kwargs("small"), init="standard")
+    keras_convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    torch_convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.name for c in keras_convs][:3] == ["init_conv", "stage1_unit0_conv1",
+                                                 "stage1_unit0_conv2"]
+    with torch.no_grad():
+        for k, t in zip(keras_convs, torch_convs, strict=True):
+            t.weight.copy_(torch.from_numpy(np.transpose(k.kernel.numpy(), (3, 2, 0, 1))))
+            t.bias.copy_(torch.from_numpy(k.bias.numpy() + 0.01 * np.arange(k.filters)))
+            k.bias.assign(t.bias.numpy())
+        net.projection.copy_(torch.from_numpy(model.get_layer("projection").kernel.numpy()))
+    images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype(np.float32)
+    expected = model(images).numpy()
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        net = net.to(memory_format=fmt)
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(memory_format=fmt)
+        with torch.no_grad():
+            got = net(x).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
+    import torch
+
+    torch.manual_seed(0)
+    net = twin.HardtMaNet(**twin.model_kwargs("small")).to(memory_format=torch.channels_last)
+    head = net.projection.clone()
+    conv = net.init_conv.weight.detach().clone()
+    step = twin.make_train_step(net)
+    images = torch.randn(8, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, 10, (8,))
+    losses = [float(step(images, labels)) for _ in range(3)]
+    assert all(np.isfinite(losses))
+    assert not torch.equal(net.init_conv.weight, conv)
+    assert torch.equal(net.projection, head)
+
+
+# ------------------------------------------------------------------ end to end
+def _run_bench(args, tmp_path):
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "throughput.py"), "--model=small", "--batch_size=8",
+         "--steps=2", "--warmup=1", f"--output={out}", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert json.loads(out.read_text()) == last
+    return last
+
+
+def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
+    throughput.write_random_cifar10(tmp_path / "cifar-10-batches-bin", records_per_file=16)
+    result = _run_bench([f"--data_path={tmp_path / 'cifar-10-batches-bin'}", "--chunk_steps=2",
+                         "--eval_batches=1", "--eval_batch_size=16", "--input_batches=2",
+                         "--no-measure_matmul"], tmp_path)
+    assert result["model"] == "small" and result["batch_size"] == 8
+    assert result["train_s_per_step"]["n"] == 2
+    assert result["train_s_per_step"]["min"] <= result["train_s_per_step"]["median"] \
+        <= result["train_s_per_step"]["max"]
+    for key in ("train_images_per_s", "chunk_s_per_step", "eval_images_per_s",
+                "input_images_per_s", "first_step_s", "peak_host_rss_mib", "train_flops_per_s"):
+        assert result[key] > 0, key
+    assert result["keras_forward_flops_per_image"] == result["forward_flops_per_image"]
+    assert result["trainable_params"] == param_counts(build_cifar_model(SMALL))[
+        "trainable_params"]
+    assert result["data_source"] == "--data_path" and not result["synthetic"]
+    if result["peak_flops_per_s"]:
+        assert result["mfu"] == pytest.approx(
+            result["train_flops_per_s"] / result["peak_flops_per_s"], rel=1e-3)
+
+
+def test_benchmark_synthetic_compared_with_torch(tmp_path):
+    pytest.importorskip("torch")
+    result = _run_bench(["--synthetic", "--compare_torch", "--eval_batches=0",
+                         "--input_batches=0"], tmp_path)
+    assert result["synthetic"] and "eval_images_per_s" not in result
+    assert result["matmul_flops_per_s"] > 0
+    compare = result["compare"]
+    assert compare["same_param_count"]
+    assert compare["tf_over_torch"] == pytest.approx(
+        compare["tf_s_per_step"] / compare["torch_s_per_step"], rel=2e-2)
+    assert result["torch"]["timed_steps"] == 2 and result["torch"]["batch_size"] == 8
