@@ -9,7 +9,8 @@ servers. Streams every task's output prefixed with its name. The job succeeds wh
 (every worker; with parameter servers, the chief) exit 0; then the serving tasks are stopped.
 When one task fails, every other is sent SIGTERM and, after ``--kill_timeout`` seconds, SIGKILL
 (a worker waiting for a peer that never comes blocks in a collective and may not stop on
-SIGTERM). The exit status is the failed task's (128 + signal for a killed one).
+SIGTERM). The exit status is the failed task's (128 + signal for a killed one). Interrupted
+itself (Ctrl-C, SIGTERM, SIGHUP), it stops every task the same way and exits with 130.
 """
 
 from __future__ import annotations
@@ -128,13 +129,22 @@ def main(argv):
         print(f"error: --workers must be >= 1 and --ps >= 0, got {FLAGS.workers} and {FLAGS.ps}",
               file=sys.stderr)
         sys.exit(2)
+    # stopped itself (Ctrl-C, SIGTERM, a closed terminal): stop every task first, since each
+    # runs in a session of its own and would outlive this process
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     job = Job(command, cluster_spec(FLAGS.workers, FLAGS.ps))
     try:
         status = job.wait()
     except KeyboardInterrupt:
+        print("interrupted; stopping the job", flush=True)
         job.stop()
         status = 130
     sys.exit(status)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

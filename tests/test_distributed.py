@@ -125,6 +125,26 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
     assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
 
 
+def test_terminating_the_launcher_stops_every_task(tmp_path, cifar_bin):
+    job = subprocess.Popen(
+        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--",
+         str(REPO / "launch/cifar.py"), "--strategy=multi_worker", f"--data_path={cifar_bin}",
+         f"--model_dir={tmp_path / 'run'}", "--train_steps=100000", *SMALL],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env(tmp_path))
+    pids = []
+    for line in job.stdout:
+        if line.startswith("started "):
+            pids.append(int(line.split("pid=")[1]))
+        if "step " in line and "loss" in line:  # training is under way
+            break
+    job.send_signal(signal.SIGTERM)
+    rest = job.communicate(timeout=60)[0]
+    assert job.returncode == 130 and "interrupted; stopping the job" in rest
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def run_cifar(tmp_path, args, tf_config=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
