@@ -77,11 +77,7 @@ def main(argv):
     runtime = cli.start_runtime(train_cfg)  # before preparing tfds data: that runs TF ops
     if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
-    if runtime.is_chief:
-        cli.record_config(model_dir, run_config)
-    print(f"{FLAGS.dataset}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
-          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
-          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
+    cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
 
     def dataset_fn(split, global_batch):
         def fn(input_context):

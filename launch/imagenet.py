@@ -109,11 +109,7 @@ def main(argv):
                                        FLAGS.label_offset)
     else:
         imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
-    if runtime.is_chief:
-        cli.record_config(model_dir, run_config)
-    print(f"imagenet ({dataset}): {runtime.strategy.num_replicas_in_sync} replica(s) x "
-          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
-          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
+    cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
 
     def dataset_fn(split, global_batch):
         def fn(input_context):

@@ -156,6 +156,16 @@ def start_runtime(train_cfg: TrainConfig) -> Runtime:
                    distribute.input_pipelines(strategy, resolver), seed)
 
 
+def begin_run(runtime: Runtime, label: str, train_cfg: TrainConfig, model_dir: str,
+              run_config: dict) -> None:
+    """The chief records ``run_config`` in ``model_dir``; every task prints where it runs."""
+    if runtime.is_chief:
+        record_config(model_dir, run_config)
+    print(f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
+          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
+          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
+
+
 def make_trainer(runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str,
                  **kwargs) -> Trainer:
     """A :class:`Trainer` for this runtime (XLA as --jit_compile says)."""
