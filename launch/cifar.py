@@ -17,7 +17,7 @@ import dataclasses
 from absl import flags
 
 from resnet_noBN import cifar_input, cli
-from resnet_noBN.model import HEADS, INITS, SHORTCUTS, ModelConfig, build_cifar_model
+from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
@@ -37,12 +37,7 @@ flags.DEFINE_enum("data_format", "channels_last", ["channels_last", "channels_fi
 flags.DEFINE_integer("num_residual_units", 9, "Residual blocks per stage.")
 flags.DEFINE_string("stage_widths", "64,128,256", "Channels of each stage.")
 flags.DEFINE_integer("init_filters", 16, "Channels of the first, standard convolution.")
-flags.DEFINE_enum("init", "hardt_ma", list(INITS),
-                  "Residual conv init: hardt_ma sigma=1/(k^2 c), standard sqrt(2/(k^2 c)).")
-flags.DEFINE_enum("head", "random", list(HEADS), "Last layer: fixed random projection or trained.")
-flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
-                  "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
-flags.DEFINE_bool("conv_bias", True, "A bias on every convolution (the paper's 13.59M count).")
+cli.define_ablation_flags()
 cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 

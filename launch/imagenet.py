@@ -21,7 +21,6 @@ from absl import flags
 
 from resnet_noBN import cli, imagenet_input
 from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import HEADS, INITS, SHORTCUTS
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
@@ -53,12 +52,7 @@ flags.DEFINE_integer("stem_filters", 64, "Channels of the 7x7 stride-2 stem conv
 flags.DEFINE_enum("downsample", "block", list(DOWNSAMPLES),
                   "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first block; "
                   "conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).")
-flags.DEFINE_enum("init", "hardt_ma", list(INITS),
-                  "Residual conv init: hardt_ma sigma=1/(k^2 c), standard sqrt(2/(k^2 c)).")
-flags.DEFINE_enum("head", "random", list(HEADS), "Last layer: fixed random projection or trained.")
-flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
-                  "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
-flags.DEFINE_bool("conv_bias", True, "A bias on every convolution.")
+cli.define_ablation_flags()
 cli.define_train_flags(TrainConfig(
     train_steps=700_000, batch_size=256, learning_rate=0.1, lr_boundaries=(), lr_decay=0.94,
     momentum=0.9, weight_decay=1e-4, eval_every=10_000, checkpoint_every=5_000, log_every=100,

@@ -17,7 +17,7 @@ from absl import app, flags
 
 from resnet_noBN import distribute, speed
 from resnet_noBN.cifar_input import DataError
-from resnet_noBN.model import param_counts
+from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
 from resnet_noBN.training import TrainConfig, Trainer, TrainingDiverged
 
 FLAGS = flags.FLAGS
@@ -82,6 +82,18 @@ def define_train_flags(defaults: TrainConfig) -> None:
 
 
 _reference_batch = [0]  # the paper's batch of the launcher, for --scale_lr
+
+
+def define_ablation_flags() -> None:
+    """The paper's claims as switches: init, head, shortcut, conv biases (defaults: the paper)."""
+    flags.DEFINE_enum("init", "hardt_ma", list(INITS),
+                      "Residual conv init: hardt_ma sigma=1/(k^2 c), standard sqrt(2/(k^2 c)).")
+    flags.DEFINE_enum("head", "random", list(HEADS),
+                      "Last layer: fixed random projection or trained.")
+    flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
+                      "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
+    flags.DEFINE_bool("conv_bias", True,
+                      "A bias on every convolution (with projection shortcuts: the paper's 13.59M).")
 
 
 def define_runtime_flags() -> None:
