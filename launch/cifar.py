@@ -54,8 +54,6 @@ def model_config() -> ModelConfig:
 
 @cli.exit_codes
 def main(argv):
-    if len(argv) > 1:
-        raise cli.InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
     model_cfg = model_config()
     if FLAGS.summary_only:
         return cli.print_summary(build_cifar_model(model_cfg))

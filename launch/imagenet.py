@@ -76,8 +76,6 @@ def summary(cfg: ImageNetConfig) -> None:
 
 @cli.exit_codes
 def main(argv):
-    if len(argv) > 1:
-        raise cli.InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
     model_cfg = model_config()
     if FLAGS.summary_only:
         return summary(model_cfg)

@@ -78,10 +78,6 @@ def define_train_flags(defaults: TrainConfig) -> None:
                       f"Linear scaling rule: multiply --learning_rate by --batch_size / "
                       f"{defaults.batch_size} (the paper's batch), for a larger global batch. "
                       "--train_steps and --lr_boundaries are not rescaled.")
-    _reference_batch[0] = defaults.batch_size
-
-
-_reference_batch = [0]  # the paper's batch of the launcher, for --scale_lr
 
 
 def define_ablation_flags() -> None:
@@ -121,7 +117,8 @@ def train_config_from_flags() -> TrainConfig:
     """The validated :class:`TrainConfig` the flags describe (InputError otherwise)."""
     learning_rate = FLAGS.learning_rate
     if FLAGS.scale_lr:
-        learning_rate *= FLAGS.batch_size / _reference_batch[0]
+        # the launcher's default batch is the paper's, which its learning rate is tuned for
+        learning_rate *= FLAGS.batch_size / FLAGS["batch_size"].default
     return validated(TrainConfig(
         train_steps=FLAGS.train_steps, batch_size=FLAGS.batch_size,
         learning_rate=learning_rate,
@@ -235,11 +232,15 @@ def run(main) -> None:
 
 
 def exit_codes(main):
-    """Wrap an absl ``main``: bad input -> 'error: ...' and exit 2; divergence -> exit 1."""
+    """Wrap an absl ``main``: bad input (stray arguments too) -> 'error: ...' and exit 2;
+    divergence -> exit 1."""
 
     @functools.wraps(main)
     def wrapped(argv):
         try:
+            if len(argv) > 1:
+                raise InputError(f"unexpected arguments {argv[1:]}; flags are written "
+                                 "--name=value")
             return main(argv)
         except (InputError, DataError) as e:
             print(f"error: {e}", file=sys.stderr)

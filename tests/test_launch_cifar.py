@@ -114,6 +114,7 @@ def broken_data(tmp_path, cifar_bin):
     (["--pad=-1"], "error: --pad must be >= 0, got -1"),
     (["--data_path=/nonexistent/cifar"], "error: --data_path /nonexistent/cifar is not a folder"),
     (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
+    (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
 ])
 def test_bad_input_one_line_nothing_written(tmp_path, cifar_bin, args, message):
     model_dir = tmp_path / "run"
@@ -135,3 +136,11 @@ def test_broken_data_files_are_named(tmp_path, broken_data, kind, message):
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and message in line
     assert not model_dir.exists()
+
+
+def test_scale_lr_is_the_linear_scaling_rule(tmp_path, cifar_bin):
+    """--scale_lr: 0.05 x 32 / 128 (the paper's batch) = 0.0125 at --batch_size=32."""
+    proc = cifar(f"--data_path={cifar_bin}", f"--model_dir={tmp_path / 'run'}",
+                 "--train_steps=4", *SMALL, "--batch_size=32", "--scale_lr")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "lr 0.0125 " in proc.stdout
