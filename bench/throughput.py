@@ -300,7 +300,7 @@ def parse_args(argv=None):
     p.add_argument("--eval_batch_size", type=int, default=500)
     p.add_argument("--eval_batches", type=int, default=2,
                    help="timed evaluation batches, after one warm-up batch (0: skip)")
-    p.add_argument("--input_batches", type=int, default=100,
+    p.add_argument("--input_batches", type=int, default=400,
                    help="timed batches of the input pipeline alone, after a warm-up epoch "
                         "(0: skip)")
     p.add_argument("--measure_matmul", action=argparse.BooleanOptionalAction, default=True,

@@ -9,8 +9,9 @@ A tf.data rewrite of the original tensorflow/models `resnet/cifar_input.py` (que
 * Training augmentation, "standard data augmentation" (PAPER.md §1): as in the original,
   `resize_with_crop_or_pad` to (32 + 2·pad)² (pad=2: the original's 36×36; He et al. use 4),
   a random 32×32 crop, a random left-right flip, then `per_image_standardization`; evaluation:
-  per-image standardisation only. Unlike the original, augmentation uses stateless random ops
-  with one seed per element, so the same `seed` gives the same batches (`augment`).
+  per-image standardisation only. Unlike the original, augmentation works on whole batches
+  (each image its own crop and flip: the same distribution, ~5x the images/s of a per-image
+  map) with stateless random ops, so the same `seed` gives the same batches (`augment`).
 * Evaluation reads the WHOLE split once, in order, keeping the last partial batch (the original
   evaluated 50 batches of 100, half the test split: PAPER.md §1 asks for the whole split).
 * Shuffling: the original's `RandomShuffleQueue` held 16 batches; here the shuffle buffer holds
@@ -277,19 +278,26 @@ def read_records(
     return images.map(lambda image, label: (image, tf.cast(label, tf.int32)))
 
 
-def augment(image: tf.Tensor, seed: tf.Tensor, pad: int = 2) -> tf.Tensor:
-    """Training augmentation of one uint8 image [32, 32, 3], before standardisation.
+def augment(images: tf.Tensor, seed: tf.Tensor, pad: int = 2) -> tf.Tensor:
+    """Training augmentation of a uint8 batch [B, 32, 32, 3], before standardisation.
 
-    As in the original (PAPER.md §1): zero-pad to (32 + 2·pad)² with `resize_with_crop_or_pad`,
-    a random 32×32 crop, a random left-right flip; pad=0: the flip only. Stateless: the same
-    `seed` (int [2]) gives the same output.
+    As in the original (PAPER.md §1), for EACH image: zero-pad to (32 + 2·pad)², a random 32×32
+    crop (offsets uniform in 0..2·pad), a random left-right flip; pad=0: the flip only. The crop
+    and flip are one gather of rows and (maybe reversed) columns per image: TF's
+    `stateless_random_crop` would crop the whole batch at one offset. Stateless: the same `seed`
+    (int [2]) gives the same output.
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    if pad:
-        size = IMAGE_SIZE + 2 * pad
-        image = tf.image.resize_with_crop_or_pad(image, size, size)
-        image = tf.image.stateless_random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, 3], seed=crop_seed)
-    return tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
+    batch = tf.shape(images)[0]
+    offsets = tf.random.stateless_uniform(
+        [batch, 2], crop_seed, minval=0, maxval=2 * pad + 1, dtype=tf.int32
+    )
+    flips = tf.random.stateless_uniform([batch, 1], flip_seed, minval=0, maxval=2, dtype=tf.int32)
+    pixels = tf.range(IMAGE_SIZE)
+    rows = offsets[:, :1] + pixels  # [B, 32]
+    cols = offsets[:, 1:] + tf.where(flips == 1, IMAGE_SIZE - 1 - pixels, pixels)
+    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    return tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
 
 
 def build_dataset(
@@ -344,17 +352,18 @@ def build_dataset(
         records = records.cache()
     if train:
         records = records.shuffle(spec.train_examples, seed=seed, reshuffle_each_iteration=True)
+        batches = records.repeat().batch(batch_size, drop_remainder=drop_remainder)
         seeds = tf.data.Dataset.random(seed=seed).batch(2)
-        examples = tf.data.Dataset.zip((records.repeat(), seeds)).map(
-            lambda record, element_seed: (
-                tf.image.per_image_standardization(augment(record[0], element_seed, pad)),
-                record[1],
+        examples = tf.data.Dataset.zip((batches, seeds)).map(
+            lambda batch, batch_seed: (
+                tf.image.per_image_standardization(augment(batch[0], batch_seed, pad)),
+                batch[1],
             ),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     else:
-        examples = records.map(
-            lambda image, label: (tf.image.per_image_standardization(image), label),
+        examples = records.batch(batch_size, drop_remainder=drop_remainder).map(
+            lambda images, labels: (tf.image.per_image_standardization(images), labels),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
-    return examples.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    return examples.prefetch(tf.data.AUTOTUNE)

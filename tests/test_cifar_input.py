@@ -99,23 +99,35 @@ def test_data_path_errors(cifar10):
 
 
 @pytest.mark.parametrize("pad", [0, 2, 4])
-def test_augment_is_a_translate_of_the_padded_image_maybe_flipped(pad):
-    image = np.random.default_rng(0).integers(1, 256, (32, 32, 3), dtype=np.uint8)
-    padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0)))
-    seen = set()
-    for s in range(40):
-        out = cifar_input.augment(tf.constant(image), tf.constant([s, 7], tf.int64), pad).numpy()
-        assert out.shape == (32, 32, 3) and out.dtype == np.uint8
-        matches = [(dy, dx, flip) for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)
-                   for flip in (False, True)
-                   if np.array_equal(out, padded[dy:dy + 32, dx:dx + 32][:, ::-1 if flip else 1])]
-        assert len(matches) == 1
-        seen.add(matches[0])
-        again = cifar_input.augment(tf.constant(image), tf.constant([s, 7], tf.int64), pad)
-        np.testing.assert_array_equal(again, out)  # stateless: the seed decides
-    assert {flip for _, _, flip in seen} == {False, True}
-    offsets = {(dy, dx) for dy, dx, _ in seen}
-    assert offsets == {(0, 0)} if pad == 0 else len(offsets) > 5
+def test_augment_crops_and_flips_each_image_of_the_batch_on_its_own(pad):
+    """Each output image is ITS padded input, cropped at a uniform offset, flipped half the time."""
+    n = 2000
+    rows, cols = np.meshgrid(np.arange(1, 33), np.arange(1, 33), indexing="ij")  # 0 = padding
+    images = np.empty((n, 32, 32, 3), np.uint8)
+    images[..., 0], images[..., 1] = rows, cols  # where each pixel came from
+    images[..., 2] = np.random.default_rng(0).integers(0, 256, (n, 32, 32))  # which image
+    seed = tf.constant([3, 7], tf.int64)
+    out = cifar_input.augment(tf.constant(images), seed, pad).numpy()
+    assert out.shape == images.shape and out.dtype == np.uint8
+    source = out.astype(int)
+    padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    kinds = []
+    for i in range(n):
+        dy = source[i, 16, 16, 0] - 17 + pad
+        flip = source[i, 16, 16, 1] < source[i, 16, 15, 1]
+        dx = (source[i, 16, 15, 1] if flip else source[i, 16, 16, 1]) - 17 + pad
+        expected = padded[i, dy:dy + 32, dx:dx + 32][:, ::-1 if flip else 1]
+        np.testing.assert_array_equal(out[i], expected)
+        kinds.append((dy, dx, flip))
+    # Uniform over the (2·pad + 1)² offsets × 2 flips: a chi-square far below a 5-sigma bound.
+    counts = np.array([kinds.count((dy, dx, f)) for dy in range(2 * pad + 1)
+                       for dx in range(2 * pad + 1) for f in (False, True)])
+    dof = counts.size - 1
+    chi2 = ((counts - n / counts.size) ** 2 / (n / counts.size)).sum()
+    assert chi2 < dof + 5 * np.sqrt(2 * dof), (chi2, counts)
+    np.testing.assert_array_equal(cifar_input.augment(tf.constant(images), seed, pad), out)
+    other = cifar_input.augment(tf.constant(images), tf.constant([3, 8], tf.int64), pad)
+    assert not np.array_equal(other, out)  # stateless: the seed decides
 
 
 def test_training_batches_shapes_ranges_and_repeatability(cifar10):
