@@ -279,6 +279,10 @@ def parse_args(argv=None):
                    help="untimed training steps after the first (compile) step")
     p.add_argument("--chunk_steps", type=int, default=0,
                    help="also time K steps in ONE run_steps call (0: skip)")
+    p.add_argument("--profile_dir", default=None,
+                   help="then trace --profile_steps steps (one run_steps call) with tf.profiler "
+                        "into this folder: TensorBoard's Profile tab shows where the time goes")
+    p.add_argument("--profile_steps", type=int, default=3)
     p.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32")
     p.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=False,
                    help="XLA-compile the forward/backward (Trainer(jit_compile=True))")
@@ -316,7 +320,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="also write the JSON result here")
     args = p.parse_args(argv)
-    for name in ("batch_size", "steps", "compare_rounds", "eval_batch_size"):
+    for name in ("batch_size", "steps", "compare_rounds", "eval_batch_size", "profile_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
     for name in ("warmup", "chunk_steps", "eval_batches", "input_batches"):
@@ -502,6 +506,14 @@ def main(argv=None) -> dict:
         say(f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
             f"{result['chunk_images_per_s']} images/s")
 
+    if args.profile_dir:
+        tf.profiler.experimental.start(args.profile_dir)
+        trainer.run_steps(iterator, args.profile_steps)
+        tf.profiler.experimental.stop()
+        result["profile_dir"] = args.profile_dir
+        say(f"profile of {args.profile_steps} steps: {args.profile_dir} "
+            f"(tensorboard --logdir {args.profile_dir}, Profile tab)")
+
     # ---- evaluation
     if args.eval_batches:
         if args.synthetic:
@@ -536,12 +548,17 @@ def main(argv=None) -> dict:
     result["peak_precision"] = peak_precision
     result["peak_source"] = peak["source"]
     result["mfu"] = round(tflops / peak["flops_per_s"], 4) if peak["flops_per_s"] else None
+    if args.chunk_steps and peak["flops_per_s"]:  # the launcher's way: no host sync per step
+        result["chunk_mfu"] = round(flops["train_flops_per_image"]
+                                    * result["chunk_images_per_s"] / peak["flops_per_s"], 4)
     say(f"achieved {tflops / 1e9:.1f} GFLOP/s training; peak "
         + (f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['source']}): MFU {result['mfu']:.3f}"
            if peak["flops_per_s"] else f"unknown ({peak['source']})")
         + (f"; measured {peak_precision if peak_precision == 'bfloat16' else 'float32'} matmul "
            f"{result['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (step = "
-           f"{result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul else ""))
+           f"{result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul else "")
+        + (f"; {args.chunk_steps} steps in one call: MFU {result['chunk_mfu']:.3f}"
+           if "chunk_mfu" in result else ""))
     if device == "cpu" and result["mfu"] and result["mfu"] > 1:
         say("note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
             "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)")

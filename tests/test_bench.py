@@ -162,9 +162,14 @@ def _run_bench(args, tmp_path):
 
 def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
     throughput.write_random_cifar10(tmp_path / "cifar-10-batches-bin", records_per_file=16)
+    profile = tmp_path / "profile"
     result = _run_bench([f"--data_path={tmp_path / 'cifar-10-batches-bin'}", "--chunk_steps=2",
                          "--eval_batches=1", "--eval_batch_size=16", "--input_batches=2",
-                         "--no-measure_matmul"], tmp_path)
+                         "--no-measure_matmul", f"--profile_dir={profile}",
+                         "--profile_steps=1"], tmp_path)
+    traces = list(profile.glob("plugins/profile/*/*.xplane.pb"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0  # what TensorBoard's Profile reads
+    assert result["profile_dir"] == str(profile)
     assert result["model"] == "small" and result["batch_size"] == 8
     assert result["train_s_per_step"]["n"] == 2
     assert result["train_s_per_step"]["min"] <= result["train_s_per_step"]["median"] \
@@ -179,6 +184,9 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
     if result["peak_flops_per_s"]:
         assert result["mfu"] == pytest.approx(
             result["train_flops_per_s"] / result["peak_flops_per_s"], rel=1e-3)
+        assert result["chunk_mfu"] == pytest.approx(
+            result["train_flops_per_image"] * result["chunk_images_per_s"]
+            / result["peak_flops_per_s"], rel=1e-3)
 
 
 def test_benchmark_synthetic_compared_with_torch(tmp_path):
