@@ -1,20 +1,30 @@
-"""Section 3 of Hardt & Ma (2016), finite-sample expressivity: fit any labelling, on numbers.
+"""Section 3 of Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231),
+finite-sample expressivity: fit any labelling, on numbers.
 
-    python launch/expressivity.py                   # about 20 s on 2 CPU cores
+    python launch/expressivity.py                   # about 30 s on 2 CPU cores
     python launch/expressivity.py --num_points=10000 --num_images=0 --output_dir=/tmp/expr
     python launch/expressivity.py --cifar_dir=/data/cifar-10-batches-bin
+    python launch/expressivity.py --sweep --cifar_dir=/data/cifar-10-batches-bin   # minutes
 
 Theorem 3.2, constructively (Lemmas B.1 and B.2), on two data sets with RANDOM labels:
 random points on the unit sphere of R^--dim, and CIFAR-10 training images (flattened,
-centred, unit norm) from --cifar_dir, or generated 32x32x3 images where that folder is
-absent. For each, the network of PAPER.md section 3 is built in numpy (checking at every
-block that the thresholds of Lemma B.1 exist), loaded into a float64 Keras model, and
+centred, unit norm) from --cifar_dir, or generated 32x32x3 images where it is not given. For
+each, the practical network (per-row thresholds of Lemma B.1) is built in numpy (checking at
+every block that the thresholds exist), loaded into a float64 Keras model, and
 ``model.predict`` is compared with the one-hot labels: argmax accuracy and the largest
 deviation. Parameter counts: Keras' count_params(), the formula kd + l(2k^2 + k) + rk + r^2 + r,
 and n log n + r^2. It also shows the errors of broken preconditions (a duplicate point,
 a width too small).
 
-Writes expressivity.json and margins.png to --output_dir; ends with one line of JSON.
+Lemma B.1 as stated (JSON "lemma_b1"): on the sphere points, rho = max |‖A_0 x_i‖ − 1| is
+measured after the projection and the lemma's hypotheses (<α_i, α_j> < 1 − 2ρ,
+<α_i, q_c> < 1 − 2ρ < ‖α_i‖²) are checked at --sphere_width; the smallest width at which they
+hold is found, and the network with the lemma's single bias −(1 − 2ρ)·1 is built there.
+--sweep: that smallest width and the parameter count for n = --sweep_sizes sphere points (and
+the CIFAR slice when --cifar_dir is given), against c·log n/ρ² and n log n + r² (log-log fits).
+
+Writes expressivity.json and margins.png (and sweep.json, sweep.md, sweep_width.png,
+sweep_params.png) to --output_dir; ends with one line of JSON.
 Bad input or data that break the lemma's preconditions: 'error: ...' on stderr, exit 2.
 """
 
@@ -28,17 +38,12 @@ import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from resnet_noBN.theory import expressivity as ex  # noqa: E402
 from resnet_noBN.theory import plotting  # noqa: E402
 from resnet_noBN.theory.expressivity import ExpressivityError  # noqa: E402
-
-DEFAULT_CIFAR_DIR = (Path(__file__).resolve().parents[1].parent / "shared" / "data"
-                     / "cifar-10-batches-bin")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/expressivity",
@@ -51,29 +56,55 @@ flags.DEFINE_integer("sphere_width", 96, "k, the width of the network for the sp
 flags.DEFINE_integer("num_images", 5170,
                      "n images (0: skip); at most the number in --cifar_dir.")
 flags.DEFINE_integer("image_width", 512, "k, the width of the network for the images.")
-flags.DEFINE_string("cifar_dir", str(DEFAULT_CIFAR_DIR),
+flags.DEFINE_string("cifar_dir", None,
                     "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
-                    "generated images are used where it does not exist.")
+                    "generated images are used when it is not given.")
+flags.DEFINE_bool("sweep", False, "Also sweep n: Lemma B.1's smallest width and the parameter "
+                  "count against n (minutes; see --sweep_sizes).")
+flags.DEFINE_string("sweep_sizes", "250,500,1000,2000,5000,10000,20000",
+                    "n of the sphere points of --sweep.")
+flags.DEFINE_integer("sweep_images", 5170, "n of the CIFAR slice in --sweep (with --cifar_dir).")
+
+# Widths tried for Lemma B.1's hypotheses: 16 · 1.25^j, up to 8192.
+LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
 
 
-def check_flags() -> None:
-    """ExpressivityError naming the flag when one is out of range."""
-    for name in ("num_classes", "dim", "sphere_width", "image_width"):
+def parse_sizes(text: str) -> list[int]:
+    """The n of --sweep_sizes; ExpressivityError unless they are integers >= 2."""
+    try:
+        sizes = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ExpressivityError(f"--sweep_sizes must be comma-separated integers, got "
+                                f"'{text}'") from None
+    if not sizes or min(sizes) < 2:
+        raise ExpressivityError(f"--sweep_sizes must be integers >= 2, got '{text}'")
+    return sizes
+
+
+def check_flags() -> list[int]:
+    """The sweep sizes; ExpressivityError naming the flag when one is out of range."""
+    for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
         if getattr(FLAGS, name) < 1:
             raise ExpressivityError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     for name in ("num_points", "num_images"):
         if getattr(FLAGS, name) < 0:
             raise ExpressivityError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
+    if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
+        raise ExpressivityError(f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
+                                "cifar-10-batches-bin or leave it out (generated images)")
+    return parse_sizes(FLAGS.sweep_sizes)
 
 
 def images(rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """(unit-norm image vectors, where they came from)."""
-    if os.path.isdir(FLAGS.cifar_dir):
+    if FLAGS.cifar_dir is not None:
         pixels = ex.load_cifar10_pixels(FLAGS.cifar_dir, FLAGS.num_images)
         source = f"CIFAR-10 train images from {FLAGS.cifar_dir}"
     else:
         pixels = ex.synthetic_images(FLAGS.num_images, rng)
-        source = f"generated images ({FLAGS.cifar_dir} is absent)"
+        source = "generated images (no --cifar_dir given)"
+        print(f"note: no --cifar_dir, so {FLAGS.num_images} generated 32x32x3 images stand in "
+              "for CIFAR-10", flush=True)
     return ex.normalise_images(pixels), source
 
 
@@ -144,15 +175,131 @@ def plot_margins(results: dict, path: str) -> str:
     return plotting.save(fig, path)
 
 
+def lemma_b1(name: str, X: np.ndarray, width: int, seed: int) -> dict:
+    """Lemma B.1 as stated on X: its hypotheses at ``width``, the smallest width where they
+    hold (:func:`ex.smallest_lemma_width`), and the single-bias network's fit there."""
+    n = len(X)
+    r = FLAGS.num_classes
+    A0, Q = ex.projection(X.shape[1], width, r, np.random.default_rng([seed, width]))
+    at_width = ex.lemma_b1_conditions(X @ A0.T, Q)
+    k, conditions = ex.smallest_lemma_width(X, r, LEMMA_WIDTHS, seed)
+    result = {"n": n, "d": X.shape[1], "width": width, "rho": at_width.rho,
+              "threshold": at_width.threshold, "hypotheses_hold": at_width.holds,
+              "failure": at_width.failure(), "smallest_width": k,
+              "rho_at_smallest_width": conditions.rho,
+              "threshold_at_smallest_width": conditions.threshold}
+    print(f"Lemma B.1 as stated, {name} (n={n}): at k={width}, rho = {at_width.rho:.4f}, "
+          f"hypotheses {'hold' if at_width.holds else 'fail: ' + at_width.failure()}; smallest "
+          f"k where they hold: {k}", flush=True)
+    if k is not None:
+        labels = ex.random_labels(n, r, np.random.default_rng(seed))
+        net = ex.build_network(X, labels, r, k, np.random.default_rng([seed, k]),
+                               single_bias=True)
+        report = ex.fit_report(net.forward(X), labels)
+        result.update(single_bias_accuracy=report["accuracy"],
+                      single_bias_max_deviation=report["max_deviation"],
+                      params=net.parameter_formula())
+        print(f"  single bias -(1 - 2 rho) = {-net.threshold:.4f} at k={k}: "
+              f"{report['accuracy']:.2%} argmax correct, largest deviation "
+              f"{report['max_deviation']:.2e}", flush=True)
+    return result
+
+
+def sweep(sizes: list[int], rng: np.random.Generator) -> dict:
+    """Lemma B.1's smallest width and Theorem 3.2's parameter count against n: sphere points
+    (the first n of one draw) and, with --cifar_dir, the CIFAR slice; log-log fits."""
+    points = ex.sphere_points(max(sizes), FLAGS.dim, rng)
+    data = [(f"sphere d={FLAGS.dim}", points[:n]) for n in sizes]
+    if FLAGS.cifar_dir is not None:
+        data.append(("CIFAR-10 slice", ex.normalise_images(
+            ex.load_cifar10_pixels(FLAGS.cifar_dir, FLAGS.sweep_images))))
+    rows = []
+    for name, X in data:
+        start = time.perf_counter()
+        n, r = len(X), FLAGS.num_classes
+        rho_data = ex.min_pairwise_distance(X)
+        k, conditions = ex.smallest_lemma_width(X, r, LEMMA_WIDTHS, FLAGS.seed + n)
+        row = {"data": name, "n": n, "d": X.shape[1], "rho_data": rho_data, "width": k,
+               "rho_projected": conditions.rho, "log_n_over_rho2": math.log(n) / rho_data ** 2,
+               "n_log_n_plus_r2": n * math.log(n) + r * r}
+        if k is not None:
+            ell = math.ceil(n / k)
+            row["params"] = k * X.shape[1] + ell * (2 * k * k + k) + r * k + r * r + r
+        rows.append(row)
+        print(f"  {name}, n={n}: data rho {rho_data:.3f}, smallest lemma width {k}, "
+              f"params {row.get('params')}; {time.perf_counter() - start:.1f} s", flush=True)
+    return {"rows": rows, **sweep_fits([r for r in rows if r["data"].startswith("sphere")
+                                         and r["width"] is not None])}
+
+
+def sweep_fits(rows: list[dict]) -> dict:
+    """c in k ≈ c·log n/ρ² (least squares through 0), and the log-log slopes of k against
+    log n/ρ² and of the parameter count against n log n + r²."""
+    x = np.array([r["log_n_over_rho2"] for r in rows])
+    k = np.array([r["width"] for r in rows], float)
+    params = np.array([r["params"] for r in rows], float)
+    nlogn = np.array([r["n_log_n_plus_r2"] for r in rows])
+    return {"c_fit": float(x @ k / (x @ x)),
+            "width_loglog_slope": float(np.polyfit(np.log(x), np.log(k), 1)[0]),
+            "params_loglog_slope": float(np.polyfit(np.log(nlogn), np.log(params), 1)[0])}
+
+
+def plot_sweep(result: dict, output_dir: str) -> list[str]:
+    """sweep_width.png (k against n with c·log n/ρ²) and sweep_params.png (log-log)."""
+    rows = [r for r in result["rows"] if r["width"] is not None]
+    sphere = [r for r in rows if r["data"].startswith("sphere")]
+    other = [r for r in rows if not r["data"].startswith("sphere")]
+    n = np.array([r["n"] for r in sphere])
+    fig, (ax,) = plotting.figure(width=6.5)
+    ax.semilogx(n, [r["width"] for r in sphere], "o-", label=sphere[0]["data"])
+    ax.semilogx(n, [result["c_fit"] * r["log_n_over_rho2"] for r in sphere], "--",
+                label=f"{result['c_fit']:.1f} · log n / ρ²")
+    for r in other:
+        ax.semilogx([r["n"]], [r["width"]], "s", label=f"{r['data']} (ρ = {r['rho_data']:.3f})")
+    ax.set_xlabel("n")
+    ax.set_ylabel("smallest width k where Lemma B.1's hypotheses hold")
+    ax.set_title("Theorem 3.2: k = O(log n / ρ²)")
+    ax.legend(fontsize=8)
+    paths = [plotting.save(fig, os.path.join(output_dir, "sweep_width.png"))]
+    fig, (ax,) = plotting.figure(width=6.5)
+    x = np.array([r["n_log_n_plus_r2"] for r in sphere])
+    ax.loglog(x, [r["params"] for r in sphere], "o-",
+              label=f"{sphere[0]['data']}: slope {result['params_loglog_slope']:.3f}")
+    ax.loglog(x, x * sphere[-1]["params"] / x[-1], ":", label="slope 1 (∝ n log n + r²)")
+    for r in other:
+        ax.loglog([r["n_log_n_plus_r2"]], [r["params"]], "s", label=r["data"])
+    ax.set_xlabel("n log n + r²")
+    ax.set_ylabel("parameters kd + ℓ(2k² + k) + rk + r² + r")
+    ax.set_title("Theorem 3.2: O(n log n + r²) parameters (single-bias width)")
+    ax.legend(fontsize=8)
+    paths.append(plotting.save(fig, os.path.join(output_dir, "sweep_params.png")))
+    return paths
+
+
+def sweep_table(result: dict) -> str:
+    """The sweep as a markdown table."""
+    lines = ["| data | n | d | ρ (data) | smallest k | ρ after projection | log n/ρ² | "
+             "params | n log n + r² |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['data']} | {r['n']} | {r['d']} | {r['rho_data']:.3f} | "
+                     f"{r['width']} | {r['rho_projected']:.3f} | {r['log_n_over_rho2']:.2f} | "
+                     f"{r.get('params', '-')} | {r['n_log_n_plus_r2']:.0f} |")
+    lines.append(f"\nFit (sphere rows): k ≈ {result['c_fit']:.2f} · log n/ρ² (log-log slope of k "
+                 f"against log n/ρ²: {result['width_loglog_slope']:.3f}); parameters against "
+                 f"n log n + r²: log-log slope {result['params_loglog_slope']:.3f}.")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv):
     del argv
     try:
-        check_flags()
+        sizes = check_flags()
         rng = np.random.default_rng(FLAGS.seed)
         results = {}
+        sphere = None
         if FLAGS.num_points:
-            results["sphere"] = fit("sphere", ex.sphere_points(FLAGS.num_points, FLAGS.dim, rng),
-                                    "sphere_width", rng)
+            sphere = ex.sphere_points(FLAGS.num_points, FLAGS.dim, rng)
+            results["sphere"] = fit("sphere", sphere, "sphere_width", rng)
         source = None
         if FLAGS.num_images:
             X, source = images(rng)
@@ -160,6 +307,8 @@ def main(argv):
     except ExpressivityError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    lemma = None if sphere is None else lemma_b1("sphere", sphere, FLAGS.sphere_width,
+                                                 FLAGS.seed)
     errors = precondition_errors(rng)
     for case, message in errors.items():
         print(f"{case}: {message}")
@@ -167,14 +316,27 @@ def main(argv):
     files = []
     if results:
         files.append(plot_margins(results, os.path.join(FLAGS.output_dir, "margins.png")))
+    sweep_result = None
+    if FLAGS.sweep:
+        print(f"Sweep of n = {sizes} ...", flush=True)
+        sweep_result = sweep(sizes, rng)
+        files += plot_sweep(sweep_result, FLAGS.output_dir)
+        for name, text in (("sweep.json", json.dumps(sweep_result, indent=1)),
+                           ("sweep.md", sweep_table(sweep_result))):
+            with open(os.path.join(FLAGS.output_dir, name), "w", encoding="utf-8") as f:
+                f.write(text)
+            files.append(os.path.join(FLAGS.output_dir, name))
     json_path = os.path.join(FLAGS.output_dir, "expressivity.json")
     with open(json_path, "w", encoding="utf-8") as f:
-        json.dump({"image_source": source, "results": results, "precondition_errors": errors},
-                  f, indent=1)
+        json.dump({"image_source": source, "results": results, "precondition_errors": errors,
+                   "lemma_b1": lemma, "sweep": sweep_result}, f, indent=1)
     files.insert(0, json_path)
     keys = ("n", "width", "keras_accuracy", "keras_max_deviation", "keras_count_params",
             "formula_params", "params_over_n_log_n", "smallest_relative_margin")
     summary = {name: {k: result[k] for k in keys} for name, result in results.items()}
+    summary["lemma_b1"] = lemma and {k: v for k, v in lemma.items() if k != "d"}
+    if sweep_result:
+        summary["sweep"] = {k: v for k, v in sweep_result.items() if k != "rows"}
     summary["image_source"] = source
     summary["precondition_errors_raised"] = all(m is not None for m in errors.values())
     summary["files"] = files

@@ -128,6 +128,79 @@ def test_coinciding_surrogate_labels_are_reported():
         ex._output_block(Q)
 
 
+# --- Lemma B.1 as stated: single bias -(1 - 2ρ), hypotheses measured after the projection ---
+
+
+def test_lemma_conditions_measure_rho_and_the_inner_products():
+    H = np.array([[1.1, 0.0], [0.0, 0.9], [0.5, 0.5]])
+    Q = np.array([[0.6, -0.8]])
+    c = ex.lemma_b1_conditions(H, Q)
+    assert c.rho == pytest.approx(max(0.1, 1 - math.sqrt(0.5)))
+    assert c.threshold == pytest.approx(1 - 2 * c.rho)
+    assert c.max_inner_points == pytest.approx(0.55)  # <h_0, h_2>
+    assert c.max_inner_surrogates == pytest.approx(0.66)  # <h_0, q_0>
+    assert c.min_norm2 == pytest.approx(0.5)
+    assert not c.holds and c.failure().startswith("max <alpha_i, alpha_j> = 0.55 >= t")
+
+
+def test_lemma_conditions_hold_for_orthonormal_points_and_fail_on_each_inequality():
+    Q = np.array([[-1.0, 0.0, 0.0]])
+    H = 0.95 * np.eye(3)  # ρ = 0.05, t = 0.9 < ‖α‖² = 0.9025, inner products 0
+    assert ex.lemma_b1_conditions(H, Q).holds and ex.lemma_b1_conditions(H, Q).failure() is None
+    assert "<alpha_i, q_c>" in ex.lemma_b1_conditions(H, -Q).failure()  # 0.95 >= 0.9
+    assert "<= 0" in ex.lemma_b1_conditions(np.diag([1.6, 1.0, 1.0]), Q).failure()
+    assert "max <alpha_i, alpha_j>" in ex.lemma_b1_conditions(
+        np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), Q).failure()
+    assert "min ||alpha_i||^2" in ex.lemma_b1_conditions(np.eye(3), Q).failure()  # t = 1
+
+
+def test_single_bias_network_fits_where_the_hypotheses_hold():
+    X, labels, _ = _sphere_problem(n=400, d=64, r=5, seed=9)
+    widths = [16, 32, 64, 128, 256, 512]
+    k, conditions = ex.smallest_lemma_width(X, 5, widths, seed=1)
+    assert k is not None and conditions.holds
+    smaller = widths[widths.index(k) - 1]
+    A0, Q = ex.projection(64, smaller, 5, np.random.default_rng([1, smaller]))
+    assert not ex.lemma_b1_conditions(X @ A0.T, Q).holds  # k is the smallest on the grid
+    net = ex.build_network(X, labels, 5, k, np.random.default_rng([1, k]), single_bias=True)
+    assert net.threshold == pytest.approx(conditions.threshold)
+    assert all(np.all(block.b[block.U.any(axis=1)] == -net.threshold) for block in net.blocks)
+    report = ex.fit_report(net.forward(X), labels)
+    assert report["accuracy"] == 1.0 and report["max_deviation"] < 1e-10
+
+
+def test_single_bias_network_reports_a_width_below_the_lemma():
+    X, labels, rng = _sphere_problem(n=400, d=64, r=5, seed=10)
+    with pytest.raises(ExpressivityError, match=r"single threshold t = .* of Lemma B.1 does not "
+                                                r"separate point \d+.*increase the width k"):
+        ex.build_network(X, labels, 5, 48, np.random.default_rng(48), single_bias=True)
+    net = ex.build_network(X, labels, 5, 48, rng)  # the per-row thresholds still fit at k = 48
+    assert ex.fit_report(net.forward(X), labels)["accuracy"] == 1.0
+
+
+def test_wrong_threshold_constant_breaks_the_single_bias_network():
+    # With t = 1 − ρ instead of 1 − 2ρ (a wrong constant), t can exceed the smallest ‖α(i)‖².
+    X, labels, _ = _sphere_problem(n=400, d=64, r=5, seed=9)
+    k, _ = ex.smallest_lemma_width(X, 5, [16, 32, 64, 128, 256, 512], seed=1)
+    A0, Q = ex.projection(64, k, 5, np.random.default_rng([1, k]))
+    H = X @ A0.T
+    rho = ex.norm_distortion(H)
+    assert np.min(np.sum(H ** 2, axis=1)) < 1 - rho  # the wrong t is above some ‖α(i)‖²
+    with pytest.raises(ExpressivityError, match="does not separate point"):
+        batch = np.arange(len(X))[np.argsort(np.sum(H ** 2, axis=1))[:k]]
+        ex._block_for(batch, H, Q[labels], np.zeros(len(X), bool), X, labels, 1, 1 - rho)
+
+
+def test_min_pairwise_distance_and_chunked_inner_products():
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    assert ex.min_pairwise_distance(X) == pytest.approx(math.sqrt(2 - 2 * 0.8))
+    H = np.random.default_rng(0).standard_normal((50, 4))
+    inner = H @ H.T
+    np.fill_diagonal(inner, -np.inf)
+    assert ex.max_off_diagonal_inner(H, chunk=7) == pytest.approx(inner.max())
+    assert ex.max_off_diagonal_inner(H, stop_at=-1e9, chunk=7) <= inner.max()
+
+
 # --- Images with random labels -------------------------------------------------------------
 
 
@@ -182,10 +255,16 @@ def _run(*args):
 def test_launcher_writes_plot_json_and_a_json_line(tmp_path):
     out = tmp_path / "expressivity"
     proc = _run(f"--output_dir={out}", "--num_points=300", "--dim=16", "--sphere_width=64",
-                "--num_images=200", "--image_width=128", f"--cifar_dir={tmp_path / 'absent'}")
+                "--num_images=200", "--image_width=128")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["image_source"].startswith("generated images")
+    assert "note: no --cifar_dir" in proc.stdout
+    lemma = summary["lemma_b1"]
+    assert lemma["n"] == 300 and lemma["width"] == 64 and 0 < lemma["rho"] < 0.5
+    assert lemma["threshold"] == pytest.approx(1 - 2 * lemma["rho"])
+    assert lemma["hypotheses_hold"] == (lemma["failure"] is None)
+    assert lemma["smallest_width"] is not None and lemma["single_bias_accuracy"] == 1.0
     assert summary["precondition_errors_raised"]
     for name in ("sphere", "images"):
         assert summary[name]["keras_accuracy"] == 1.0
@@ -193,6 +272,39 @@ def test_launcher_writes_plot_json_and_a_json_line(tmp_path):
         assert summary[name]["keras_count_params"] == summary[name]["formula_params"]
     for name in ("expressivity.json", "margins.png"):
         assert (out / name).stat().st_size > 0
+
+
+def test_launcher_sweep_fits_width_and_parameters(tmp_path):
+    out = tmp_path / "sweep"
+    proc = _run(f"--output_dir={out}", "--num_points=0", "--num_images=0", "--dim=32",
+                "--sweep", "--sweep_sizes=100,400,1600")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    fits = summary["sweep"]
+    assert fits["c_fit"] > 0 and 0.8 < fits["params_loglog_slope"] < 1.6
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["n"] for r in rows] == [100, 400, 1600]
+    assert all(r["width"] is not None and r["params"] > r["n"] for r in rows)
+    for name in ("sweep_width.png", "sweep_params.png", "sweep.md"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_launcher_sweep_includes_the_cifar_slice(tmp_path):
+    cifar = _cifar_dir()
+    proc = _run(f"--output_dir={tmp_path}", "--num_points=0", "--num_images=0", "--sweep",
+                "--sweep_sizes=100,200", "--sweep_images=300", f"--cifar_dir={cifar}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    assert rows[-1]["data"] == "CIFAR-10 slice" and rows[-1]["d"] == 3072
+    assert 0 < rows[-1]["rho_data"] < math.sqrt(2)
+
+
+def test_launcher_bad_cifar_dir_and_sizes_are_one_error_line(tmp_path):
+    for flag, message in ((f"--cifar_dir={tmp_path / 'absent'}", "error: --cifar_dir"),
+                          ("--sweep_sizes=100,x", "error: --sweep_sizes")):
+        proc = _run(f"--output_dir={tmp_path / 'x'}", "--num_points=0", "--num_images=0", flag)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1].startswith(message)
 
 
 def test_launcher_broken_precondition_is_one_error_line_and_status_2(tmp_path):

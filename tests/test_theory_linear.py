@@ -178,6 +178,53 @@ def test_bad_inputs_raise_one_line_errors():
         linear.rotation_form(np.diag([1.0, -1.0]))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("condition", [1.0, 10.0, 1e3])
+def test_paper_construction_of_random_matrices(d, condition):
+    rng = np.random.default_rng(int(d * condition) + 1)
+    for _ in range(3):  # a mix of det R > 0 and det R < 0
+        R = _random_matrix(d, condition, rng)
+        least = max(3, math.ceil(3 * linear.gamma(R)))
+        for depth in sorted({least, least + 1, least + 2, 2 * least, 40} - {5}):
+            check = linear.check_factorization(R, depth, linear.paper_factorization)
+            assert check["relative_error"] < 1e-12, check
+            assert check["max_norm"] <= check["bound"], check
+            q, p, _ = linear.paper_split(depth)
+            assert (check["rotation_layers"], check["scaling_layers"]) == (2 * q, p)
+
+
+def test_paper_split_is_a_quarter_for_each_rotation_and_the_rest_for_K():
+    assert [linear.paper_split(depth) for depth in (3, 4, 5, 8, 9, 100)] == [
+        (1, 1, 1), (1, 2, 1), (2, 1, 2), (2, 4, 2), (3, 3, 3), (25, 50, 25)]
+    with pytest.raises(LinearTheoryError, match="depth >= 3"):
+        linear.paper_factorization(np.eye(2), 2)
+
+
+def test_paper_construction_layers_are_roots_of_V_K_U():
+    rng = np.random.default_rng(11)
+    R = linear.random_rotation(4, [math.pi, 1.0], rng) @ np.diag([3.0, 0.5, 1.0, 2.0])
+    f = linear.paper_factorization(R, 12)  # q = 3, p = 6
+    layers = linear.residual_layers(f.A)
+    V_t, K, U = (linear.chain_product(layers[:3]), linear.chain_product(layers[3:9]),
+                 linear.chain_product(layers[9:]))
+    for W in (V_t, U):
+        assert np.allclose(W.T @ W, np.eye(4), atol=1e-12) and np.linalg.det(W) > 0
+    assert np.allclose(K, np.diag(np.diag(K)), atol=1e-12) and np.all(np.diag(K) > 0)
+    assert np.allclose(U @ K @ V_t, R, atol=1e-12)
+
+
+def test_paper_split_exceeds_the_bound_only_in_the_depth_5_corner():
+    # ℓ = 5 gives K a single layer (p = 1): ‖K − I‖ = e^γ − 1 > (4π + 3γ)/5 once γ > 1.482.
+    R = np.diag(np.exp([1.6, -1.6, 0.0]))
+    paper = linear.check_factorization(R, 5, linear.paper_factorization)
+    assert paper["max_norm"] == pytest.approx(math.exp(1.6) - 1)
+    assert paper["max_norm"] > paper["bound"]
+    assert linear.check_factorization(R, 5)["max_norm"] <= paper["bound"]  # polar form holds
+    R = np.diag(np.exp([1.45, -1.45, 0.0]))
+    paper = linear.check_factorization(R, 5, linear.paper_factorization)
+    assert paper["max_norm"] <= paper["bound"]
+
+
 # --- Theorem 2.2 ---------------------------------------------------------------------------
 
 
@@ -195,6 +242,61 @@ def test_gradient_lower_bound_is_tight_at_minus_tau_identity():
     bound = linear.gradient_norm_lower_bound(A, R, np.eye(d), tau)
     grad_sq = np.sum(linear.risk_gradient(A, R, np.eye(d)) ** 2)
     assert grad_sq == pytest.approx(bound, rel=1e-12)
+
+
+def test_worst_target_minimises_the_ratio_over_R():
+    rng = np.random.default_rng(12)
+    tau, Sigma = 0.5, linear.random_covariance(3, 10.0, rng)
+    A = linear.random_tau_ball_point(4, 3, tau, rng)
+    R = linear.worst_target(A, Sigma)
+    assert np.linalg.norm(linear.residual_product(A) - R) == pytest.approx(1.0)
+    worst = linear.eq23_ratio(A, R, Sigma, tau)
+    assert worst >= 1.0
+    for _ in range(50):
+        other = R + 0.3 * rng.standard_normal((3, 3))
+        assert linear.eq23_ratio(A, other, Sigma, tau) >= worst * (1 - 1e-12)
+
+
+def test_projection_to_the_tau_ball():
+    A = np.random.default_rng(13).standard_normal((3, 4, 4))
+    P = linear.project_to_tau_ball(A, 0.5)
+    assert linear.spectral_norms(P).max() == pytest.approx(0.5)
+    small = 0.1 * A / linear.spectral_norms(A).max()
+    assert np.allclose(linear.project_to_tau_ball(small, 0.5), small, atol=1e-15)
+
+
+@pytest.mark.parametrize("d,depth,tau", [(2, 3, 0.5), (3, 5, 0.1), (4, 2, 0.9)])
+def test_adversarial_search_reaches_the_bound_and_never_crosses_it(d, depth, tau):
+    rng = np.random.default_rng(d * depth)
+    Sigma = linear.random_covariance(d, 10.0, rng)
+    found = linear.adversarial_eq23_search(depth, d, tau, Sigma, rng, starts=2, steps=150)
+    assert 1 - 1e-9 <= found["min_ratio"] <= 1.001  # tight, and Theorem 2.2 holds
+    assert linear.spectral_norms(found["A"]).max() <= tau * (1 + 1e-12)
+    assert found["min_ratio"] == pytest.approx(
+        linear.eq23_ratio(found["A"], found["R"], Sigma, tau), rel=1e-12)
+    random_points = linear.tau_ball_ratios(tau, depth, d, 20, rng)
+    assert random_points.min() > 1.2  # sampling alone stays far from the bound
+
+
+def test_adversarial_search_violates_the_bound_with_8l_instead_of_4l():
+    rng = np.random.default_rng(14)
+    Sigma = linear.random_covariance(3, 10.0, rng)
+    found = linear.adversarial_eq23_search(3, 3, 0.5, Sigma, rng, starts=2, steps=150,
+                                           constant=8.0)
+    assert found["min_ratio"] < 0.51  # the wrong bound fails (its infimum is 1/2)
+
+
+def test_tau_one_admits_a_spurious_critical_point():
+    rng = np.random.default_rng(15)
+    R, Sigma = rng.standard_normal((3, 3)), linear.random_covariance(3, 10.0, rng)
+    for depth in (2, 5):
+        point = linear.tau_one_critical_point(R, Sigma, depth)
+        assert point["max_layer_norm"] == 1.0
+        assert point["gradient_norm"] == 0.0
+        assert point["excess_risk"] == pytest.approx(np.trace(R @ Sigma @ R.T))
+        assert point["excess_risk"] > 0.1
+    with pytest.raises(LinearTheoryError, match="depth >= 2"):
+        linear.tau_one_critical_point(R, Sigma, 1)
 
 
 def test_lower_bound_rejects_points_outside_the_ball():
@@ -234,17 +336,26 @@ def _run(script, *args):
 def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
     out = tmp_path / "linear"
     proc = _run("linear.py", f"--output_dir={out}", "--mc_samples=20000", "--tau_samples=2",
-                "--dim=3", "--depths=2,5", "--steps=200")
+                "--dim=3", "--depths=2,5", "--steps=200", "--adversarial_starts=2",
+                "--adversarial_steps=100")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["lemma_2_4_max_rel_err"] <= 1e-5
     assert summary["thm_2_1_max_rel_err"] < 1e-12
     assert summary["thm_2_1_max_norm_over_bound"] <= 1
     assert summary["thm_2_1_spd_max_norm_over_bound"] <= 1
+    assert summary["thm_2_1_paper_over_bound"] == [["pi rotations x scales e^(+-1.6)", 5]]
     assert summary["thm_2_2_min_ratio"] >= 1
     assert summary["thm_2_2_tight_ratio"] == pytest.approx(1.0, abs=1e-9)
-    assert max(summary["gd_final_excess"]["residual"].values()) < 1e-10
-    for name in ("linear.json", "factorization.png", "gradient_descent.png"):
+    assert 1 - 1e-9 <= summary["eq23_adversarial_min_ratio"] < 1.001
+    assert summary["eq23_adversarial_min_ratio_wrong_constant"] < 0.51
+    assert summary["eq23_random_min_ratio_wrong_constant"] > 1  # sampling misses the error
+    assert summary["tau1_counterexample"]["gradient_norm"] == 0
+    assert summary["tau1_counterexample"]["excess_risk"] > 0
+    assert set(summary["gd_final_excess"]) == {"benign", "near_pi", "large_scale"}
+    assert max(summary["gd_final_excess"]["benign"]["residual"].values()) < 1e-10
+    for name in ("linear.json", "factorization.png", "gradient_descent.png",
+                 "gradient_descent_near_pi.png", "gradient_descent_large_scale.png"):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "linear.json").read_text())["theorem_2_1"]["error_when_too_shallow"]
 

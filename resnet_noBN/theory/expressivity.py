@@ -1,4 +1,5 @@
-"""Section 3 / Appendix B of Hardt & Ma (2016): finite-sample expressivity (PAPER.md section 3).
+"""Section 3 / Appendix B of Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231):
+finite-sample expressivity.
 
 Theorem 3.2, constructively: n unit vectors x_i ∈ ℝ^d with labels in r classes are mapped
 exactly to their one-hot labels e_{label(i)} by the residual ReLU network
@@ -15,6 +16,12 @@ moved or not, in their current place h(m)) and ‖α(i)‖², and the column of 
 (q_{label(i)} − α(i)) / (‖α(i)‖² − t_i). Such a t_i exists exactly when the margin
 ‖α(i)‖² − max_{m≠i} ⟨α(i), h(m)⟩ is positive: :func:`build_network` checks it for every point
 and says which pair or block breaks it (duplicate or too-close points, k too small).
+
+Two variants. The *practical* one (default) chooses each row's threshold t_i from the data as
+above. The *lemma's own* one (``single_bias=True``) uses Lemma B.1's single bias
+s = −(1 − 2ρ)·1 for every row, ρ measured after the projection (:func:`lemma_b1_conditions`
+states and checks the hypotheses it needs); :func:`smallest_lemma_width` finds the width k at
+which those hypotheses start to hold, the k = O(log n / ρ²) of Theorem 3.2.
 
 numpy float64 throughout; :func:`keras_model` loads the weights into a float64 Keras model.
 """
@@ -63,13 +70,14 @@ class ExpressivityNetwork:
     output: ResidualBlock  # q_c ↦ e_c, no residual
     surrogates: np.ndarray  # (r, k): q_1..q_r
     margins: list[float] = field(default_factory=list)  # smallest relative margin per block
+    threshold: float | None = None  # Lemma B.1's single t = 1 − 2ρ, or None (per-row t_i)
 
     @property
     def num_classes(self) -> int:
         return self.surrogates.shape[0]
 
     def parameter_formula(self) -> int:
-        """kd + ℓ(2k² + k) + (rk + r² + r), the count of PAPER.md section 3."""
+        """kd + ℓ(2k² + k) + (rk + r² + r), the count of Theorem 3.2's network."""
         (k, d), r, ell = self.A0.shape, self.num_classes, len(self.blocks)
         return k * d + ell * (2 * k * k + k) + r * k + r * r + r
 
@@ -123,11 +131,14 @@ def _no_threshold_error(block: int, i: int, m: int, moved: np.ndarray, X: np.nda
 
 
 def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.ndarray,
-               X: np.ndarray, labels: np.ndarray, block: int) -> tuple[ResidualBlock, float]:
+               X: np.ndarray, labels: np.ndarray, block: int,
+               threshold: float | None = None) -> tuple[ResidualBlock, float]:
     """Lemma B.1: the block moving the points ``batch`` from H[batch] to targets[batch].
 
-    Returns the block and its smallest relative margin; ExpressivityError if some point of
-    the batch has no threshold.
+    ``threshold``: None gives each row its own t_i midway between max_{m≠i} ⟨α(i), h(m)⟩ and
+    ‖α(i)‖²; a number t is the lemma's single bias −t·1. Returns the block and its smallest
+    relative margin 2·min(‖α(i)‖² − t_i, t_i − max_{m≠i} ⟨α(i), h(m)⟩)/‖α(i)‖² (the gap
+    itself for the midway t_i); ExpressivityError if some point of the batch has none.
     """
     k = H.shape[1]
     alpha = H[batch]  # (s, k), s ≤ k: these points have not moved yet, so h = α
@@ -137,45 +148,61 @@ def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.
     norm2 = np.sum(alpha ** 2, axis=1)
     # A point alone (n = 1) has no m: the floor −‖α(i)‖² keeps its threshold finite.
     largest = np.maximum(inner[np.arange(len(batch)), partner], -norm2)
-    relative = (norm2 - largest) / norm2
+    t = (norm2 + largest) / 2 if threshold is None else np.full(len(batch), threshold)
+    relative = 2 * np.minimum(norm2 - t, t - largest) / norm2
     worst = int(np.argmin(relative))
     if relative[worst] <= MIN_RELATIVE_MARGIN:
+        if threshold is not None:
+            raise ExpressivityError(
+                f"block {block}: the single threshold t = {threshold:.6g} of Lemma B.1 does not "
+                f"separate point {int(batch[worst])} (||alpha_i||^2 = {norm2[worst]:.6g}, "
+                f"max_m <alpha_i, h_m> = {largest[worst]:.6g}, m = {int(partner[worst])}); "
+                "increase the width k or use the per-row thresholds")
         raise _no_threshold_error(block, int(batch[worst]), int(partner[worst]), moved, X,
                                   labels, float(largest[worst]), float(norm2[worst]), k)
-    threshold = (norm2 + largest) / 2  # midway: the widest margin on both sides
     U = np.zeros((k, k))
     b = -np.ones(k)  # rows of an incomplete last batch stay at ReLU(−1) = 0
     V = np.zeros((k, k))
     s = len(batch)
     U[:s] = alpha
-    b[:s] = -threshold
-    V[:, :s] = ((targets[batch] - alpha) / (norm2 - threshold)[:, None]).T
+    b[:s] = -t
+    V[:, :s] = ((targets[batch] - alpha) / (norm2 - t)[:, None]).T
     return ResidualBlock(U=U, b=b, V=V), float(relative[worst])
 
 
+def projection(d: int, width: int, num_classes: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(A_0, Q): the Gaussian projection A_0 ∈ ℝ^{k×d} with N(0, 1/k) entries (so E‖A_0 x‖² =
+    ‖x‖²) and r random unit surrogate labels q_c ∈ ℝ^k as rows of Q."""
+    A0 = rng.standard_normal((width, d)) / math.sqrt(width)
+    Q = rng.standard_normal((num_classes, width))
+    return A0, Q / np.linalg.norm(Q, axis=1, keepdims=True)
+
+
 def build_network(X, labels, num_classes: int, width: int, rng: np.random.Generator,
-                  progress: Callable[[str], None] | None = None) -> ExpressivityNetwork:
+                  progress: Callable[[str], None] | None = None,
+                  single_bias: bool = False) -> ExpressivityNetwork:
     """Theorem 3.2 via Lemmas B.1 and B.2: the network mapping every X[i] to e_{labels[i]}.
 
     X: (n, d) unit rows; labels: n integers in [0, num_classes); width: k. Blocks take the
     points in index order, k at a time. Every block is applied to all n points as it is built,
-    so the margins checked are those of the points' actual positions. ``progress`` receives a
-    line about every tenth of the blocks.
+    so the margins checked are those of the points' actual positions. ``single_bias``: every
+    row gets Lemma B.1's bias −(1 − 2ρ), ρ = max_i |‖A_0 x_i‖ − 1| (else per-row thresholds).
+    ``progress`` receives a line about every tenth of the blocks.
     """
     X, labels = _check_inputs(X, labels, num_classes, width)
     n, d = X.shape
     k, r = width, num_classes
-    A0 = rng.standard_normal((k, d)) / math.sqrt(k)
-    Q = rng.standard_normal((r, k))
-    Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+    A0, Q = projection(d, k, r, rng)
     H = X @ A0.T
+    threshold = 1 - 2 * norm_distortion(H) if single_bias else None
     targets = Q[labels]
     moved = np.zeros(n, dtype=bool)
     num_blocks = math.ceil(n / k)
     blocks, margins = [], []
     for j in range(num_blocks):
         batch = np.arange(j * k, min((j + 1) * k, n))
-        block, margin = _block_for(batch, H, targets, moved, X, labels, j + 1)
+        block, margin = _block_for(batch, H, targets, moved, X, labels, j + 1, threshold)
         H = H + block.transform(H)
         moved[batch] = True
         blocks.append(block)
@@ -183,7 +210,99 @@ def build_network(X, labels, num_classes: int, width: int, rng: np.random.Genera
         if progress and (j + 1) % max(1, num_blocks // 10) == 0:
             progress(f"  block {j + 1}/{num_blocks}: smallest relative margin {margin:.3g}")
     return ExpressivityNetwork(A0=A0, blocks=blocks, output=_output_block(Q), surrogates=Q,
-                               margins=margins)
+                               margins=margins, threshold=threshold)
+
+
+# --- Lemma B.1's hypotheses, literally -------------------------------------------------------
+
+
+def norm_distortion(H: np.ndarray) -> float:
+    """ρ = max_i |‖α(i)‖ − 1|: every projected point's norm lies in [1 − ρ, 1 + ρ]."""
+    return float(np.max(np.abs(np.linalg.norm(H, axis=1) - 1)))
+
+
+@dataclass(frozen=True)
+class LemmaB1Conditions:
+    """Lemma B.1's hypotheses measured on the projected points α(i) = A_0 x_i.
+
+    With ρ = max_i |‖α(i)‖ − 1| and t = 1 − 2ρ (the single bias s = −t·1), the lemma needs,
+    for all i ≠ j and every surrogate label q_c (where moved points sit, Lemma B.2):
+        ⟨α(i), α(j)⟩ < t,   ⟨α(i), q_c⟩ < t,   t < ‖α(i)‖²  (and t > 0).
+    The last follows from the norms when ρ < 1 ((1 − ρ)² > 1 − 2ρ) and is checked anyway.
+    ``max_inner_points`` is a lower bound when ``early_exit`` stopped at a violation.
+    """
+
+    rho: float
+    threshold: float
+    min_norm2: float
+    max_inner_points: float
+    max_inner_surrogates: float
+
+    @property
+    def holds(self) -> bool:
+        t = self.threshold
+        return (t > 0 and self.max_inner_points < t and self.max_inner_surrogates < t
+                and t < self.min_norm2)
+
+    def failure(self) -> str | None:
+        """Which inequality fails, or None."""
+        t = self.threshold
+        if t <= 0:
+            return f"t = 1 - 2 rho = {t:.4g} <= 0 (rho = {self.rho:.4g})"
+        if self.max_inner_points >= t:
+            return f"max <alpha_i, alpha_j> = {self.max_inner_points:.4g} >= t = {t:.4g}"
+        if self.max_inner_surrogates >= t:
+            return f"max <alpha_i, q_c> = {self.max_inner_surrogates:.4g} >= t = {t:.4g}"
+        if self.min_norm2 <= t:
+            return f"min ||alpha_i||^2 = {self.min_norm2:.4g} <= t = {t:.4g}"
+        return None
+
+
+def max_off_diagonal_inner(H: np.ndarray, stop_at: float = math.inf,
+                           chunk: int = 1024) -> float:
+    """max_{i≠j} ⟨h_i, h_j⟩ over the rows of H, in blocks of ``chunk`` rows (memory n·chunk);
+    returns early, with a value ≥ ``stop_at``, once one is found."""
+    best = -math.inf
+    for start in range(0, len(H), chunk):
+        inner = H[start:start + chunk] @ H.T
+        rows = np.arange(inner.shape[0])
+        inner[rows, start + rows] = -np.inf
+        best = max(best, float(inner.max(initial=-np.inf)))
+        if best >= stop_at:
+            break
+    return best
+
+
+def lemma_b1_conditions(H: np.ndarray, Q: np.ndarray,
+                        early_exit: bool = False) -> LemmaB1Conditions:
+    """Measure :class:`LemmaB1Conditions` for the projected points H (n, k) and surrogates Q."""
+    rho = norm_distortion(H)
+    t = 1 - 2 * rho
+    return LemmaB1Conditions(
+        rho=rho, threshold=t, min_norm2=float(np.min(np.sum(H ** 2, axis=1))),
+        max_inner_surrogates=float(np.max(H @ Q.T)),
+        max_inner_points=max_off_diagonal_inner(H, t if early_exit else math.inf))
+
+
+def smallest_lemma_width(X: np.ndarray, num_classes: int, widths,
+                         seed: int) -> tuple[int | None, LemmaB1Conditions]:
+    """The first k in ``widths`` (increasing) whose random projection satisfies
+    :class:`LemmaB1Conditions`; (None, the last conditions) if none does.
+
+    Width k draws its projection from ``numpy.random.default_rng([seed, k])``, so
+    ``build_network(..., k, default_rng([seed, k]), single_bias=True)`` uses the same A_0, Q.
+    """
+    for k in widths:
+        A0, Q = projection(X.shape[1], int(k), num_classes, np.random.default_rng([seed, k]))
+        conditions = lemma_b1_conditions(X @ A0.T, Q, early_exit=True)
+        if conditions.holds:
+            return int(k), conditions
+    return None, conditions
+
+
+def min_pairwise_distance(X: np.ndarray) -> float:
+    """ρ of Theorem 3.2's data: min_{i≠j} ‖x_i − x_j‖ for unit rows (= √(2 − 2 max ⟨x_i, x_j⟩))."""
+    return math.sqrt(max(0.0, 2 - 2 * max_off_diagonal_inner(X)))
 
 
 def _output_block(Q: np.ndarray) -> ResidualBlock:

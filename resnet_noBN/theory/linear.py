@@ -1,4 +1,5 @@
-"""Section 2 of Hardt & Ma (2016): linear residual networks, executable (PAPER.md section 2).
+"""Section 2 of Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231): linear
+residual networks, executable.
 
 Data: y = R x + ξ with Σ = E[x xᵀ] and ξ ~ N(0, I_d). Model: ŷ = (I + A_ℓ)⋯(I + A_1) x.
 
@@ -94,20 +95,27 @@ def monte_carlo_risk(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, num_sample
     return mean, math.sqrt(variance / num_samples)
 
 
+def partial_products(layers: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(below, above) with below[i] = M_{i−1}⋯M_1 and above[i] = M_ℓ⋯M_{i+1} (1-based i; the
+    lists are 0-based), the two factors around layer i in Lemma 2.4."""
+    ell, d, _ = layers.shape
+    below = [np.eye(d)]
+    for layer in layers[:-1]:
+        below.append(layer @ below[-1])
+    above = [np.eye(d)] * ell
+    for i in range(ell - 2, -1, -1):
+        above[i] = above[i + 1] @ layers[i + 1]
+    return below, above
+
+
 def chain_gradient(layers: np.ndarray, R: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
     """∂f/∂M_i = 2 (M_ℓ⋯M_{i+1})ᵀ E Σ (M_{i−1}⋯M_1)ᵀ for every i, shape (ℓ, d, d).
 
     With M_i = I + A_i this is Lemma 2.4, since ∂f/∂A_i = ∂f/∂M_i.
     """
-    ell, d, _ = layers.shape
-    below = [np.eye(d)]  # below[i] = M_i ⋯ M_1 (0-based: the product of layers[:i])
-    for layer in layers[:-1]:
-        below.append(layer @ below[-1])
-    above = [np.eye(d)] * ell  # above[i] = M_ℓ ⋯ M_{i+2} (the product of layers[i + 1:])
-    for i in range(ell - 2, -1, -1):
-        above[i] = above[i + 1] @ layers[i + 1]
+    below, above = partial_products(layers)
     E_Sigma = (above[0] @ layers[0] - R) @ Sigma
-    return np.stack([2.0 * above[i].T @ E_Sigma @ below[i].T for i in range(ell)])
+    return np.stack([2.0 * a.T @ E_Sigma @ b.T for a, b in zip(above, below)])
 
 
 def risk_gradient(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
@@ -320,10 +328,7 @@ def residual_factorization(R, depth: int) -> Factorization:
     """
     R = _as_square(R)
     _check_depth(R, depth)
-    extra_dimension = bool(np.linalg.det(R) < 0)
-    if extra_dimension:
-        d = len(R)
-        R = np.block([[R, np.zeros((d, 1))], [np.zeros((1, d)), -np.ones((1, 1))]])
+    R, extra_dimension = _with_positive_determinant(R)
     eye = np.eye(len(R))
     U, s, Vt = np.linalg.svd(R)
     form = rotation_form(U @ Vt)
@@ -342,14 +347,63 @@ def residual_factorization(R, depth: int) -> Factorization:
                          rotation_layers=q, scaling_layers=p)
 
 
-def check_factorization(R, depth: int) -> dict:
-    """Build :func:`residual_factorization` and measure it against Theorem 2.1.
+def paper_split(depth: int) -> tuple[int, int, int]:
+    """(q, p, q): layers for Vᵀ, K and U in :func:`paper_factorization` at depth ℓ ≥ 3.
 
-    Returns the relative error ‖(I + A_ℓ)⋯(I + A_1) − R‖/‖R‖ (top-left block when a dimension
-    was appended), |||A|||, the bound (4π + 3γ)/ℓ, and how the layers were split.
+    The proportions of Theorem 2.1's constants: a quarter of the layers for each rotation
+    (‖W − I‖ ≤ π/q ≈ 4π/ℓ) and the remaining half for K (‖K^{1/p} − I‖ ≤ e^{γ/p} − 1 ≈ 2γ/ℓ,
+    within 3γ/ℓ when ℓ ≥ 3γ): q = ⌈ℓ/4⌉, p = ℓ − 2q ≥ 1.
+    """
+    if not isinstance(depth, (int, np.integer)) or depth < 3:
+        raise LinearTheoryError(f"the paper's construction needs depth >= 3 (a layer for each "
+                                f"of U, K, V^T), got {depth!r}; use residual_factorization")
+    q = math.ceil(depth / 4)
+    return q, depth - 2 * q, q
+
+
+def _with_positive_determinant(R: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(R, False) when det R > 0; (diag(R, −1), True) otherwise: the extra dimension of
+    Theorem 2.1's remark on det R < 0, which keeps γ."""
+    if np.linalg.det(R) > 0:
+        return R, False
+    d = len(R)
+    return np.block([[R, np.zeros((d, 1))], [np.zeros((1, d)), -np.ones((1, 1))]]), True
+
+
+def paper_factorization(R, depth: int) -> Factorization:
+    """Theorem 2.1 by the proof's own construction (arXiv:1611.04231, proof of Theorem 2.1).
+
+    SVD R = U K Vᵀ with det U = det V = 1 (negate the last column of both when both are −1;
+    U K Vᵀ is unchanged). The first q layers are roots S W_q Sᵀ of Vᵀ, the next p are K^{1/p},
+    the last q roots of U (:func:`paper_split`), so (I + A_ℓ)⋯(I + A_1) = U K Vᵀ = R. Unlike
+    :func:`residual_factorization` (polar form, one rotation, split chosen per R) the split is
+    fixed by ℓ alone. Needs ℓ ≥ 3γ and ℓ ≥ 3; det R < 0 appends a dimension.
     """
     R = _as_square(R)
-    f = residual_factorization(R, depth)
+    _check_depth(R, depth)
+    q, p, _ = paper_split(depth)
+    R, extra_dimension = _with_positive_determinant(R)
+    U, s, Vt = np.linalg.svd(R)
+    if np.linalg.det(U) < 0:
+        U[:, -1] *= -1
+        Vt[-1] *= -1
+    eye = np.eye(len(R))
+    layers = ([rotation_form(Vt).root(q) - eye] * q + [np.diag(s ** (1.0 / p)) - eye] * p
+              + [rotation_form(U).root(q) - eye] * q)
+    return Factorization(A=np.stack(layers), extra_dimension=extra_dimension,
+                         rotation_layers=2 * q, scaling_layers=p)
+
+
+def check_factorization(R, depth: int, factorize=None) -> dict:
+    """Build a Theorem 2.1 factorization and measure it against the theorem.
+
+    ``factorize``: :func:`residual_factorization` (the default, polar form) or
+    :func:`paper_factorization`. Returns the relative error ‖(I + A_ℓ)⋯(I + A_1) − R‖/‖R‖
+    (top-left block when a dimension was appended), |||A|||, the bound (4π + 3γ)/ℓ, and how the
+    layers were split.
+    """
+    R = _as_square(R)
+    f = (factorize or residual_factorization)(R, depth)
     product = residual_product(f.A)[:len(R), :len(R)]
     return {"d": len(R), "depth": depth, "gamma": gamma(R),
             "relative_error": float(np.linalg.norm(product - R, 2) / np.linalg.norm(R, 2)),
@@ -367,20 +421,122 @@ def spectral_norms(A: np.ndarray) -> np.ndarray:
 
 
 def gradient_norm_lower_bound(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray,
-                              tau: float) -> float:
+                              tau: float, constant: float = 4.0) -> float:
     """Right side of eq. (2.3): 4ℓ(1 − τ)^{2(ℓ−1)} σ_min(Σ) (f(A) − C_opt), for |||A||| ≤ τ < 1.
 
     C_opt = C = d, the risk of the exact fit E = 0 (which Theorem 2.1 attains when
     det R > 0); the proof (‖∇_i f‖_F ≥ 2 σ_min(above)σ_min(below)‖EΣ‖_F, each product of
     ℓ − 1 factors with σ_min(I + A_j) ≥ 1 − τ) gives the bound with f(A) − d for any R.
+    ``constant`` replaces the 4 (a deliberately wrong 8 must be violated somewhere).
     """
     if not 0 <= tau < 1:
         raise LinearTheoryError(f"tau must be in [0, 1), got {tau}")
     if spectral_norms(A).max() > tau * (1 + 1e-12):
         raise LinearTheoryError(f"|||A||| = {spectral_norms(A).max():.6g} exceeds tau = {tau}")
+    return _bound_factor(A, Sigma, tau, constant) * excess_risk(residual_layers(A), R, Sigma)
+
+
+def _bound_factor(A: np.ndarray, Sigma: np.ndarray, tau: float, constant: float) -> float:
+    """constant · ℓ (1 − τ)^{2(ℓ−1)} σ_min(Σ): eq. (2.3)'s factor in front of f(A) − C_opt."""
     ell = A.shape[0]
-    excess = excess_risk(residual_layers(A), R, Sigma)
-    return 4 * ell * (1 - tau) ** (2 * (ell - 1)) * np.linalg.eigvalsh(Sigma)[0] * excess
+    return constant * ell * (1 - tau) ** (2 * (ell - 1)) * np.linalg.eigvalsh(Sigma)[0]
+
+
+def eq23_ratio(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, tau: float,
+               constant: float = 4.0) -> float:
+    """‖∇f(A)‖_F² over the right side of eq. (2.3); Theorem 2.2 says ≥ 1 in the τ-ball."""
+    return (float(np.sum(risk_gradient(A, R, Sigma) ** 2))
+            / gradient_norm_lower_bound(A, R, Sigma, tau, constant))
+
+
+def worst_target(A: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
+    """The R minimising :func:`eq23_ratio` at this A, exactly (scaled so ‖E‖_F = 1).
+
+    With P_i = M_ℓ⋯M_{i+1}, Q_i = M_{i−1}⋯M_1 and e = vec(E) (column-major), Lemma 2.4 gives
+    ‖∇f‖_F² = eᵀ N e, N = 4 Σ_i (Σ Q_iᵀ Q_i Σ) ⊗ (P_i P_iᵀ), and f − C = eᵀ (Σ ⊗ I) e; the
+    ratio is a generalised Rayleigh quotient, least at the bottom eigenvector of the pencil
+    (N, Σ ⊗ I). R = (I + A_ℓ)⋯(I + A_1) − E.
+    """
+    layers = residual_layers(A)
+    d = A.shape[-1]
+    below, above = partial_products(layers)
+    N = 4 * sum(np.kron(Sigma @ b.T @ b @ Sigma, a @ a.T) for a, b in zip(above, below))
+    L = np.linalg.cholesky(np.kron(Sigma, np.eye(d)))
+    whitened = np.linalg.solve(L, np.linalg.solve(L, N).T)  # L⁻¹ N L⁻ᵀ (symmetric)
+    y = np.linalg.eigh((whitened + whitened.T) / 2)[1][:, 0]
+    E = np.linalg.solve(L.T, y).reshape(d, d, order="F")
+    return chain_product(layers) - E / np.linalg.norm(E)
+
+
+def project_to_tau_ball(A: np.ndarray, tau: float) -> np.ndarray:
+    """The nearest point (Frobenius) with |||A||| ≤ τ: each A_i's singular values clipped at τ."""
+    U, s, Vt = np.linalg.svd(A)
+    return (U * np.minimum(s, tau)[:, None, :]) @ Vt
+
+
+def _log_ratio_gradient(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
+    """∇_A log(‖∇f‖² / (f − C)) at fixed R: (2 H∇f)/‖∇f‖² − ∇f/(f − C).
+
+    The Hessian-vector product H∇f by a complex step, Im ∇f(A + i h ∇f)/h with h = 1e-30:
+    Lemma 2.4's gradient is a polynomial in A (transposes, no conjugates), so this is exact
+    to round-off, with no cancellation.
+    """
+    grad = risk_gradient(A, R, Sigma)
+    h = 1e-30
+    hessian_grad = risk_gradient(A + 1j * h * grad, R, Sigma).imag / h
+    return (2 * hessian_grad / float(np.sum(grad ** 2))
+            - grad / excess_risk(residual_layers(A), R, Sigma))
+
+
+def adversarial_eq23_search(depth: int, d: int, tau: float, Sigma: np.ndarray,
+                            rng: np.random.Generator, starts: int = 4, steps: int = 60,
+                            constant: float = 4.0) -> dict:
+    """The smallest :func:`eq23_ratio` found over the τ-ball and over R, for this Σ.
+
+    From each start (:func:`random_tau_ball_point`), alternate (a) R ← :func:`worst_target`
+    (exact for the current A) and (b) a projected, normalised gradient step on log ratio in A
+    (:func:`project_to_tau_ball`), halving the step until the ratio decreases; stop after
+    ``steps`` steps or when the step falls below 1e-15. Theorem 2.2 says the minimum is ≥ 1
+    (it is 1 at A_i = −τI with E in Σ's bottom eigenspace). Returns the smallest ratio and
+    its A, R.
+    """
+    best = {"min_ratio": math.inf}
+    for _ in range(starts):
+        A = random_tau_ball_point(depth, d, tau, rng)
+        R = worst_target(A, Sigma)
+        ratio = eq23_ratio(A, R, Sigma, tau, constant)
+        step = 0.25 * tau
+        for _ in range(steps):
+            direction = _log_ratio_gradient(A, R, Sigma)
+            direction /= max(np.linalg.norm(direction), 1e-300)
+            while step > 1e-15:
+                trial = project_to_tau_ball(A - step * direction, tau)
+                trial_R = worst_target(trial, Sigma)
+                trial_ratio = eq23_ratio(trial, trial_R, Sigma, tau, constant)
+                if trial_ratio < ratio:
+                    A, R, ratio, step = trial, trial_R, trial_ratio, 2 * step
+                    break
+                step /= 2
+            else:
+                break
+        if ratio < best["min_ratio"]:
+            best = {"min_ratio": ratio, "A": A, "R": R}
+    return best
+
+
+def tau_one_critical_point(R: np.ndarray, Sigma: np.ndarray, depth: int = 2) -> dict:
+    """Why Theorem 2.2 needs τ < 1: A_1 = A_2 = −I (the rest 0) has |||A||| = 1, ∇f(A) = 0
+    (every term of Lemma 2.4 contains the factor I + A_1 = 0 or I + A_2 = 0) and risk
+    f = tr(R Σ Rᵀ) + d above C_opt = d whenever R ≠ 0: a spurious critical point on the
+    boundary of the unit ball."""
+    if depth < 2:
+        raise LinearTheoryError(f"the counterexample needs depth >= 2, got {depth}")
+    d = R.shape[0]
+    A = np.zeros((depth, d, d))
+    A[:2] = -np.eye(d)
+    return {"depth": depth, "d": d, "max_layer_norm": float(spectral_norms(A).max()),
+            "gradient_norm": float(np.linalg.norm(risk_gradient(A, R, Sigma))),
+            "excess_risk": excess_risk(residual_layers(A), R, Sigma)}
 
 
 def random_tau_ball_point(depth: int, d: int, tau: float,
@@ -400,17 +556,15 @@ def random_tau_ball_point(depth: int, d: int, tau: float,
 
 
 def tau_ball_ratios(tau: float, depth: int, d: int, samples: int,
-                    rng: np.random.Generator) -> np.ndarray:
-    """‖∇f(A)‖_F² / (right side of eq. 2.3) at ``samples`` random A in the τ-ball
-    (:func:`random_tau_ball_point`), each with its own random R and Σ (condition 10).
-    Theorem 2.2 says every ratio is ≥ 1."""
+                    rng: np.random.Generator, constant: float = 4.0) -> np.ndarray:
+    """:func:`eq23_ratio` at ``samples`` random A in the τ-ball (:func:`random_tau_ball_point`),
+    each with its own random R and Σ (condition 10). Theorem 2.2 says every ratio is ≥ 1."""
     ratios = np.empty(samples)
     for k in range(samples):
         R = rng.standard_normal((d, d))
         Sigma = random_covariance(d, 10.0, rng)
         A = random_tau_ball_point(depth, d, tau, rng)
-        ratios[k] = (np.sum(risk_gradient(A, R, Sigma) ** 2)
-                     / gradient_norm_lower_bound(A, R, Sigma, tau))
+        ratios[k] = eq23_ratio(A, R, Sigma, tau, constant)
     return ratios
 
 
@@ -433,7 +587,7 @@ def gradient_descent(layers: np.ndarray, R: np.ndarray, Sigma: np.ndarray,
 
 def compare_parameterisations(R: np.ndarray, Sigma: np.ndarray, depths, steps: int,
                               init_scale: float, rng: np.random.Generator) -> dict:
-    """Gradient descent from the three starting points of PAPER.md section 2, for each depth.
+    """Gradient descent from the three starting points of Section 2, for each depth.
 
     ``{depth: {"residual": …, "standard_zero": …, "standard_random": …}}``, each the excess
     risk f − C after every step (:func:`gradient_descent`): the residual parameterisation
