@@ -1,24 +1,25 @@
-"""CIFAR-10/100 input pipeline: the official binary files or tensorflow-datasets.
+"""CIFAR-10/100 input pipeline: the official binary files, an image folder, or tensorflow-datasets.
 
 A tf.data rewrite of the original tensorflow/models `resnet/cifar_input.py` (queue runners,
-`FixedLengthRecordReader`), which the paper's experiments used (PAPER.md §1):
+`FixedLengthRecordReader`), which the paper's experiments used (arXiv:1611.04231, Section 4):
 
 * Records: as in the original, the official binary files are read as fixed-length records of
   label byte(s) + 3,072 pixel bytes, depth-major [3, 32, 32], transposed to [32, 32, 3]; CIFAR-100
   records carry (coarse, fine) labels and the FINE label is used (`decode_record`).
-* Training augmentation, "standard data augmentation" (PAPER.md §1): as in the original,
+* Training augmentation, "standard data augmentation" (Section 4): as in the original,
   `resize_with_crop_or_pad` to (32 + 2·pad)² (pad=2: the original's 36×36; He et al. use 4),
   a random 32×32 crop, a random left-right flip, then `per_image_standardization`; evaluation:
   per-image standardisation only. Unlike the original, augmentation works on whole batches
   (each image its own crop and flip: the same distribution, ~5x the images/s of a per-image
   map) with stateless random ops, so the same `seed` gives the same batches (`augment`).
 * Evaluation reads the WHOLE split once, in order, keeping the last partial batch (the original
-  evaluated 50 batches of 100, half the test split: PAPER.md §1 asks for the whole split).
+  evaluated 50 batches of 100, half the test split, and logged the best over checkpoints).
 * Shuffling: the original's `RandomShuffleQueue` held 16 batches; here the shuffle buffer holds
   the whole training split (50,000 uint8 images, 150 MB).
 
-Two sources, the same elements (uint8 image [32, 32, 3], int32 label), see `read_records`:
-`data_path` (the official binary files, validated by `check_data_path`) or tensorflow-datasets
+Three sources, the same elements (uint8 image [32, 32, 3], int32 label), see `read_records`:
+`data_path` (the official binary files, or an image folder `split/class/image` decoded once into
+memory: `resnet_noBN.image_folder`; both validated by `check_data_path`) or tensorflow-datasets
 (`data_dir`, prepared by `prepare_tfds` or `python data/prepare.py`). See data/README.md.
 """
 
@@ -36,6 +37,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
+from resnet_noBN import image_folder
+from resnet_noBN.errors import DataError
+
 IMAGE_SIZE = 32
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
 SPLITS = ("train", "test")
@@ -43,10 +47,6 @@ SPLITS = ("train", "test")
 # Where `python data/prepare.py` prepares tfds data sets, and the launcher's default --data_dir
 # (git-ignored).
 DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[1] / "data" / "tensorflow_datasets"
-
-
-class DataError(ValueError):
-    """Bad data input; str(e) is ONE line naming the problem and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +60,7 @@ class CifarSpec:
     label_bytes: int
     folder: str  # the folder the official binary archive unpacks to
     files: dict[str, tuple[str, ...]]  # split -> record files, in the official order
+    class_names: tuple[str, ...]  # label id -> name (batches.meta.txt / fine_label_names.txt)
     train_examples: int = 50_000
 
     @property
@@ -77,6 +78,8 @@ DATASETS = {
             "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
             "test": ("test_batch.bin",),
         },
+        class_names=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                     "ship", "truck"),
     ),
     "cifar100": CifarSpec(
         title="CIFAR-100",
@@ -84,6 +87,16 @@ DATASETS = {
         label_bytes=2,
         folder="cifar-100-binary",
         files={"train": ("train.bin",), "test": ("test.bin",)},
+        class_names=tuple(
+            "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge "
+            "bus butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud "
+            "cockroach couch crab crocodile cup dinosaur dolphin elephant flatfish forest fox "
+            "girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster man "
+            "maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree "
+            "pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray "
+            "road rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel "
+            "streetcar sunflower sweet_pepper table tank telephone television tiger tractor "
+            "train trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()),
     ),
 }
 
@@ -125,7 +138,7 @@ def _binary_files(dataset: str, data_path: str | os.PathLike) -> dict[str, list[
         raise DataError(
             f"{folder} lacks {', '.join(missing)}: --data_path must be the folder holding the "
             f"{spec.title} binary files ({', '.join(expected)}) or its parent holding "
-            f"{spec.folder}/"
+            f"{spec.folder}/, or an image folder holding train/ and test/ (one folder per class)"
         )
     for name in expected:
         size = (folder / name).stat().st_size
@@ -138,17 +151,42 @@ def _binary_files(dataset: str, data_path: str | os.PathLike) -> dict[str, list[
     return {split: [str(folder / name) for name in spec.files[split]] for split in SPLITS}
 
 
-def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
-    """Validates a --data_path for `dataset`; returns its record files (train, then test).
+def _image_files(dataset: str, data_path: str | os.PathLike, split: str):
+    """(paths, labels) of `split` when `data_path` is an image folder, else None."""
+    root = image_folder.find_root(data_path)
+    if root is None:
+        return None
+    spec = _spec(dataset)
+    return image_folder.list_split(root, split, spec.class_names, spec.title)
 
-    `data_path` is the folder holding the official binary files (CIFAR-10: data_batch_1..5.bin,
-    test_batch.bin; CIFAR-100: train.bin, test.bin) or its parent holding `cifar-10-batches-bin/`
-    / `cifar-100-binary/`. Raises DataError for a missing path, a wrong layout (naming the
-    expected files and where), an empty file or one whose size is not a whole number of records.
-    Plain file-system checks: no TensorFlow graph work.
+
+def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
+    """Validates a --data_path for `dataset`; returns its files (train, then test).
+
+    `data_path` is one of two layouts, told apart by what it holds:
+    * the official binary files (CIFAR-10: data_batch_1..5.bin, test_batch.bin; CIFAR-100:
+      train.bin, test.bin), or their parent holding `cifar-10-batches-bin/` /
+      `cifar-100-binary/`: one file per record batch;
+    * an image folder `train/<class>/*.jpg|png`, `test/<class>/...` (or the one folder inside
+      `data_path` that holds them, e.g. `cifar-10-jpeg/`), classes named as the data set's
+      (`resnet_noBN.image_folder`): one file per image.
+    Raises DataError for a missing path, a wrong layout (naming the expected files and where), a
+    binary file that is empty or not a whole number of records, a missing split, class folders
+    that are not the data set's, or an empty class. Plain file-system checks: no TensorFlow.
     """
+    if image_folder.find_root(data_path) is not None:
+        return [path for split in SPLITS for path in _image_files(dataset, data_path, split)[0]]
     files = _binary_files(dataset, data_path)
     return [path for split in SPLITS for path in files[split]]
+
+
+def num_records(dataset: str, data_path: str | os.PathLike, split: str) -> int:
+    """Examples in one split of a --data_path (either layout)."""
+    images = _image_files(dataset, data_path, split)
+    if images is not None:
+        return len(images[0])
+    return sum(os.path.getsize(f) for f in _binary_files(dataset, data_path)[split]
+               ) // _spec(dataset).record_bytes
 
 
 def _check_split(split: str) -> None:
@@ -240,7 +278,8 @@ def read_records(
     """The records of one split: (uint8 image [32, 32, 3], int32 label), unbatched.
 
     `data_path` given: the official binary files (`check_data_path`), read in order with
-    `FixedLengthRecordDataset` as in the original. Otherwise tensorflow-datasets from `data_dir`
+    `FixedLengthRecordDataset` as in the original; or an image folder, every image decoded once
+    (`image_folder.decode`) and served from memory. Otherwise tensorflow-datasets from `data_dir`
     (prepared, or downloaded now, by `prepare_tfds`), in order unless `shuffle_files` (tfds'
     file order shuffled with `seed`; the binary files are always read in order: `build_dataset`
     shuffles the whole split anyway).
@@ -249,10 +288,16 @@ def read_records(
     parts covering the split: by file (files i, i+n, ...; tfds: `ReadConfig(input_context)`)
     when the split has at least n files, else by record (records i, i+n, ...: `Dataset.shard`;
     tfds: `tfds.even_splits(split, n)[i]`, contiguous ranges). CIFAR-10's 5 training files give
-    file sharding up to 5 pipelines; its test split and CIFAR-100 have one file per split.
+    file sharding up to 5 pipelines; its test split and CIFAR-100 have one file per split. An
+    image folder is sharded by image, before decoding.
     """
     _check_split(split)
     shard = _pipeline_shard(input_context)
+    if data_path is not None and (images := _image_files(dataset, data_path, split)):
+        paths, labels = images
+        if shard:
+            paths, labels = paths[shard[1] :: shard[0]], labels[shard[1] :: shard[0]]
+        return tf.data.Dataset.from_tensor_slices(image_folder.decode(paths, labels, IMAGE_SIZE))
     if data_path is not None:
         spec = _spec(dataset)
         files = _binary_files(dataset, data_path)[split]
@@ -281,7 +326,7 @@ def read_records(
 def augment(images: tf.Tensor, seed: tf.Tensor, pad: int = 2) -> tf.Tensor:
     """Training augmentation of a uint8 batch [B, 32, 32, 3], before standardisation.
 
-    As in the original (PAPER.md §1), for EACH image: zero-pad to (32 + 2·pad)², a random 32×32
+    As in the original (Section 4, "standard data augmentation"), for EACH image: zero-pad to (32 + 2·pad)², a random 32×32
     crop (offsets uniform in 0..2·pad), a random left-right flip; pad=0: the flip only. The crop
     and flip are one gather of rows and (maybe reversed) columns per image: TF's
     `stateless_random_crop` would crop the whole batch at one offset. Stateless: the same `seed`

@@ -75,3 +75,36 @@ def write_cifar():
         return written
 
     return write
+
+
+@pytest.fixture(scope="session")
+def write_image_tree():
+    """write(root, dataset, per_class, classes=None, fmt="png") writes random 32x32 images as
+    root/{train,test}/<class>/NNNN.<fmt>, classes in the order given (default: the data set's);
+    returns {split: (uint8 images [N, 32, 32, 3], labels [N])} in label order, then file name.
+    PNG is lossless, so what is read back must equal what was written."""
+    import numpy as np
+
+    from resnet_noBN.cifar_input import DATASETS
+
+    def write(root: Path, dataset: str, per_class: int, classes=None, fmt: str = "png"):
+        spec = DATASETS[dataset]
+        classes = spec.class_names if classes is None else classes
+        rng = np.random.default_rng(1)
+        encode = tf.io.encode_png if fmt == "png" else tf.io.encode_jpeg
+        written = {}
+        for split in ("train", "test"):
+            by_label = {}
+            for name in classes:
+                folder = root / split / name
+                folder.mkdir(parents=True)
+                images = rng.integers(0, 256, (per_class, 32, 32, 3), dtype=np.uint8)
+                for i, image in enumerate(images):
+                    (folder / f"{i:04d}.{fmt}").write_bytes(encode(image).numpy())
+                by_label[spec.class_names.index(name)] = images
+            labels = sorted(by_label)
+            written[split] = (np.concatenate([by_label[k] for k in labels]),
+                              np.repeat(labels, per_class))
+        return written
+
+    return write
