@@ -224,6 +224,17 @@ def device_peak_flops(device: str, precision: str, device_name: str = "",
 
 
 # --------------------------------------------------------------------------- timing
+def onednn_isa() -> str | None:
+    """The instruction set oneDNN chose on this CPU, as its verbose mode names it (None where
+    oneDNN is off): one small convolution in a subprocess with ``ONEDNN_VERBOSE=1``."""
+    code = ("import tensorflow as tf; tf.nn.conv2d(tf.ones([1, 8, 8, 4]), tf.ones([3, 3, 4, 4]), "
+            "1, 'SAME')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    match = re.search(r"onednn_verbose,.*?info,cpu,isa:(.*)", proc.stdout + proc.stderr)
+    return match.group(1).strip() if match else None
+
+
 def summarize(seconds) -> dict:
     """median, mean, p10, p90, min, max of a list of durations (seconds)."""
     seconds = sorted(seconds)
@@ -356,6 +367,8 @@ def main(argv=None) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, str(REPO))
 
+    from resnet_noBN import cpu  # first: oneDNN's default is set before TensorFlow loads
+
     import keras
     import tensorflow as tf
 
@@ -420,17 +433,18 @@ def main(argv=None) -> dict:
         "jit_compile": args.jit_compile, "data_format": args.data_format,
         "intra_op_threads": intra, "inter_op_threads": inter,
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        **cpu.runtime_report(), "onednn_isa": onednn_isa() if device == "cpu" else None,
         "synthetic": args.synthetic, "data_path": data_path, "data_source": data_source,
         **flops,
         "load_average_at_start": list(os.getloadavg()),
     }
+    say(f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
+        f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}")
 
     # ---- input pipeline alone (before the model exists: nothing else competes for the CPU)
     if args.input_batches:
         ds = train_dataset(args.batch_size)
-        spec = cifar_input.DATASETS["cifar10"]
-        records = sum(os.path.getsize(f) for f in cifar_input.check_data_path(
-            "cifar10", data_path)[:len(spec.files["train"])]) // spec.record_bytes
+        records = cifar_input.num_records("cifar10", data_path, "train")
         warm = math.ceil(records / args.batch_size) + 1  # one pass: fills cache and shuffle
         it = iter(ds)
         for _ in range(warm):

@@ -4,8 +4,9 @@
     python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
 
-The same layers as ``resnet_noBN.model.build_cifar_model`` (PAPER.md section 1): a 3x3 conv
-3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), conv biases on,
+The same layers as ``resnet_noBN.model.build_cifar_model`` (arXiv:1611.04231, Section 4, Table 1):
+a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), no conv
+biases unless ``conv_bias``,
 TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts by average pooling (kernel =
 stride) and zero channels (half on each side), global average pool, and a fixed random
 projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9, cross-entropy
@@ -40,6 +41,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 
+# resnet_noBN.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
+STDDEVS = {"hardt_ma": lambda k, c: 1.0 / (k * k * c),
+           "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),
+           "he": lambda k, c: math.sqrt(2.0 / (k * k * c))}
+
+
 class SameConv(nn.Conv2d):
     """A k x k conv with TensorFlow's SAME padding (asymmetric for an even input and stride 2:
     the extra row/column goes at the bottom/right, as TF does)."""
@@ -69,7 +76,7 @@ class Block(nn.Module):
 
     def __init__(self, cin: int, cout: int, stride: int, bias: bool, init: str):
         super().__init__()
-        std = 1.0 / (9 * cout) if init == "hardt_ma" else math.sqrt(2.0 / (9 * cout))
+        std = STDDEVS[init](3, cout)
         self.conv1 = SameConv(cin, cout, 3, stride, bias, std)
         self.conv2 = SameConv(cout, cout, 3, 1, bias, std)
         self.stride = stride
@@ -92,14 +99,14 @@ def x_format(x):
 
 
 class HardtMaNet(nn.Module):
-    """The CIFAR network of PAPER.md Table 1 (default: the paper model)."""
+    """The CIFAR network of arXiv:1611.04231 Table 1 (default: the paper model)."""
 
     def __init__(self, num_classes: int = 10, num_residual_units: int = 9,
                  init_filters: int = 16, stage_widths=(64, 128, 256), stage_strides=(1, 2, 2),
-                 conv_bias: bool = True, init: str = "hardt_ma", projection_seed: int = 0):
+                 conv_bias: bool = False, init: str = "hardt_ma", projection_seed: int = 0):
         super().__init__()
         self.init_conv = SameConv(3, init_filters, 3, 1, conv_bias,
-                                  math.sqrt(2.0 / (9 * init_filters)))
+                                  STDDEVS["he"](3, init_filters))
         blocks, cin = [], init_filters
         for width, stride in zip(stage_widths, stage_strides):
             for unit in range(num_residual_units):

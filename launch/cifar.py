@@ -1,8 +1,9 @@
-"""Train the paper's CIFAR-10/100 network (Hardt & Ma 2016, Section 4, Table 1).
+"""Train the paper's CIFAR-10/100 network (arXiv:1611.04231, Section 4, Table 1).
 
     python launch/cifar.py                                   # CIFAR-10 from tfds, the paper's recipe
     python launch/cifar.py --dataset=cifar100
     python launch/cifar.py --data_path=/data/cifar-10-batches-bin   # the official binary files
+    python launch/cifar.py --data_path=/data/cifar-10-jpeg          # an image folder
     python launch/cifar.py --summary_only                    # layer table and parameter counts
 
 The counterpart of the original ``resnet_main.py``: trains, evaluates on the whole test split
@@ -17,14 +18,16 @@ import dataclasses
 from absl import flags
 
 from resnet_noBN import cifar_input, cli
-from resnet_noBN.model import ModelConfig, build_cifar_model
+from resnet_noBN.model import NORMS, ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
 flags.DEFINE_string("data_path", None,
                     "Folder of the official binary files (cifar-10-batches-bin/ or "
-                    "cifar-100-binary/, or their parent). Default: read tensorflow-datasets.")
+                    "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
+                    "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
+                    "unpacked). Default: read tensorflow-datasets.")
 flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
                     "tensorflow-datasets directory (see data/README.md).")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
@@ -38,6 +41,13 @@ flags.DEFINE_integer("num_residual_units", 9, "Residual blocks per stage.")
 flags.DEFINE_string("stage_widths", "64,128,256", "Channels of each stage.")
 flags.DEFINE_integer("init_filters", 16, "Channels of the first, standard convolution.")
 cli.define_ablation_flags()
+flags.DEFINE_float("relu_leakiness", 0.0, "Slope of the activation below 0: 0 is the paper's "
+                   "ReLU, 0.1 the original resnet_main.py's leaky ReLU.")
+flags.DEFINE_bool("identity", True, "The identity shortcuts; --noidentity trains the same "
+                  "convolutions as a plain chain (the paper's title claim).")
+flags.DEFINE_enum("norm", "none", list(NORMS), "batch: the original code's pre-activation unit "
+                  "with batch norm restored (BN, ReLU, conv, BN, ReLU, conv), the baseline the "
+                  "paper departs from; use with --init=he.")
 cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 
@@ -49,6 +59,7 @@ def model_config() -> ModelConfig:
         num_residual_units=FLAGS.num_residual_units, init_filters=FLAGS.init_filters,
         stage_widths=widths, stage_strides=(1,) + (2,) * (len(widths) - 1), init=FLAGS.init,
         head=FLAGS.head, shortcut=FLAGS.shortcut, conv_bias=FLAGS.conv_bias,
+        relu_leakiness=FLAGS.relu_leakiness, identity=FLAGS.identity, norm=FLAGS.norm,
         data_format=FLAGS.data_format))
 
 
@@ -65,7 +76,7 @@ def main(argv):
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
     run_config = {"dataset": FLAGS.dataset, **dataclasses.asdict(model_cfg)}
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
-    cli.check_resumable(model_dir, run_config)
+    cli.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ModelConfig()))
 
     runtime = cli.start_runtime(train_cfg)  # before preparing tfds data: that runs TF ops
     if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written

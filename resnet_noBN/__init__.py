@@ -2,7 +2,12 @@
 
 Modules:
   model        the paper's all-convolutional residual network (Table 1).
-  cifar_input  CIFAR-10/100 input pipeline (tfds or the official binary files).
+  cifar_input  CIFAR-10/100 input pipeline (tfds, the official binary files, an image folder).
   training     the strategy-aware custom training loop.
   theory       Sections 2 and 3 of the paper, executable.
+  cpu          the CPU's extensions; oneDNN on by default on x86 (set here, before TF loads).
 """
+
+from resnet_noBN import cpu as _cpu
+
+_cpu.default_onednn()

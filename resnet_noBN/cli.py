@@ -15,13 +15,14 @@ import sys
 
 from absl import app, flags
 
-from resnet_noBN import distribute, speed
+from resnet_noBN import cpu, distribute, speed
 from resnet_noBN.cifar_input import DataError
 from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
 from resnet_noBN.training import TrainConfig, Trainer, TrainingDiverged
 
 FLAGS = flags.FLAGS
 CONFIG_FILE = "config.json"
+RUNTIME_KEY = "runtime"  # where the run ran (config.json); not compared on resume
 
 
 class InputError(ValueError):
@@ -83,13 +84,16 @@ def define_train_flags(defaults: TrainConfig) -> None:
 def define_ablation_flags() -> None:
     """The paper's claims as switches: init, head, shortcut, conv biases (defaults: the paper)."""
     flags.DEFINE_enum("init", "hardt_ma", list(INITS),
-                      "Residual conv init: hardt_ma sigma=1/(k^2 c), standard sqrt(2/(k^2 c)).")
+                      "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
+                      "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
+                      "original code's).")
     flags.DEFINE_enum("head", "random", list(HEADS),
                       "Last layer: fixed random projection or trained.")
     flags.DEFINE_enum("shortcut", "pool_pad", list(SHORTCUTS),
                       "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.")
-    flags.DEFINE_bool("conv_bias", True,
-                      "A bias on every convolution (with projection shortcuts: the paper's 13.59M).")
+    flags.DEFINE_bool("conv_bias", False,
+                      "A bias on every convolution (Table 1 has none; with projection shortcuts "
+                      "it gives the 13.59M of the paper's text).")
 
 
 def define_runtime_flags() -> None:
@@ -167,12 +171,19 @@ def start_runtime(train_cfg: TrainConfig) -> Runtime:
 
 def begin_run(runtime: Runtime, label: str, train_cfg: TrainConfig, model_dir: str,
               run_config: dict) -> None:
-    """The chief records ``run_config`` in ``model_dir``; every task prints where it runs."""
+    """The chief records ``run_config`` in ``model_dir``; every task prints where it runs.
+
+    ``config.json`` also records, under ``runtime``, the CPU path (oneDNN on or not, and why;
+    the CPU's vector extensions), which a resumed run may change.
+    """
+    host = cpu.runtime_report()
     if runtime.is_chief:
-        record_config(model_dir, run_config)
+        record_config(model_dir, {**run_config, RUNTIME_KEY: host})
     print(f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
           f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
           f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
+    print(f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}; CPU "
+          f"{', '.join(host['cpu_isa']) or 'extensions unknown'}", flush=True)
 
 
 def make_trainer(runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str,
@@ -192,20 +203,24 @@ def train_and_report(trainer: Trainer, train_fn, eval_fn, **report) -> dict:
     return result
 
 
-def check_resumable(model_dir: str, run_config: dict) -> None:
+def check_resumable(model_dir: str, run_config: dict, absent: dict | None = None) -> None:
     """InputError if ``model_dir`` holds a run of another architecture or data set.
 
     ``run_config`` holds what must match for a checkpoint to be resumed; it is written to
-    ``config.json`` by :func:`record_config` when a run starts.
+    ``config.json`` by :func:`record_config` when a run starts. ``absent``: the value a key
+    missing from an older ``config.json`` stands for (what that run used before the switch
+    existed: today's default).
     """
+    absent = absent or {}
     path = os.path.join(model_dir, CONFIG_FILE)
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8") as f:
         saved = json.load(f)
     run_config = json.loads(json.dumps(run_config))  # as saved: tuples are lists
-    changed = [f"{k}={saved.get(k)!r} there, {v!r} now" for k, v in run_config.items()
-               if saved.get(k) != v]
+    changed = [f"{k}={saved.get(k, absent.get(k))!r} there, {v!r} now"
+               for k, v in run_config.items()
+               if k != RUNTIME_KEY and saved.get(k, absent.get(k)) != v]
     if changed:
         raise InputError(f"--model_dir {model_dir} holds a run of another model "
                          f"({'; '.join(changed)}); use a new --model_dir or the same flags")

@@ -1,4 +1,4 @@
-"""The paper's ImageNet network: an all-convolutional ResNet-34 without batch norm (PAPER.md 1).
+"""The paper's ImageNet network: an all-convolutional ResNet-34 without batch norm (arXiv:1611.04231, Section 4).
 
 Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
@@ -28,18 +28,18 @@ only where ImageNet forces them to:
 * **Head**: global average pooling of the 7x7x512 map, then the fixed random projection
   512 -> 1000 (N(0, 1/512), no bias, not trainable), as the CIFAR model.
 
-Parameter counts (tested; conv biases on, as the CIFAR model's default, pool+pad shortcuts).
+Parameter counts (tested; no conv biases, as the CIFAR model's default, pool+pad shortcuts).
 Ours has 33 convolutions + the head = 34 layers, as ResNet-34:
 
 =====================================================  ==============  =============
 variant                                                trainable       non-trainable
 =====================================================  ==============  =============
-**ours (default)**                                     **21,103,232**  512,000
-without conv biases (kernel weights only)              21,095,616      512,000
-1x1 projection shortcuts (4: stage 1 strides too)      21,279,360      512,000
-``downsample="conv"``                                  21,140,160      512,000
-trainable head (no bias)                               21,615,232      0
-stages 3, 4, 6, **6** (not ResNet-34; see below)       35,262,080      512,000
+**ours (default)**: kernel weights only                **21,095,616**  512,000
+with conv biases (``conv_bias``)                       21,103,232      512,000
+1x1 projection shortcuts (4: stage 1 strides too)      21,271,744      512,000
+``downsample="conv"``                                  21,132,480      512,000
+trainable head (no bias)                               21,607,616      0
+stages 3, 4, 6, **6** (not ResNet-34; see below)       35,251,392      512,000
 He et al.'s ResNet-34 (BN, 3 projections, FC + bias)   21,797,672      (BN statistics)
 =====================================================  ==============  =============
 
@@ -62,7 +62,7 @@ projection shortcuts, a trainable head or a strided stem conv add at most ~0.7M 
   literally): 33.95M -- still short, and the CIFAR model keeps its global pool.
 
 So we build the network the paper's text describes (ResNet-34 stages and widths, no BN, no
-max-pool, fixed head) and report its true count, 21,103,232 trainable parameters; the 35.7M is
+max-pool, fixed head) and report its true count, 21,095,616 trainable parameters; the 35.7M is
 most likely a miscount or the count of a model other than the one described (e.g. a deeper or
 wider variant); ``--stage_units`` / ``--stage_widths`` build such variants for comparison.
 """
@@ -98,7 +98,7 @@ class ImageNetConfig:
     init: str = "hardt_ma"
     head: str = "random"
     shortcut: str = "pool_pad"
-    conv_bias: bool = True
+    conv_bias: bool = False
     data_format: str = "channels_last"
 
     @property

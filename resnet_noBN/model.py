@@ -1,21 +1,31 @@
-"""The paper's all-convolutional residual network (Hardt & Ma 2016, Section 4, Table 1).
+"""The paper's all-convolutional residual network (arXiv:1611.04231, Section 4, Table 1).
 
 Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
 
-* ``_conv`` there is :func:`conv` here: a ``k x k`` convolution, padding SAME, its kernel drawn
-  from N(0, sigma^2) with sigma = sqrt(2 / (k^2 c)) (c = output channels) in the original code,
-  and sigma = 1 / (k^2 c) for every residual convolution in the paper ("This substantially smaller
-  weight initialization helped training").
+* ``_conv`` there is :func:`conv` here: a ``k x k`` convolution, padding SAME, NO bias (the
+  original relied on batch norm's shift), its kernel drawn from N(0, sigma^2) with
+  sigma = sqrt(2 / (k^2 c)) (c = output channels) in the original code, and sigma = 1 / (k^2 c)
+  for every residual convolution in the paper, "rather than 1/(k sqrt(c)) used for standard
+  convolutional layers" ("This substantially smaller weight initialization helped training").
+  ``init`` picks one of the three (:data:`INIT_STDDEVS`).
 * ``_residual`` there is :func:`residual_block` here, with batch norm and the pre-activation
-  ReLU removed: ``x + C2(ReLU(C1(x)))`` (PAPER.md section 1). The shortcut of a block that changes
-  the shape is average pooling (kernel = stride) and zero-padding the channels, half on each
-  side, exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead.
+  ReLU removed: ``x + C2(ReLU(C1(x)))`` (Section 4). The shortcut of a block that changes the
+  shape is average pooling (kernel = stride) and zero-padding the channels, half on each side,
+  exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead.
+  ``norm="batch"`` restores the original unit (BN, ReLU, conv, BN, ReLU, conv), the baseline the
+  paper departs from; ``identity=False`` removes the shortcut (a plain chain of the same convs);
+  ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained.
 
-Counts (tested): 55 convolutions; 13,538,736 kernel weights; 13,546,816 trainable parameters with
-conv biases (the default); 13,588,800 with biases and 1x1 projection shortcuts, the paper's
-"13.59M".
+Mixed precision: only the convolutions and the activation between them compute in bfloat16. The
+residual stream (the adds, the pool/pad shortcuts, the global pool, the head) stays float32: at
+sigma = 1/(k^2 c) a branch adds ~1e-3 of the stream, below bfloat16's relative step 2^-8, so a
+bfloat16 add would round most of each branch away.
+
+Counts (tested): 55 convolutions; 13,538,736 trainable parameters, all of them kernel weights
+(Table 1's "13.5M", the default); 13,546,816 with ``conv_bias``; 13,588,800 with conv biases and
+1x1 projection shortcuts (58 convolutions), the "13.59 million" of the paper's text.
 """
 
 from __future__ import annotations
@@ -26,9 +36,10 @@ import math
 import keras
 import tensorflow as tf
 
-INITS = ("hardt_ma", "standard")
 HEADS = ("random", "trainable")
 SHORTCUTS = ("pool_pad", "projection")
+NORMS = ("none", "batch")
+STREAM = "float32"  # the dtype of the residual stream under every precision policy
 
 
 def he_stddev(kernel_size: int, filters: int) -> float:
@@ -41,12 +52,24 @@ def hardt_ma_stddev(kernel_size: int, filters: int) -> float:
     return 1.0 / (kernel_size * kernel_size * filters)
 
 
+def standard_stddev(kernel_size: int, filters: int) -> float:
+    """sigma = 1 / (k sqrt(c)): "used for standard convolutional layers", the paper's
+    comparison point (Section 4)."""
+    return 1.0 / (kernel_size * math.sqrt(filters))
+
+
+INIT_STDDEVS = {"hardt_ma": hardt_ma_stddev, "standard": standard_stddev, "he": he_stddev}
+INITS = tuple(INIT_STDDEVS)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The architecture, Table 1 by default; every field is a flag of ``launch/cifar.py``.
 
-    conv_bias defaults to True: without batch norm there is no other per-channel shift, and the
-    paper's own "13.59M" count includes conv biases (PAPER.md section 1).
+    conv_bias defaults to False: Table 1's "55 convolutions, 13.5M parameters" are the kernels
+    alone, the original ``_conv`` has no bias, and "the only trainable weights in our model are
+    those of the convolutions" (Section 4). The other switches are the paper's and the original
+    code's alternatives (module docstring).
     """
 
     num_classes: int = 10
@@ -57,11 +80,16 @@ class ModelConfig:
     init: str = "hardt_ma"
     head: str = "random"
     shortcut: str = "pool_pad"
-    conv_bias: bool = True
+    conv_bias: bool = False
+    relu_leakiness: float = 0.0
+    identity: bool = True
+    norm: str = "none"
     data_format: str = "channels_last"
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the fix) for an impossible architecture."""
+        if not 0 <= self.relu_leakiness < 1:
+            raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
         if self.num_classes < 2:
             raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
         if self.num_residual_units < 1:
@@ -73,6 +101,7 @@ class ModelConfig:
                 f"{len(self.stage_strides)} stage strides; give one width per stage")
         for name, value, allowed in (("init", self.init, INITS), ("head", self.head, HEADS),
                                      ("shortcut", self.shortcut, SHORTCUTS),
+                                     ("norm", self.norm, NORMS),
                                      ("data_format", self.data_format,
                                       ("channels_last", "channels_first"))):
             if value not in allowed:
@@ -141,22 +170,48 @@ def shortcut(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfi
                     name=f"{name}_projection", use_bias=False)
     if strides > 1:
         x = keras.layers.AveragePooling2D(strides, strides, padding="valid",
-                                          data_format=cfg.data_format, name=f"{name}_pool")(x)
+                                          data_format=cfg.data_format, name=f"{name}_pool",
+                                          dtype=STREAM)(x)
     if out_filters > in_filters:
         pad = (out_filters - in_filters) // 2
         x = ZeroPadChannels(pad, out_filters - in_filters - pad, cfg.data_format,
-                            name=f"{name}_pad")(x)
+                            name=f"{name}_pad", dtype=STREAM)(x)
     return x
 
 
+def activation(x, cfg: ModelConfig, name: str):
+    """ReLU (the paper), or the original code's leaky ReLU with slope ``cfg.relu_leakiness``."""
+    return keras.layers.ReLU(negative_slope=cfg.relu_leakiness, name=name)(x)
+
+
+def batch_norm(x, cfg: ModelConfig, name: str):
+    """The original ``_batch_norm``: decay 0.9 of the moving statistics, epsilon 0.001."""
+    axis = -1 if cfg.data_format == "channels_last" else 1
+    return keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=0.001, name=name)(x)
+
+
 def residual_block(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfig,
-                   name: str):
-    """x + C2(ReLU(C1(x))): no batch norm, one ReLU; C1 may have stride 2, C2 has stride 1."""
-    init = hardt_ma_stddev if cfg.init == "hardt_ma" else he_stddev
-    y = conv(x, out_filters, 3, strides, init(3, out_filters), cfg, name=f"{name}_conv1")
-    y = keras.layers.ReLU(name=f"{name}_relu")(y)
-    y = conv(y, out_filters, 3, 1, init(3, out_filters), cfg, name=f"{name}_conv2")
-    return keras.layers.Add(name=f"{name}_add")(
+                   name: str, activate_before_residual: bool = False):
+    """x + C2(ReLU(C1(x))): no batch norm, one ReLU; C1 may have stride 2, C2 has stride 1.
+
+    ``cfg.norm == "batch"``: the original pre-activation ``_residual``,
+    x + C2(ReLU(BN(C1(ReLU(BN(x)))))), its shortcut taken before the first BN and ReLU except in
+    the network's first block (``activate_before_residual``, as the original's first unit).
+    ``cfg.identity`` False: the branch alone, C2(ReLU(C1(x))).
+    """
+    stddev = INIT_STDDEVS[cfg.init](3, out_filters)
+    y = x
+    if cfg.norm == "batch":
+        y = activation(batch_norm(x, cfg, f"{name}_bn1"), cfg, f"{name}_relu0")
+        x = y if activate_before_residual else x
+    y = conv(y, out_filters, 3, strides, stddev, cfg, name=f"{name}_conv1")
+    if cfg.norm == "batch":
+        y = batch_norm(y, cfg, f"{name}_bn2")
+    y = activation(y, cfg, f"{name}_relu")
+    y = conv(y, out_filters, 3, 1, stddev, cfg, name=f"{name}_conv2")
+    if not cfg.identity:
+        return y
+    return keras.layers.Add(name=f"{name}_add", dtype=STREAM)(
         [shortcut(x, in_filters, out_filters, strides, cfg, name), y])
 
 
@@ -171,7 +226,7 @@ def projection_head(x, num_classes: int, trainable: bool):
     """
     fan_in = x.shape[-1]
     return keras.layers.Dense(
-        num_classes, use_bias=False, trainable=trainable, name="projection",
+        num_classes, use_bias=False, trainable=trainable, name="projection", dtype=STREAM,
         kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)))(x)
 
 
@@ -183,14 +238,20 @@ def residual_stages(x, in_filters: int, stage_units: tuple[int, ...], cfg: Model
             zip(stage_units, cfg.stage_widths, cfg.stage_strides), start=1):
         for unit in range(units):
             x = residual_block(x, in_filters, width, strides if unit == 0 else 1, cfg,
-                               name=f"stage{stage}_unit{unit}")
+                               name=f"stage{stage}_unit{unit}",
+                               activate_before_residual=stage == 1 and unit == 0)
             in_filters = width
     return x
 
 
 def pool_and_project(x, cfg: ModelConfig):
-    """Global average pooling, then the fixed (or, as an ablation, trained) projection."""
-    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool")(x)
+    """Global average pooling, then the fixed (or, as an ablation, trained) projection.
+
+    With ``cfg.norm == "batch"``, first the original's last BN and ReLU (its ``unit_last``)."""
+    if cfg.norm == "batch":
+        x = activation(batch_norm(x, cfg, "final_bn"), cfg, "final_relu")
+    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool",
+                                            dtype=STREAM)(x)
     return projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
 
 
@@ -203,7 +264,7 @@ def image_input(size: int, cfg: ModelConfig):
 
 
 def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
-    """The CIFAR network of PAPER.md Table 1: logits for 32x32x3 per-image standardised images.
+    """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images.
 
     Weights are drawn from Keras' global generator: call ``keras.utils.set_random_seed`` first
     for a repeatable model.

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 import shutil
 import tempfile
 import time

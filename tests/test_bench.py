@@ -108,9 +108,9 @@ def test_torch_twin_computes_the_keras_function(twin):
     import torch
 
     keras.utils.set_random_seed(0)
-    cfg = ModelConfig(**{**throughput.MODELS["small"], "init": "standard"})  # larger signal
+    cfg = ModelConfig(**{**throughput.MODELS["small"], "init": "he", "conv_bias": True})
     model = build_cifar_model(cfg)
-    net = twin.HardtMaNet(**twin.model_kwargs("small"), init="standard")
+    net = twin.HardtMaNet(**twin.model_kwargs("small"), init="he", conv_bias=True)
     keras_convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     torch_convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [c.name for c in keras_convs][:3] == ["init_conv", "stage1_unit0_conv1",
@@ -200,3 +200,12 @@ def test_benchmark_synthetic_compared_with_torch(tmp_path):
     assert compare["tf_over_torch"] == pytest.approx(
         compare["tf_s_per_step"] / compare["torch_s_per_step"], rel=2e-2)
     assert result["torch"]["timed_steps"] == 2 and result["torch"]["batch_size"] == 8
+
+
+def test_torch_twin_inits_are_the_models(twin):
+    from resnet_noBN.model import INIT_STDDEVS
+
+    assert set(twin.STDDEVS) == set(INIT_STDDEVS)
+    for name, stddev in INIT_STDDEVS.items():
+        for k, c in ((3, 16), (3, 64), (1, 256)):
+            assert twin.STDDEVS[name](k, c) == pytest.approx(stddev(k, c), rel=1e-12)

@@ -31,13 +31,14 @@ def test_summary_only_prints_counts_without_data():
     proc = cifar("--summary_only", "--data_path=/nonexistent")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert "trainable_params: 13546816" in lines and "non_trainable_params: 2560" in lines
+    assert "trainable_params: 13538736" in lines and "non_trainable_params: 2560" in lines
     assert "convolutions: 55" in lines and "conv_kernel_weights: 13538736" in lines
     assert "stage3_unit8_conv2" in proc.stdout  # the layer table
 
 
 def test_summary_of_the_paper_count_with_projection_shortcuts():
-    proc = cifar("--summary_only", "--shortcut=projection", "--dataset=cifar100")
+    """The text's "13.59 million" needs conv biases and 1x1 projections (58 convolutions)."""
+    proc = cifar("--summary_only", "--shortcut=projection", "--conv_bias", "--dataset=cifar100")
     assert "trainable_params: 13588800" in proc.stdout.splitlines()
     assert "non_trainable_params: 25600" in proc.stdout.splitlines()
 
@@ -58,6 +59,12 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     assert [json.loads(line)["step"] for line in
             (model_dir / "metrics.jsonl").read_text().splitlines()] == [4, 8]
 
+    # a config.json of a run from before the leaky-ReLU / identity / norm switches existed
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["conv_bias"] is False and config["runtime"]["onednn"] in (True, False)
+    for key in ("relu_leakiness", "identity", "norm"):
+        del config[key]
+    (model_dir / "config.json").write_text(json.dumps(config))
     again = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
                   "--train_steps=12", *SMALL)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -70,6 +77,15 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     assert other.stderr.strip().splitlines()[-1].startswith(
         f"error: --model_dir {model_dir} holds a run of another model (num_residual_units=1 "
         "there, 2 now)")
+    # a run of the old default (conv biases on) is refused, not silently resumed
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "conv_bias": True}))
+    old = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
+                "--train_steps=16", *SMALL)
+    assert old.returncode == 2
+    assert old.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir {model_dir} holds a run of another model (conv_bias=True there, "
+        "False now); use a new --model_dir or the same flags")
     assert sorted(p.name for p in model_dir.glob("ckpt-*.index")) == [
         "ckpt-12.index", "ckpt-4.index", "ckpt-8.index"]  # nothing lost
 
@@ -104,7 +120,10 @@ def broken_data(tmp_path, cifar_bin):
 @pytest.mark.parametrize("args, message", [
     (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of "
                           "<cifar10|cifar100>"),
-    (["--init=he"], "error: flag --init=he: value should be one of <hardt_ma|standard>"),
+    (["--init=xavier"], "error: flag --init=xavier: value should be one of "
+                        "<hardt_ma|standard|he>"),
+    (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
+    (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
     (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
     (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
     (["--lr_boundaries=50000,30000"],
