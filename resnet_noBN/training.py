@@ -158,12 +158,18 @@ class Trainer:
     def _replica_eval(self, images, labels):
         """[top-1 correct, (top-5 correct,) examples] on this replica's share of a batch.
 
-        The last, partial batch of a split leaves some replicas an empty share, and TF 2.21's
-        oneDNN conv2d returns a wrong shape for an empty batch: such a share counts zeros.
+        A prediction is the arg max of the logits, ties going to the lower class index (as the
+        original's ``tf.argmax``); ``tf.math.in_top_k`` would count every tied class as
+        predicted, so a network whose logits are all equal (a plain chain whose signal vanished)
+        would score 100%. The last, partial batch of a split leaves some replicas an empty share,
+        and TF 2.21's oneDNN conv2d returns a wrong shape for an empty batch: such a share counts
+        zeros.
         """
         def count():
             logits = tf.cast(self.model(images, training=False), tf.float32)
-            hits = [tf.math.in_top_k(labels, logits, k) for k in ((1, 5) if self.top5 else (1,))]
+            ks = (1, 5) if self.top5 else (1,)
+            top = tf.math.top_k(logits, k=ks[-1]).indices  # equal values: lower index first
+            hits = [tf.reduce_any(tf.equal(top[:, :k], labels[:, None]), axis=1) for k in ks]
             return tf.stack([tf.reduce_sum(tf.cast(h, tf.int64)) for h in hits]
                             + [tf.size(labels, out_type=tf.int64)])
 

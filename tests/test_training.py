@@ -163,3 +163,22 @@ def test_top5_error_counts_the_whole_split(tmp_path):
     expected = 1 - np.mean([label in row for label, row in zip(labels, top5)])
     assert result["test_top5_error"] == pytest.approx(expected)
     assert result["test_top5_error"] <= result["test_error"]
+
+
+@pytest.mark.parametrize("top5", [False, True])
+def test_tied_logits_are_one_prediction_not_all(tmp_path, top5):
+    """Equal logits predict the lowest class (tf.argmax), not every tied class (in_top_k)."""
+    def constant_logits():
+        inputs = keras.Input((32, 32, 3))
+        return keras.Model(inputs, keras.layers.Lambda(
+            lambda x: tf.zeros([tf.shape(x)[0], 10]))(inputs))
+
+    trainer = Trainer(tf.distribute.get_strategy(), constant_logits,
+                      TrainConfig(batch_size=10, eval_batch_size=10), str(tmp_path), top5=top5)
+    labels = np.arange(20, dtype=np.int32) % 10
+    test_fn = lambda ctx: tf.data.Dataset.from_tensor_slices(  # noqa: E731
+        (np.zeros([20, 32, 32, 3], np.float32), labels)).batch(10)
+    result = trainer.evaluate(test_fn)
+    assert result["test_error"] == pytest.approx(0.9)  # class 0 predicted: 2 of 20 right
+    if top5:
+        assert result["test_top5_error"] == pytest.approx(0.5)  # classes 0-4
