@@ -14,9 +14,9 @@ weight decay, momentum SGD) on the current device:
   with ``--chunk_steps K``, one call of K steps (the launcher's way: no host wake-up per step);
 * the first step's time (tracing + compile + one step);
 * evaluation images/s (``trainer.evaluate`` over ``--eval_batches`` batches, after one warm-up);
-* the input pipeline alone (``cifar_input.build_dataset``, training split, augmentation, from the
-  official binary files: ``--data_path``, default ``../shared/data/cifar-10-batches-bin`` beside
-  the repository when present, else random records written to a temporary folder);
+* the input pipeline alone (``cifar_input.build_dataset``, training split, augmentation, from
+  ``--data_path``: the official binary files or an image folder; default: random records written
+  to a temporary folder in the official binary layout);
 * peak memory: host RSS (``resource.getrusage``), and the GPU's peak when there is one;
 * FLOPs per image, computed analytically from the layer shapes (2 k^2 c_in c_out H_out W_out per
   conv, a multiply-add counting 2; a training step ~ 3x the forward pass), the achieved FLOP/s,
@@ -47,7 +47,6 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar-10-batches-bin"
 
 # The architectures, as keyword arguments of resnet_noBN.model.ModelConfig (and of the torch
 # twin). "small" is the tests' reduced network (one block per stage, narrow stages).
@@ -82,7 +81,7 @@ def conv_flops(kernel: int, c_in: int, c_out: int, h_out: int, w_out: int) -> in
 def model_flops(num_classes: int = 10, num_residual_units: int = 9, init_filters: int = 16,
                 stage_widths=(64, 128, 256), stage_strides=(1, 2, 2), shortcut: str = "pool_pad",
                 image_size: int = 32, **_ignored) -> dict:
-    """Analytic FLOPs per image of the CIFAR network (PAPER.md Table 1 by default).
+    """Analytic FLOPs per image of the CIFAR network (arXiv:1611.04231 Table 1 by default).
 
     Forward: every conv (first conv, C1 and C2 of each block, and 1x1 projection shortcuts if
     ``shortcut="projection"``) plus the head's matmul; element-wise ops (bias, ReLU, add, pools)
@@ -283,7 +282,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", choices=sorted(MODELS), default="paper",
-                   help="paper: PAPER.md Table 1; small: the tests' reduced network (smoke)")
+                   help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network (smoke)")
     p.add_argument("--batch_size", type=int, default=128, help="global training batch")
     p.add_argument("--steps", type=int, default=20, help="individually timed training steps")
     p.add_argument("--warmup", type=int, default=3,
@@ -310,8 +309,8 @@ def parse_args(argv=None):
     p.add_argument("--synthetic", action="store_true",
                    help="train on one cached in-memory batch instead of the input pipeline")
     p.add_argument("--data_path", default=None,
-                   help="CIFAR-10 binary files (default: ../shared/data/cifar-10-batches-bin "
-                        "when present, else random records in a temporary folder)")
+                   help="CIFAR-10 as the official binary files or an image folder (default: "
+                        "random records in a temporary folder)")
     p.add_argument("--eval_batch_size", type=int, default=500)
     p.add_argument("--eval_batches", type=int, default=2,
                    help="timed evaluation batches, after one warm-up batch (0: skip)")
@@ -406,11 +405,9 @@ def main(argv=None) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="throughput_")
     if args.data_path:
         data_path, data_source = args.data_path, "--data_path"
-    elif SHARED_CIFAR10.is_dir():
-        data_path, data_source = str(SHARED_CIFAR10), "shared CIFAR-10 slice"
     else:
         data_path = str(write_random_cifar10(Path(tmp.name) / "cifar-10-batches-bin"))
-        data_source = "random records (no CIFAR-10 binary files found)"
+        data_source = "random records (no --data_path)"
     cifar_input.check_data_path("cifar10", data_path)
 
     def train_dataset(batch_size):

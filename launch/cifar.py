@@ -36,7 +36,7 @@ flags.DEFINE_integer("pad", 2, "Pixels of padding per side before the random 32x
 flags.DEFINE_enum("data_format", "channels_last", ["channels_last", "channels_first"],
                   "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
                   "kernels need channels_last). The input pipeline always yields NHWC.")
-# The architecture (PAPER.md Table 1 by default) and the paper's ablations.
+# The architecture (arXiv:1611.04231 Table 1 by default) and the paper's ablations.
 flags.DEFINE_integer("num_residual_units", 9, "Residual blocks per stage.")
 flags.DEFINE_string("stage_widths", "64,128,256", "Channels of each stage.")
 flags.DEFINE_integer("init_filters", 16, "Channels of the first, standard convolution.")

@@ -5,7 +5,7 @@
     python launch/imagenet.py --strategy=multi_worker        # one process per machine (TF_CONFIG)
     python launch/imagenet.py --summary_only                 # layer table and parameter counts
 
-The recipe (PAPER.md 1): momentum SGD 0.9, global batch 256, learning rate 0.1 multiplied by
+The recipe (arXiv:1611.04231 Section 4): momentum SGD 0.9, global batch 256, learning rate 0.1 multiplied by
 0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4 (the CIFAR
 value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on the whole
 validation split every --eval_every steps and at the end. Architecture and input choices:

@@ -297,7 +297,8 @@ def read_records(
         paths, labels = images
         if shard:
             paths, labels = paths[shard[1] :: shard[0]], labels[shard[1] :: shard[0]]
-        return tf.data.Dataset.from_tensor_slices(image_folder.decode(paths, labels, IMAGE_SIZE))
+        return tf.data.Dataset.from_tensor_slices(
+            image_folder.decode(tuple(paths), tuple(labels), IMAGE_SIZE))
     if data_path is not None:
         spec = _spec(dataset)
         files = _binary_files(dataset, data_path)[split]

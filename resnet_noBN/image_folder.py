@@ -13,6 +13,7 @@ the official binary files. A file that cannot be decoded, or is not 32x32, is na
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -72,11 +73,14 @@ def list_split(root: Path, split: str, class_names: tuple[str, ...],
     return paths, labels
 
 
-def decode(paths: list[str], labels: list[int], image_size: int) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
+@functools.lru_cache(maxsize=2)  # a training and a test split
+def decode(paths: tuple[str, ...], labels: tuple[int, ...], image_size: int
+           ) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 images [N, size, size, 3], int32 labels [N]): every file decoded once, in order.
 
-    DataError naming the first file that is unreadable, not an image, or not size x size.
+    Kept for the process (read-only arrays), so runs in one process (``launch/claims.py``)
+    decode a split once. DataError naming the first file that is unreadable, not an image, or
+    not size x size.
     """
     import tensorflow as tf
 
@@ -86,7 +90,7 @@ def decode(paths: list[str], labels: list[int], image_size: int) -> tuple[np.nda
                                   message="wrong image size")
         return tf.ensure_shape(image, [image_size, image_size, 3])
 
-    dataset = (tf.data.Dataset.from_tensor_slices(paths)
+    dataset = (tf.data.Dataset.from_tensor_slices(list(paths))
                .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
                .batch(_DECODE_BATCH))
     images, iterator = [], iter(dataset)
@@ -98,9 +102,11 @@ def decode(paths: list[str], labels: list[int], image_size: int) -> tuple[np.nda
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
             start = len(images) * _DECODE_BATCH
             raise _first_bad_file(paths[start:start + _DECODE_BATCH], read, image_size) from e
-    if not images:
-        return np.zeros([0, image_size, image_size, 3], np.uint8), np.zeros([0], np.int32)
-    return np.concatenate(images), np.asarray(labels, np.int32)
+    images = (np.concatenate(images) if images
+              else np.zeros([0, image_size, image_size, 3], np.uint8))
+    labels = np.asarray(labels, np.int32)
+    images.flags.writeable = labels.flags.writeable = False
+    return images, labels
 
 
 def _first_bad_file(paths: list[str], read, image_size: int) -> DataError:

@@ -3,6 +3,8 @@
 * TensorBoard summaries: ``<model_dir>/train`` (loss, learning rate, train precision, images/s)
   and ``<model_dir>/eval`` (test error and precision), as the original ``resnet_main.py`` wrote.
 * ``<model_dir>/metrics.jsonl``: one JSON object per evaluation on the whole test split.
+* ``<model_dir>/train.jsonl``: one JSON object per progress line (step, loss, precision,
+  learning rate, images/s): the training-loss curve.
 * ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
   redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
 
@@ -17,12 +19,14 @@ import os
 import tensorflow as tf
 
 METRICS_FILE = "metrics.jsonl"
+TRAIN_FILE = "train.jsonl"
 PLOT_FILE = "test_error.png"
 
 
-def read_metrics(model_dir: str) -> list[dict]:
-    """The evaluations recorded so far, oldest first (a later one at the same step wins)."""
-    path = os.path.join(model_dir, METRICS_FILE)
+def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
+    """The records of ``name`` (the evaluations, or ``TRAIN_FILE``: the progress lines), oldest
+    first; a later one at the same step wins (a resumed run repeats steps after its checkpoint)."""
+    path = os.path.join(model_dir, name)
     if not os.path.exists(path):
         return []
     by_step = {}
@@ -57,6 +61,11 @@ def plot_error_curve(records: list[dict], path: str, title: str) -> None:
     plt.close(fig)
 
 
+def _append(path: str, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 class RunLog:
     """Summaries, metrics file and plot of one run in ``model_dir``."""
 
@@ -67,8 +76,11 @@ class RunLog:
             self._eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
 
     def train(self, step: int, scalars: dict[str, float]) -> None:
-        """TensorBoard scalars of the training run at ``step``."""
-        self._write(self._train_writer if self.enabled else None, step, scalars)
+        """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``."""
+        if not self.enabled:
+            return
+        self._write(self._train_writer, step, scalars)
+        _append(os.path.join(self.model_dir, TRAIN_FILE), {"step": step, **scalars})
 
     def evaluation(self, record: dict) -> None:
         """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
@@ -76,8 +88,7 @@ class RunLog:
             return
         self._write(self._eval_writer, record["step"],
                     {k: v for k, v in record.items() if k in ("test_error", "test_precision")})
-        with open(os.path.join(self.model_dir, METRICS_FILE), "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        _append(os.path.join(self.model_dir, METRICS_FILE), record)
         plot_error_curve(read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE),
                          self.title)
 
@@ -91,8 +102,6 @@ class RunLog:
 
     @staticmethod
     def _write(writer, step: int, scalars: dict[str, float]) -> None:
-        if writer is None:
-            return
         with writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)

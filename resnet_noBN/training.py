@@ -36,7 +36,8 @@ class TrainingDiverged(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """The recipe of PAPER.md section 1; each field is a flag of the launchers."""
+    """The recipe of arXiv:1611.04231 Section 4 (the original ``resnet_main.py``); each field is
+    a flag of the launchers."""
 
     train_steps: int = 60_000
     batch_size: int = 128  # global: split over all replicas
@@ -127,7 +128,7 @@ class Trainer:
         return int(self.optimizer.iterations.numpy())
 
     def _loss_and_grads_fn(self, images, labels):
-        """Forward and backward pass on this replica's share of the global batch (PAPER.md 1)."""
+        """Forward and backward pass on this replica's share of the global batch."""
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(images, training=True), tf.float32)
             per_example = keras.losses.sparse_categorical_crossentropy(

@@ -67,7 +67,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index",
         "ckpt-5.data-00000-of-00001", "ckpt-5.index", "config.json", "eval",
-        "metrics.jsonl", "test_error.png", "train"]
+        "metrics.jsonl", "test_error.png", "train", "train.jsonl"]
     assert len((model_dir / "metrics.jsonl").read_text().splitlines()) == 1
     assert list((tmp_path / "tmp").iterdir()) == []
 

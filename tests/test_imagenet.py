@@ -1,4 +1,4 @@
-"""The ImageNet model, input pipeline and launcher (PAPER.md 1, "ImageNet model"); CPU, no network.
+"""The ImageNet model, input pipeline and launcher (arXiv:1611.04231 Section 4, ImageNet); CPU, no network.
 
 The full ResNet-34 variant is built (counts, shapes, init) and run once at 224x224; training
 steps use a tiny variant (1 block per stage, narrow, 32x32 crops) on TFRecord shards of random

@@ -53,7 +53,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     assert result["test_examples"] == 16 and 0 <= result["test_error"] <= 1
     assert result["images_per_sec"] > 0 and result["wall_time_s"] > 0
     assert "step       4  loss " in first.stdout and "images/s" in first.stdout
-    for name in ("config.json", "metrics.jsonl", "test_error.png", "checkpoint",
+    for name in ("config.json", "metrics.jsonl", "train.jsonl", "test_error.png", "checkpoint",
                  "ckpt-8.index"):
         assert (model_dir / name).exists(), name
     assert [json.loads(line)["step"] for line in

@@ -1,0 +1,159 @@
+"""Measure the paper's empirical claims (arXiv:1611.04231, Section 4) as seeded comparisons.
+
+    python launch/claims.py --data_path=/data/cifar-10-jpeg \
+        --label="CIFAR-10 (JPEG q75 re-encoding)"                  # the full sweep (~1-2 h, 2 cores)
+    python launch/claims.py                                          # CIFAR-10 from tfds
+    python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
+
+Eight arms (``resnet_noBN/claims.py``): the paper's network and seven one-change variants (init
+standard / he, trained head, no identity shortcuts, leaky ReLU, conv biases, batch norm), each
+trained from the same seeds at the paper's full depth (9 blocks per stage) with stage widths
+16/32/64, for 300 steps of batch 128 with the paper's learning-rate shape, and evaluated on the
+whole test split. Writes into --output_dir: ``claims.md`` (the table, with the verdict per claim),
+``claims.json``, ``claims_curves.png`` and ``runs/<arm>-seed<k>/`` (curves, checkpoints). Ends with
+one line of JSON. Interrupted, it reruns only what is missing: a finished run (diverged or not)
+is kept, an unfinished one resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import sys
+import time
+
+from absl import flags
+
+from resnet_noBN import cifar_input, claims, cli, cpu
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
+flags.DEFINE_string("data_path", None, "The official binary files or an image folder (as "
+                    "launch/cifar.py). Default: read tensorflow-datasets.")
+flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
+                    "tensorflow-datasets directory (see data/README.md).")
+flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
+flags.DEFINE_string("label", None, "What the data is, for the table and plots (default: the "
+                    "data set's name and --data_path).")
+flags.DEFINE_bool("quick", False, "A smoke sweep in minutes: 1 block per stage, 6 steps of "
+                  "batch 16, 2 seeds.")
+flags.DEFINE_list("arms", list(claims.ARM_NAMES), "Arms to run (the baseline is always run).")
+flags.DEFINE_integer("seeds", None, "Seeds per arm (default 3; --quick 2).")
+flags.DEFINE_integer("train_steps", None, "Steps per run (default 300; --quick 6); the learning "
+                     "rate drops 10x at 1/2 and 5/6 of them, as the paper's 30k and 50k of 60k.")
+flags.DEFINE_float("learning_rate", None, "Initial learning rate (default the paper's 0.05).")
+
+
+def sweep_from_flags() -> claims.Sweep:
+    sweep = claims.QUICK if FLAGS.quick else claims.Sweep()
+    overrides = {name: FLAGS[name].value for name in ("seeds", "train_steps", "learning_rate")
+                 if FLAGS[name].value is not None}
+    sweep = dataclasses.replace(sweep, **overrides)
+    if sweep.seeds < 1:
+        raise cli.InputError(f"--seeds must be >= 1, got {sweep.seeds}")
+    if sweep.train_steps < 2:
+        raise cli.InputError(f"--train_steps must be >= 2, got {sweep.train_steps}")
+    cli.validated(claims.train_config(sweep))
+    if sweep.eval_every > sweep.train_steps:
+        sweep = dataclasses.replace(sweep, eval_every=sweep.train_steps)
+    return sweep
+
+
+def arms_from_flags() -> list[claims.Arm]:
+    unknown = sorted(set(FLAGS.arms) - set(claims.ARM_NAMES))
+    if unknown:
+        raise cli.InputError(f"--arms: unknown arm(s) {', '.join(unknown)}; choose from "
+                             f"{','.join(claims.ARM_NAMES)}")
+    return [arm for arm in claims.ARMS if arm.name in FLAGS.arms or arm.name == claims.BASELINE]
+
+
+def machine() -> str:
+    """CPU model, cores, ISA and oneDNN: where the figures were taken."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
+             f" model {fields.get('model', '?')})")
+    host = cpu.runtime_report()
+    return (f"{model}, {len(os.sched_getaffinity(0))} cores ({', '.join(host['cpu_isa'])}), "
+            f"oneDNN {'on' if host['onednn'] else 'off'}")
+
+
+@cli.exit_codes
+def main(argv):
+    sweep, arms = sweep_from_flags(), arms_from_flags()
+    num_classes = cifar_input.num_classes(FLAGS.dataset)
+    if FLAGS.data_path:
+        cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
+    label = FLAGS.label or (f"{FLAGS.dataset} ({FLAGS.data_path})" if FLAGS.data_path
+                            else f"{FLAGS.dataset} (tensorflow-datasets)")
+    runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
+    train_cfg = claims.train_config(sweep)
+    configs = {}
+    for arm, seed in runs:  # a folder of other settings is refused before anything is written
+        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
+        configs[model_dir] = {"dataset": FLAGS.dataset, "seed": seed,
+                              **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
+                              "recipe": dataclasses.asdict(train_cfg)}
+        cli.check_resumable(model_dir, configs[model_dir])
+
+    from resnet_noBN import speed
+
+    speed.configure("float32", *speed.default_threads())
+    if not FLAGS.data_path:
+        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
+    command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    header = (f"# The paper's claims, measured: {label}\n\n"
+              f"{sweep.num_residual_units} blocks per stage, stage widths "
+              f"{'/'.join(map(str, sweep.stage_widths))}, {sweep.train_steps} steps of batch "
+              f"{sweep.batch_size} (lr {sweep.learning_rate}, x0.1 at steps "
+              f"{', '.join(map(str, train_cfg.lr_boundaries))}), {sweep.seeds} seeds per arm; "
+              f"test error on the whole test split after the last step.\n"
+              f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
+              f"Command: `{command}`\n")
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    start = time.perf_counter()
+    todo = [(arm, seed) for arm, seed in runs
+            if claims.read_result(FLAGS.output_dir, arm.name, seed) is None]
+    print(f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
+          f"{len(runs) - len(todo)} already finished; {label}; {machine()}", flush=True)
+    for i, (arm, seed) in enumerate(todo, 1):
+        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
+        print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
+        cli.record_config(model_dir, configs[model_dir])
+
+        def dataset_fn(split, global_batch, seed=seed):
+            def fn(input_context):
+                return cifar_input.build_dataset(
+                    FLAGS.dataset, split, input_context.get_per_replica_batch_size(global_batch),
+                    data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed,
+                    input_context=input_context)
+            return fn
+
+        result = claims.train_one(arm, seed, sweep, model_dir, dataset_fn, num_classes,
+                                  print_fn=lambda line, tag=f"{arm.name}-seed{seed}":
+                                  print(f"  [{tag}] {line}", flush=True))
+        print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: " + (
+            f"diverged at step {result['final_step']}" if result["diverged"] else
+            f"test error {100 * result['test_error']:.2f}% in {result['wall_time_s']:.0f} s"),
+            flush=True)
+        claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
+    summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
+    print(claims.markdown_table(summary, sweep), flush=True)
+    print(json.dumps({"output_dir": FLAGS.output_dir, "runs": len(runs), "ran": len(todo),
+                      "wall_time_s": round(time.perf_counter() - start, 1),
+                      "arms": {name: {k: s[k] for k in ("mean", "sd", "diverged", "seeds")}
+                               | {"verdict": s["verdict"]["text"]}
+                               for name, s in summary.items()}}), flush=True)
+
+
+if __name__ == "__main__":
+    cli.run(main)
