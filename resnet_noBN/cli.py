@@ -18,7 +18,7 @@ from absl import app, flags
 from resnet_noBN import cpu, distribute, speed
 from resnet_noBN.cifar_input import DataError
 from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
-from resnet_noBN.training import TrainConfig, Trainer, TrainingDiverged
+from resnet_noBN.training import CheckpointError, TrainConfig, Trainer, TrainingDiverged
 
 FLAGS = flags.FLAGS
 CONFIG_FILE = "config.json"
@@ -227,10 +227,15 @@ def check_resumable(model_dir: str, run_config: dict, absent: dict | None = None
 
 
 def record_config(model_dir: str, run_config: dict) -> None:
-    """Write ``config.json`` (what :func:`check_resumable` compares) into ``model_dir``."""
-    os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
-        json.dump(run_config, f, indent=2, sort_keys=True)
+    """Write ``config.json`` (what :func:`check_resumable` compares) into ``model_dir``;
+    InputError where the folder cannot be created or written."""
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        with open(os.path.join(model_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(run_config, f, indent=2, sort_keys=True)
+    except OSError as e:
+        raise InputError(f"--model_dir {model_dir} cannot be written ({e.strerror}); pick a "
+                         "writable folder") from None
 
 
 def run(main) -> None:
@@ -257,7 +262,7 @@ def exit_codes(main):
                 raise InputError(f"unexpected arguments {argv[1:]}; flags are written "
                                  "--name=value")
             return main(argv)
-        except (InputError, DataError) as e:
+        except (InputError, DataError, CheckpointError) as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         except TrainingDiverged as e:

@@ -30,6 +30,10 @@ from resnet_noBN.model import weight_decay_loss
 from resnet_noBN.run_log import RunLog
 
 
+class CheckpointError(RuntimeError):
+    """No checkpoint of ``model_dir`` can be restored; one line naming them."""
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the latest checkpoint is the last good one."""
 
@@ -102,6 +106,7 @@ class Trainer:
                  top5: bool = False, jit_compile: bool = False):
         self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
         self.top5 = top5
+        self.restored_from = None  # the checkpoint restore() resumed from
         with strategy.scope():
             self.model = build_model()
             self.optimizer = keras.optimizers.SGD(
@@ -183,11 +188,26 @@ class Trainer:
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     # ----------------------------------------------------------------- public API
-    def restore(self) -> int:
-        """Resume from the latest checkpoint in ``model_dir`` (if any); returns the step."""
-        latest = tf.train.latest_checkpoint(self.model_dir)
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+    def restore(self, print_fn=print) -> int:
+        """Resume from the newest checkpoint in ``model_dir`` that can be restored; returns the
+        step (0: none). A checkpoint that cannot be read (a truncated or half-written file) is
+        named in one line and the one before it is tried; ``restored_from`` says which one.
+        CheckpointError when there are checkpoints and none of them can be restored."""
+        state = tf.train.get_checkpoint_state(self.model_dir)
+        paths = list(state.all_model_checkpoint_paths) if state else []
+        for path in reversed(paths):
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, ValueError, IndexError) as e:
+                print_fn(f"warning: checkpoint {path} cannot be restored ("
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}); "
+                         "trying the one before it")
+                continue
+            self.restored_from = path
+            return self.step
+        if paths:
+            raise CheckpointError(f"no checkpoint in {self.model_dir} can be restored (tried "
+                                  f"{', '.join(paths)}); move them away to start afresh")
         return self.step
 
     def evaluate(self, dataset_fn: Callable) -> dict:
@@ -242,10 +262,9 @@ class Trainer:
         saved after that, so the latest checkpoint in ``model_dir`` is the last good one.
         """
         cfg = self.cfg
-        start_step = self.restore()
+        start_step = self.restore(print_fn)
         if start_step:
-            print_fn(f"resumed from {tf.train.latest_checkpoint(self.model_dir)} at step "
-                     f"{start_step}")
+            print_fn(f"resumed from {self.restored_from} at step {start_step}")
         iterator = self.distribute(train_fn)
         run_start = time.perf_counter()
         train_seconds, trained_images = 0.0, 0

@@ -163,3 +163,11 @@ def test_scale_lr_is_the_linear_scaling_rule(tmp_path, cifar_bin):
                  "--train_steps=4", *SMALL, "--batch_size=32", "--scale_lr")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "lr 0.0125 " in proc.stdout
+
+
+def test_an_unwritable_model_dir_is_one_line(cifar_bin):
+    proc = cifar("--model_dir=/proc/resnet_noBN/run", f"--data_path={cifar_bin}",
+                 "--train_steps=1", *SMALL)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: --model_dir /proc/resnet_noBN/run cannot be written (")

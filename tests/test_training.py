@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.training import (TrainConfig, Trainer, TrainingDiverged,
+from resnet_noBN.training import (CheckpointError, TrainConfig, Trainer, TrainingDiverged,
                                   learning_rate_schedule)
 
 SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
@@ -107,6 +107,28 @@ def test_resume_continues_step_optimizer_state_and_schedule(tmp_path):
     assert result["final_step"] == 15
     assert float(second.optimizer.learning_rate) == pytest.approx(0.002)  # 0.02 / 10 past step 12
     assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [10, 15]
+
+
+def test_a_truncated_latest_checkpoint_is_named_and_the_one_before_restored(tmp_path):
+    first = make_trainer(tmp_path, train_steps=10)
+    first.train(*input_fns(32), print_fn=lambda _: None)
+    data = tmp_path / "ckpt-10.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # killed while writing
+
+    lines = []
+    second = make_trainer(tmp_path, train_steps=10)
+    assert second.restore(lines.append) == 5 and second.restored_from == str(tmp_path / "ckpt-5")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"warning: checkpoint {tmp_path / 'ckpt-10'} cannot be restored (")
+    assert lines[0].endswith("trying the one before it")
+    result = make_trainer(tmp_path, train_steps=10).train(*input_fns(32), print_fn=lines.append)
+    assert f"resumed from {tmp_path / 'ckpt-5'} at step 5" in lines and result["final_step"] == 10
+    assert make_trainer(tmp_path).restore() == 10  # the rewritten ckpt-10 is whole again
+
+    for path in tmp_path.glob("ckpt-*.index"):
+        path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"^no checkpoint in .* can be restored \(tried "):
+        make_trainer(tmp_path).restore(lambda _: None)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
