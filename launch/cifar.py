@@ -17,7 +17,7 @@ import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cifar_input, cli
+from resnet_noBN import cifar_input, cli, distribute
 from resnet_noBN.model import NORMS, ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
@@ -84,12 +84,9 @@ def main(argv):
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
 
     def dataset_fn(split, global_batch):
-        def fn(input_context):
-            return cifar_input.build_dataset(
-                FLAGS.dataset, split, input_context.get_per_replica_batch_size(global_batch),
-                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, pad=FLAGS.pad,
-                seed=runtime.seed, input_context=input_context)
-        return fn
+        return distribute.per_replica_dataset(
+            cifar_input.build_dataset, FLAGS.dataset, split, global_batch=global_batch,
+            data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, pad=FLAGS.pad, seed=runtime.seed)
 
     trainer = cli.make_trainer(runtime, lambda: build_cifar_model(model_cfg), train_cfg,
                                model_dir, title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)")

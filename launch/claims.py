@@ -1,7 +1,7 @@
 """Measure the paper's empirical claims (arXiv:1611.04231, Section 4) as seeded comparisons.
 
     python launch/claims.py --data_path=/data/cifar-10-jpeg \
-        --label="CIFAR-10 (JPEG q75 re-encoding)"                  # the full sweep (~1-2 h, 2 cores)
+        --label="CIFAR-10 (JPEG q75 re-encoding)"        # the full sweep (46 min to ~2 h, 2 cores)
     python launch/claims.py                                          # CIFAR-10 from tfds
     python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
 
@@ -27,7 +27,7 @@ import time
 
 from absl import flags
 
-from resnet_noBN import cifar_input, claims, cli, cpu
+from resnet_noBN import cifar_input, claims, cli, cpu, distribute
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
@@ -72,19 +72,9 @@ def arms_from_flags() -> list[claims.Arm]:
 
 def machine() -> str:
     """CPU model, cores, ISA and oneDNN: where the figures were taken."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    model = (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
-             f" model {fields.get('model', '?')})")
     host = cpu.runtime_report()
-    return (f"{model}, {len(os.sched_getaffinity(0))} cores ({', '.join(host['cpu_isa'])}), "
-            f"oneDNN {'on' if host['onednn'] else 'off'}")
+    return (f"{cpu.cpu_name()}, {len(os.sched_getaffinity(0))} cores "
+            f"({', '.join(host['cpu_isa'])}), oneDNN {'on' if host['onednn'] else 'off'}")
 
 
 @cli.exit_codes
@@ -131,12 +121,9 @@ def main(argv):
         cli.record_config(model_dir, configs[model_dir])
 
         def dataset_fn(split, global_batch, seed=seed):
-            def fn(input_context):
-                return cifar_input.build_dataset(
-                    FLAGS.dataset, split, input_context.get_per_replica_batch_size(global_batch),
-                    data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed,
-                    input_context=input_context)
-            return fn
+            return distribute.per_replica_dataset(
+                cifar_input.build_dataset, FLAGS.dataset, split, global_batch=global_batch,
+                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed)
 
         result = claims.train_one(arm, seed, sweep, model_dir, dataset_fn, num_classes,
                                   print_fn=lambda line, tag=f"{arm.name}-seed{seed}":

@@ -5,12 +5,12 @@
     python launch/imagenet.py --strategy=multi_worker        # one process per machine (TF_CONFIG)
     python launch/imagenet.py --summary_only                 # layer table and parameter counts
 
-The recipe (arXiv:1611.04231 Section 4): momentum SGD 0.9, global batch 256, learning rate 0.1 multiplied by
-0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4 (the CIFAR
-value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on the whole
-validation split every --eval_every steps and at the end. Architecture and input choices:
-resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints resume from
---model_dir. Ends by printing one line of JSON.
+The recipe (arXiv:1611.04231 Section 4): momentum SGD 0.9, global batch 256, learning rate 0.1
+multiplied by 0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4
+(the CIFAR value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on
+the whole validation split every --eval_every steps and at the end. Architecture and input
+choices: resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints resume
+from --model_dir. Ends by printing one line of JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cli, imagenet_input
+from resnet_noBN import cli, distribute, imagenet_input
 from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
 from resnet_noBN.training import TrainConfig
 
@@ -104,14 +104,11 @@ def main(argv):
     cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
 
     def dataset_fn(split, global_batch):
-        def fn(input_context):
-            return imagenet_input.build_dataset(
-                split, input_context.get_per_replica_batch_size(global_batch),
-                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir,
-                label_offset=FLAGS.label_offset, image_size=model_cfg.image_size,
-                normalization=FLAGS.normalization, seed=runtime.seed,
-                input_context=input_context, shuffle_buffer=FLAGS.shuffle_buffer)
-        return fn
+        return distribute.per_replica_dataset(
+            imagenet_input.build_dataset, split, global_batch=global_batch,
+            data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, label_offset=FLAGS.label_offset,
+            image_size=model_cfg.image_size, normalization=FLAGS.normalization,
+            seed=runtime.seed, shuffle_buffer=FLAGS.shuffle_buffer)
 
     schedule = imagenet_input.learning_rate_schedule(
         train_cfg.batch_size, train_cfg.learning_rate, train_cfg.lr_decay, FLAGS.epochs_per_decay)

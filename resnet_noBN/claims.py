@@ -221,7 +221,7 @@ def _band(records_by_seed: list[list[dict]], key: str, scale: float):
     by_step: dict[int, list[float]] = {}
     for records in records_by_seed:
         for r in records:
-            if key in r and r[key] == r[key] and math.isfinite(r[key]):
+            if key in r and math.isfinite(r[key]):
                 by_step.setdefault(r["step"], []).append(scale * r[key])
     steps = sorted(by_step)
     return (steps, [statistics.fmean(by_step[s]) for s in steps],

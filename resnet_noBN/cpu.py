@@ -28,17 +28,30 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str]:
-    """The first CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none)."""
+def cpu_fields(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> dict[str, str]:
+    """The first CPU's fields in ``/proc/cpuinfo`` (empty where there is none)."""
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
-        return set()
-    for line in text.splitlines():
+        return {}
+    fields = {}
+    for line in text.split("\n\n")[0].splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return set(value.split())
-    return set()
+        if key.strip():
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str]:
+    """The first CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none)."""
+    return set(cpu_fields(cpuinfo).get("flags", "").split())
+
+
+def cpu_name(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
+    """'<model name> (family F model M)': which CPU a figure was taken on."""
+    fields = cpu_fields(cpuinfo)
+    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')})")
 
 
 def isa(flags: set[str] | None = None) -> dict[str, bool]:

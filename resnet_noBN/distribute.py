@@ -181,3 +181,13 @@ def input_pipelines(strategy: tf.distribute.Strategy, cluster_resolver) -> int:
 
 def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
+def per_replica_dataset(build, *args, global_batch: int, **kwargs):
+    """The ``dataset_fn(input_context)`` that ``distribute_datasets_from_function`` calls:
+    ``build(*args, <per-replica batch>, input_context=..., **kwargs)``, each input pipeline
+    building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``)."""
+    def fn(input_context: tf.distribute.InputContext):
+        return build(*args, input_context.get_per_replica_batch_size(global_batch),
+                     input_context=input_context, **kwargs)
+    return fn

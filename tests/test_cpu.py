@@ -20,6 +20,9 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
                     "processor\t: 1\nflags\t\t: fpu\n")
     assert cpu.cpu_flags(info) == {"fpu", "avx2", "fma"}
     assert cpu.cpu_flags(tmp_path / "absent") == set()
+    assert cpu.cpu_name(info) == "X (family ? model ?)"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 26\nmodel\t\t: 2\n")
+    assert cpu.cpu_name(info) == "AMD EPYC (family 26 model 2)"
     assert cpu.isa({"avx2", "fma"}) == {name: name in ("avx2", "fma") for name in cpu.ISA_FLAGS}
 
 
