@@ -47,6 +47,9 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+# resnet_noBN without installing it (also for torch_twin.py); imported inside the functions only,
+# so that --onednn is set before resnet_noBN and TensorFlow load.
+sys.path.insert(0, str(REPO))
 
 # The architectures, as keyword arguments of resnet_noBN.model.ModelConfig (and of the torch
 # twin). "small" is the tests' reduced network (one block per stage, narrow stages).
@@ -92,7 +95,7 @@ def model_flops(num_classes: int = 10, num_residual_units: int = 9, init_filters
     size = image_size
     convs = conv_flops(3, 3, init_filters, size, size)
     c_in = init_filters
-    for width, stride in zip(stage_widths, stage_strides):
+    for width, stride in zip(stage_widths, stage_strides, strict=True):
         for unit in range(num_residual_units):
             s = stride if unit == 0 else 1
             size = -(-size // s)  # SAME padding
@@ -126,24 +129,19 @@ def keras_model_flops(model) -> int:
 
 
 # --------------------------------------------------------------------------- peaks
-def _cpuinfo() -> dict:
-    """vendor, family, model, flags and clock (MHz) of this CPU, from /proc/cpuinfo and lscpu."""
-    info = {"vendor": "", "family": 0, "model": 0, "flags": set(), "mhz": 0.0, "name": "",
-            "clock_source": ""}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    first = text.split("\n\n")[0]
-    fields = dict((k.strip(), v.strip()) for k, _, v in
-                  (line.partition(":") for line in first.splitlines()) if k.strip())
-    info.update(vendor=fields.get("vendor_id", ""), name=fields.get("model name", ""),
-                family=int(fields.get("cpu family", 0) or 0),
-                model=int(fields.get("model", 0) or 0),
-                flags=set(fields.get("flags", "").split()))
-    mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)]
-    if mhz:
-        info["mhz"], info["clock_source"] = max(mhz), "/proc/cpuinfo 'cpu MHz' (nominal)"
+def cpu_info() -> dict:
+    """vendor, family, model, flags, name and clock (MHz) of this CPU: ``resnet_noBN.cpu``'s
+    reading of /proc/cpuinfo, with lscpu's max clock where the kernel exposes one."""
+    from resnet_noBN import cpu
+
+    fields = cpu.cpu_fields()
+    info = {"vendor": fields.get("vendor_id", ""), "name": fields.get("model name", ""),
+            "family": int(fields.get("cpu family", 0) or 0),
+            "model": int(fields.get("model", 0) or 0),
+            "flags": set(fields.get("flags", "").split()),
+            "mhz": float(fields.get("cpu MHz", 0) or 0), "clock_source": ""}
+    if info["mhz"]:
+        info["clock_source"] = "/proc/cpuinfo 'cpu MHz' (nominal)"
     try:  # a max (boost) clock, where the kernel exposes one (not in most VMs)
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         match = re.search(r"^CPU max MHz:\s*([\d.]+)", out, re.M)
@@ -191,7 +189,7 @@ def cpu_peak(precision: str, cores: int | None = None, clock_ghz: float | None =
     usually the nominal clock: the cores may boost above it, so a real kernel can exceed this
     "peak"; compare with the measured matmul rate that throughput.py reports beside it).
     """
-    info = _cpuinfo()
+    info = cpu_info()
     cores = cores or len(os.sched_getaffinity(0))
     fp32, bf16, why = cpu_flops_per_cycle(info["vendor"], info["family"], info["flags"])
     per_cycle = bf16 if precision == "bfloat16" else fp32
@@ -282,7 +280,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", choices=sorted(MODELS), default="paper",
-                   help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network (smoke)")
+                   help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network "
+                        "(smoke)")
     p.add_argument("--batch_size", type=int, default=128, help="global training batch")
     p.add_argument("--steps", type=int, default=20, help="individually timed training steps")
     p.add_argument("--warmup", type=int, default=3,
@@ -354,8 +353,13 @@ def run_torch_twin(args, threads: int, print_fn=print) -> dict:
     return json.loads(lines[-1])
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def set_environment(args) -> None:
+    """What must be settled before TensorFlow loads: torch for --compare_torch, --onednn and
+    TensorFlow's log level; then resnet_noBN, whose import sets oneDNN's default."""
     if args.compare_torch:
         import importlib.util
         if importlib.util.find_spec("torch") is None:
@@ -364,258 +368,355 @@ def main(argv=None) -> dict:
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, str(REPO))
+    import resnet_noBN  # noqa: F401
 
-    from resnet_noBN import cpu  # first: oneDNN's default is set before TensorFlow loads
 
+def configure_runtime(args) -> tuple[int, int]:
+    """Thread pools and precision (before TensorFlow runs anything) and the seed: (intra, inter)."""
     import keras
-    import tensorflow as tf
 
-    from resnet_noBN import cifar_input, speed
-    from resnet_noBN.model import ModelConfig, build_cifar_model, param_counts
-    from resnet_noBN.training import TrainConfig, Trainer
-
-    def say(line):
-        print(line, flush=True)
+    from resnet_noBN import speed
 
     intra, inter = speed.default_threads()
     intra = intra if args.intra_op_threads is None else args.intra_op_threads
     inter = inter if args.inter_op_threads is None else args.inter_op_threads
     speed.configure(args.precision, intra, inter)
     keras.utils.set_random_seed(args.seed)
+    return intra, inter
+
+
+def describe_device(args) -> dict:
+    """device ("cpu" or "gpu"), device_name, cores, and the peak FLOP/s at peak_precision (bf16
+    for mixed_bfloat16, tf32 for float32 on a GPU that runs float32 as TF32)."""
+    import tensorflow as tf
+
+    from resnet_noBN import cpu
 
     gpus = tf.config.list_physical_devices("GPU")
     device = "gpu" if gpus else "cpu"
-    device_name = (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-                   if gpus else _cpuinfo()["name"] or "CPU")
+    name = (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+            if gpus else cpu.cpu_name())
     if args.precision == "mixed_bfloat16":
-        peak_precision = "bfloat16"
+        precision = "bfloat16"
     elif device == "gpu" and tf.config.experimental.tensor_float_32_execution_enabled():
-        peak_precision = "tf32"
+        precision = "tf32"
     else:
-        peak_precision = "float32"
+        precision = "float32"
     cores = len(os.sched_getaffinity(0))
-    peak = device_peak_flops(device, peak_precision, device_name, args.cpu_clock_ghz, cores)
+    return {"device": device, "device_name": name, "cores": cores, "peak_precision": precision,
+            "peak": device_peak_flops(device, precision, name, args.cpu_clock_ghz, cores)}
 
-    model_kwargs = dict(MODELS[args.model])
-    model_cfg = ModelConfig(**model_kwargs, data_format=args.data_format)
-    flops = model_flops(**model_kwargs)
-    train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
 
-    tmp = tempfile.TemporaryDirectory(prefix="throughput_")
+def training_data(args, folder: Path) -> tuple[str, str]:
+    """(data_path, where it came from): --data_path, or random records written into folder."""
+    from resnet_noBN import cifar_input
+
     if args.data_path:
-        data_path, data_source = args.data_path, "--data_path"
+        data_path, source = args.data_path, "--data_path"
     else:
-        data_path = str(write_random_cifar10(Path(tmp.name) / "cifar-10-batches-bin"))
-        data_source = "random records (no --data_path)"
+        data_path = str(write_random_cifar10(folder / "cifar-10-batches-bin"))
+        source = "random records (no --data_path)"
     cifar_input.check_data_path("cifar10", data_path)
+    return data_path, source
 
-    def train_dataset(batch_size):
-        return cifar_input.build_dataset("cifar10", "train", batch_size, data_path=data_path,
-                                         seed=args.seed)
 
-    say(f"{device_name} ({device}); TF {tf.__version__}, Keras {keras.__version__}; "
-        f"model {args.model}, batch {args.batch_size}, {args.precision}, "
+def train_dataset(args, data_path: str, batch_size: int):
+    from resnet_noBN import cifar_input
+
+    return cifar_input.build_dataset("cifar10", "train", batch_size, data_path=data_path,
+                                     seed=args.seed)
+
+
+def describe_run(args, dev: dict, intra: int, inter: int, data_path: str, data_source: str,
+                 flops: dict) -> dict:
+    """What was measured, where and how (the start of the JSON), printed as two lines."""
+    import keras
+    import tensorflow as tf
+
+    from resnet_noBN import cpu
+
+    model_kwargs = MODELS[args.model]
+    say(f"{dev['device_name']} ({dev['device']}); TF {tf.__version__}, Keras "
+        f"{keras.__version__}; model {args.model}, batch {args.batch_size}, {args.precision}, "
         f"jit_compile={args.jit_compile}, {args.data_format}, threads intra={intra} "
         f"inter={inter}, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}; "
         f"input: {'synthetic (one cached batch)' if args.synthetic else 'pipeline'} "
         f"from {data_path} ({data_source})")
-
     result = {
         "framework": "tensorflow", "tf_version": tf.__version__, "keras_version":
-        keras.__version__, "device": device, "device_name": device_name, "model": args.model,
+        keras.__version__, "device": dev["device"], "device_name": dev["device_name"],
+        "model": args.model,
         "model_config": {k: list(v) if isinstance(v, tuple) else v
                          for k, v in model_kwargs.items()},
         "batch_size": args.batch_size, "precision": args.precision,
         "jit_compile": args.jit_compile, "data_format": args.data_format,
         "intra_op_threads": intra, "inter_op_threads": inter,
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-        **cpu.runtime_report(), "onednn_isa": onednn_isa() if device == "cpu" else None,
+        **cpu.runtime_report(), "onednn_isa": onednn_isa() if dev["device"] == "cpu" else None,
         "synthetic": args.synthetic, "data_path": data_path, "data_source": data_source,
         **flops,
         "load_average_at_start": list(os.getloadavg()),
     }
     say(f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
         f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}")
+    return result
 
-    # ---- input pipeline alone (before the model exists: nothing else competes for the CPU)
-    if args.input_batches:
-        ds = train_dataset(args.batch_size)
-        records = cifar_input.num_records("cifar10", data_path, "train")
-        warm = math.ceil(records / args.batch_size) + 1  # one pass: fills cache and shuffle
-        it = iter(ds)
-        for _ in range(warm):
-            next(it)
-        t0 = time.perf_counter()
-        for _ in range(args.input_batches):
-            images, _labels = next(it)
-        seconds = time.perf_counter() - t0
-        result["input_images_per_s"] = round(args.input_batches * args.batch_size / seconds, 1)
-        say(f"input pipeline alone: {result['input_images_per_s']} images/s "
-            f"({args.input_batches} batches after {warm} warm-up batches)")
-        del it, ds
 
-    # ---- model and trainer
-    model_dir = tmp.name + "/model"
+def measure_input_pipeline(args, data_path: str) -> dict:
+    """Images/s of the training input pipeline alone, over --input_batches after one pass of the
+    records (which fills the cache and the shuffle buffer)."""
+    from resnet_noBN import cifar_input
+
+    records = cifar_input.num_records("cifar10", data_path, "train")
+    warm = math.ceil(records / args.batch_size) + 1
+    it = iter(train_dataset(args, data_path, args.batch_size))
+    for _ in range(warm):
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(args.input_batches):
+        next(it)
+    rate = round(args.input_batches * args.batch_size / (time.perf_counter() - t0), 1)
+    say(f"input pipeline alone: {rate} images/s ({args.input_batches} batches after {warm} "
+        "warm-up batches)")
+    return {"input_images_per_s": rate}
+
+
+def build_trainer(args, data_path: str, model_dir: str):
+    """(the Trainer of --model, the iterator it trains from: the pipeline, or one cached batch
+    with --synthetic)."""
+    import tensorflow as tf
+
+    from resnet_noBN.model import ModelConfig, build_cifar_model
+    from resnet_noBN.training import TrainConfig, Trainer
+
+    model_cfg = ModelConfig(**MODELS[args.model], data_format=args.data_format)
+    train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
     trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(model_cfg),
                       train_cfg, model_dir, is_chief=False, jit_compile=args.jit_compile)
-    counts = param_counts(trainer.model)
-    result.update(counts)
-    result["keras_forward_flops_per_image"] = keras_model_flops(trainer.model)
-
     if args.synthetic:
-        batch = next(iter(train_dataset(args.batch_size)))
+        batch = next(iter(train_dataset(args, data_path, args.batch_size)))
 
         def train_fn(ctx):
             return tf.data.Dataset.from_tensors(batch).repeat()
     else:
         def train_fn(ctx):
-            return train_dataset(ctx.get_per_replica_batch_size(args.batch_size))
-    iterator = trainer.distribute(train_fn)
+            return train_dataset(args, data_path, ctx.get_per_replica_batch_size(args.batch_size))
+    return trainer, trainer.distribute(train_fn)
 
+
+def count_model(model) -> dict:
+    """Parameter and layer counts, and the forward FLOPs per image read off the Keras layers."""
+    from resnet_noBN.model import param_counts
+
+    return {**param_counts(model), "keras_forward_flops_per_image": keras_model_flops(model)}
+
+
+def measure_first_step(args, trainer, iterator) -> dict:
+    """Seconds of the first step (trace + compile + one step); then the --warmup steps."""
     t0 = time.perf_counter()
     trainer.run_steps(iterator, 1)
-    result["first_step_s"] = round(time.perf_counter() - t0, 3)
-    say(f"first step (trace + compile + 1 step): {result['first_step_s']} s")
+    seconds = round(time.perf_counter() - t0, 3)
+    say(f"first step (trace + compile + 1 step): {seconds} s")
     for _ in range(args.warmup):
         trainer.run_steps(iterator, 1)
+    return {"first_step_s": seconds}
 
-    cpu_times = []
 
-    def timed_window():
-        times = []
-        for _ in range(args.steps):
-            c0, t0 = time.process_time(), time.perf_counter()
-            loss_sum, _, _ = trainer.run_steps(iterator, 1)
-            times.append(time.perf_counter() - t0)
-            cpu_times.append(time.process_time() - c0)
-        if not math.isfinite(loss_sum):
-            raise RuntimeError(f"the loss is {loss_sum}: the benchmark's training diverged")
-        return times
+def time_steps(trainer, iterator, steps: int) -> tuple[list[float], list[float]]:
+    """(wall, CPU) seconds of ``steps`` steps, each its own ``run_steps`` call, which returns
+    the loss, so the step has finished; RuntimeError where the loss is not finite."""
+    wall, cpu_seconds = [], []
+    for _ in range(steps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        loss_sum, _, _ = trainer.run_steps(iterator, 1)
+        wall.append(time.perf_counter() - t0)
+        cpu_seconds.append(time.process_time() - c0)
+    if not math.isfinite(loss_sum):
+        raise RuntimeError(f"the loss is {loss_sum}: the benchmark's training diverged")
+    return wall, cpu_seconds
 
-    times = timed_window()
+
+def measure_training(args, trainer, iterator, flops: dict) -> tuple[dict, list[float]]:
+    """s/step (median and spread over --steps), images/s, FLOP/s and CPU s/step; and the times."""
+    times, cpu_seconds = time_steps(trainer, iterator, args.steps)
     train = summarize(times)
-    # CPU seconds of this process per step (all threads, spin-waiting included): less
-    # sensitive than wall time to other processes on the machine, not a speed by itself.
-    result["train_cpu_s_per_step"] = round(statistics.median(cpu_times), 4)
-    tflops = flops["train_flops_per_image"] * args.batch_size / train["median"]
-    result["train_s_per_step"] = _rounded(train)
-    result["train_images_per_s"] = round(args.batch_size / train["median"], 2)
-    result["train_flops_per_s"] = round(tflops)
+    flops_per_s = flops["train_flops_per_image"] * args.batch_size / train["median"]
+    result = {
+        # CPU seconds of this process per step (all threads, spin-waiting included): less
+        # sensitive than wall time to other processes on the machine, not a speed by itself.
+        "train_cpu_s_per_step": round(statistics.median(cpu_seconds), 4),
+        "train_s_per_step": _rounded(train),
+        "train_images_per_s": round(args.batch_size / train["median"], 2),
+        "train_flops_per_s": round(flops_per_s)}
     say(f"train: {train['median']:.4f} s/step median (p10 {train['p10']:.4f}, p90 "
         f"{train['p90']:.4f}, min {train['min']:.4f}, max {train['max']:.4f}; {args.steps} "
         f"steps after {args.warmup} warm-up); {result['train_images_per_s']} images/s; "
-        f"{tflops / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU s/step")
+        f"{flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU s/step")
+    return result, times
 
-    if args.chunk_steps:
-        t0 = time.perf_counter()
-        trainer.run_steps(iterator, args.chunk_steps)
-        per_step = (time.perf_counter() - t0) / args.chunk_steps
-        result["chunk_steps"] = args.chunk_steps
-        result["chunk_s_per_step"] = round(per_step, 5)
-        result["chunk_images_per_s"] = round(args.batch_size / per_step, 2)
-        say(f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
-            f"{result['chunk_images_per_s']} images/s")
 
-    if args.profile_dir:
-        tf.profiler.experimental.start(args.profile_dir)
-        trainer.run_steps(iterator, args.profile_steps)
-        tf.profiler.experimental.stop()
-        result["profile_dir"] = args.profile_dir
-        say(f"profile of {args.profile_steps} steps: {args.profile_dir} "
-            f"(tensorboard --logdir {args.profile_dir}, Profile tab)")
+def measure_chunk(args, trainer, iterator) -> dict:
+    """s/step of --chunk_steps steps in one ``run_steps`` call (no host wake-up per step)."""
+    t0 = time.perf_counter()
+    trainer.run_steps(iterator, args.chunk_steps)
+    per_step = (time.perf_counter() - t0) / args.chunk_steps
+    result = {"chunk_steps": args.chunk_steps, "chunk_s_per_step": round(per_step, 5),
+              "chunk_images_per_s": round(args.batch_size / per_step, 2)}
+    say(f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
+        f"{result['chunk_images_per_s']} images/s")
+    return result
 
-    # ---- evaluation
-    if args.eval_batches:
-        if args.synthetic:
-            eval_batch = next(iter(cifar_input.build_dataset(
-                "cifar10", "test", args.eval_batch_size, data_path=data_path).repeat()))
 
-            def eval_fn(n):
-                return lambda ctx: tf.data.Dataset.from_tensors(eval_batch).repeat(n)
-        else:
-            def eval_fn(n):
-                return lambda ctx: cifar_input.build_dataset(
-                    "cifar10", "test", args.eval_batch_size, data_path=data_path,
-                    drop_remainder=True).repeat().take(n)
-        trainer.evaluate(eval_fn(1))  # trace
-        t0 = time.perf_counter()
-        evaluated = trainer.evaluate(eval_fn(args.eval_batches))
-        seconds = time.perf_counter() - t0
-        result["eval_images_per_s"] = round(evaluated["test_examples"] / seconds, 1)
-        result["eval_flops_per_s"] = round(
-            flops["forward_flops_per_image"] * evaluated["test_examples"] / seconds)
-        say(f"eval: {result['eval_images_per_s']} images/s ({evaluated['test_examples']} images "
-            f"in batches of {args.eval_batch_size}); "
-            f"{result['eval_flops_per_s'] / 1e9:.1f} GFLOP/s")
+def profile(args, trainer, iterator) -> dict:
+    """A tf.profiler trace of --profile_steps steps (one call) into --profile_dir."""
+    import tensorflow as tf
 
-    # ---- peaks and MFU
+    tf.profiler.experimental.start(args.profile_dir)
+    trainer.run_steps(iterator, args.profile_steps)
+    tf.profiler.experimental.stop()
+    say(f"profile of {args.profile_steps} steps: {args.profile_dir} "
+        f"(tensorboard --logdir {args.profile_dir}, Profile tab)")
+    return {"profile_dir": args.profile_dir}
+
+
+def measure_evaluation(args, trainer, data_path: str, flops: dict) -> dict:
+    """Images/s and FLOP/s of ``trainer.evaluate`` over --eval_batches, after one (the trace)."""
+    import tensorflow as tf
+
+    from resnet_noBN import cifar_input
+
+    if args.synthetic:
+        eval_batch = next(iter(cifar_input.build_dataset(
+            "cifar10", "test", args.eval_batch_size, data_path=data_path).repeat()))
+
+        def eval_fn(n):
+            return lambda ctx: tf.data.Dataset.from_tensors(eval_batch).repeat(n)
+    else:
+        def eval_fn(n):
+            return lambda ctx: cifar_input.build_dataset(
+                "cifar10", "test", args.eval_batch_size, data_path=data_path,
+                drop_remainder=True).repeat().take(n)
+    trainer.evaluate(eval_fn(1))  # trace
+    t0 = time.perf_counter()
+    images = trainer.evaluate(eval_fn(args.eval_batches))["test_examples"]
+    seconds = time.perf_counter() - t0
+    result = {"eval_images_per_s": round(images / seconds, 1),
+              "eval_flops_per_s": round(flops["forward_flops_per_image"] * images / seconds)}
+    say(f"eval: {result['eval_images_per_s']} images/s ({images} images in batches of "
+        f"{args.eval_batch_size}); {result['eval_flops_per_s'] / 1e9:.1f} GFLOP/s")
+    return result
+
+
+def measure_mfu(args, dev: dict, flops: dict, measured: dict) -> dict:
+    """The training FLOP/s in ``measured`` as a fraction of the device's peak (MFU), of a timed
+    matmul (--measure_matmul), and for the --chunk_steps call."""
+    import tensorflow as tf
+
+    achieved = measured["train_flops_per_s"]
+    peak, precision = dev["peak"], dev["peak_precision"]
+    matmul_precision = precision if precision == "bfloat16" else "float32"
+    result = {}
     if args.measure_matmul:
-        rate = measure_matmul(tf, peak_precision if peak_precision == "bfloat16" else "float32",
-                              n=8192 if device == "gpu" else 2048)
+        rate = measure_matmul(tf, matmul_precision, n=8192 if dev["device"] == "gpu" else 2048)
         result["matmul_flops_per_s"] = round(rate)
-        result["mfu_vs_matmul"] = round(tflops / rate, 4)
-    result["peak_flops_per_s"] = peak["flops_per_s"]
-    result["peak_precision"] = peak_precision
-    result["peak_source"] = peak["source"]
-    result["mfu"] = round(tflops / peak["flops_per_s"], 4) if peak["flops_per_s"] else None
+        result["mfu_vs_matmul"] = round(achieved / rate, 4)
+    result.update(peak_flops_per_s=peak["flops_per_s"], peak_precision=precision,
+                  peak_source=peak["source"],
+                  mfu=round(achieved / peak["flops_per_s"], 4) if peak["flops_per_s"] else None)
     if args.chunk_steps and peak["flops_per_s"]:  # the launcher's way: no host sync per step
         result["chunk_mfu"] = round(flops["train_flops_per_image"]
-                                    * result["chunk_images_per_s"] / peak["flops_per_s"], 4)
-    say(f"achieved {tflops / 1e9:.1f} GFLOP/s training; peak "
+                                    * measured["chunk_images_per_s"] / peak["flops_per_s"], 4)
+    say(f"achieved {achieved / 1e9:.1f} GFLOP/s training; peak "
         + (f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['source']}): MFU {result['mfu']:.3f}"
            if peak["flops_per_s"] else f"unknown ({peak['source']})")
-        + (f"; measured {peak_precision if peak_precision == 'bfloat16' else 'float32'} matmul "
-           f"{result['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (step = "
-           f"{result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul else "")
+        + (f"; measured {matmul_precision} matmul {result['matmul_flops_per_s'] / 1e9:.1f} "
+           f"GFLOP/s (step = {result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul
+           else "")
         + (f"; {args.chunk_steps} steps in one call: MFU {result['chunk_mfu']:.3f}"
            if "chunk_mfu" in result else ""))
-    if device == "cpu" and result["mfu"] and result["mfu"] > 1:
+    if dev["device"] == "cpu" and result["mfu"] and result["mfu"] > 1:
         say("note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
             "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)")
+    return result
 
-    # ---- memory
-    result["peak_host_rss_mib"] = round(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    if gpus:
+
+def measure_memory(dev: dict) -> dict:
+    """Peak host RSS, and the GPU's peak memory where there is one (MiB)."""
+    import tensorflow as tf
+
+    result = {"peak_host_rss_mib": round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if dev["device"] == "gpu":
         result["peak_gpu_memory_mib"] = round(
             tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
     say(f"peak host RSS {result['peak_host_rss_mib']} MiB"
-        + (f"; peak GPU memory {result['peak_gpu_memory_mib']} MiB" if gpus else ""))
+        + (f"; peak GPU memory {result['peak_gpu_memory_mib']} MiB"
+           if "peak_gpu_memory_mib" in result else ""))
+    return result
 
-    # ---- the PyTorch twin, side by side
-    if args.compare_torch:
-        threads = intra or cores
-        tf_times, rounds = list(times), []
-        for r in range(args.compare_rounds):
-            window = timed_window() if r else times
-            tf_times += window if r else []
-            twin = run_torch_twin(args, threads, say)
-            rounds.append({"tf_median_s": round(statistics.median(window), 5),
-                           "torch_median_s": twin["train_s_per_step"]["median"]})
-            if args.compare_rounds > 1:
-                say(f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
-                    f"{rounds[-1]['torch_median_s']:.4f} s/step")
-        tf_med = statistics.median(tf_times)
-        torch_med = statistics.median(r["torch_median_s"] for r in rounds)
-        result["torch"] = twin
-        result["compare"] = {
-            "rounds": rounds, "tf_s_per_step": round(tf_med, 5),
-            "torch_s_per_step": round(torch_med, 5), "tf_over_torch": round(tf_med / torch_med, 4),
-            "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
-            "torch_trainable_params": twin["trainable_params"],
-            "same_param_count": twin["trainable_params"] == counts["trainable_params"]}
-        say(f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
-            f"{tf_med / torch_med:.3f}" + ("" if args.synthetic else
-                                           " (TF with its input pipeline: add --synthetic "
-                                           "for compute vs compute)"))
 
+def compare_with_torch(args, threads: int, times: list[float], time_tf_window,
+                       trainable_params: int) -> dict:
+    """TF against the PyTorch twin: --compare_rounds rounds, each a TF window (the first: the
+    ``times`` already taken; then ``time_tf_window()``) and a fresh torch_twin.py run."""
+    tf_times, rounds = list(times), []
+    for r in range(args.compare_rounds):
+        window = time_tf_window() if r else times
+        tf_times += window if r else []
+        twin = run_torch_twin(args, threads, say)
+        rounds.append({"tf_median_s": round(statistics.median(window), 5),
+                       "torch_median_s": twin["train_s_per_step"]["median"]})
+        if args.compare_rounds > 1:
+            say(f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
+                f"{rounds[-1]['torch_median_s']:.4f} s/step")
+    tf_med = statistics.median(tf_times)
+    torch_med = statistics.median(r["torch_median_s"] for r in rounds)
+    say(f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
+        f"{tf_med / torch_med:.3f}" + ("" if args.synthetic else
+                                       " (TF with its input pipeline: add --synthetic "
+                                       "for compute vs compute)"))
+    return {"torch": twin, "compare": {
+        "rounds": rounds, "tf_s_per_step": round(tf_med, 5),
+        "torch_s_per_step": round(torch_med, 5), "tf_over_torch": round(tf_med / torch_med, 4),
+        "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
+        "torch_trainable_params": twin["trainable_params"],
+        "same_param_count": twin["trainable_params"] == trainable_params}}
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    set_environment(args)
+    intra, inter = configure_runtime(args)
+    dev = describe_device(args)
+    flops = model_flops(**MODELS[args.model])
+    with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:
+        data_path, data_source = training_data(args, Path(tmp))
+        result = describe_run(args, dev, intra, inter, data_path, data_source, flops)
+        if args.input_batches:  # before the model exists: nothing else competes for the CPU
+            result.update(measure_input_pipeline(args, data_path))
+        trainer, iterator = build_trainer(args, data_path, tmp + "/model")
+        result.update(count_model(trainer.model))
+        result.update(measure_first_step(args, trainer, iterator))
+        training, times = measure_training(args, trainer, iterator, flops)
+        result.update(training)
+        if args.chunk_steps:
+            result.update(measure_chunk(args, trainer, iterator))
+        if args.profile_dir:
+            result.update(profile(args, trainer, iterator))
+        if args.eval_batches:
+            result.update(measure_evaluation(args, trainer, data_path, flops))
+        result.update(measure_mfu(args, dev, flops, result))
+        result.update(measure_memory(dev))
+        if args.compare_torch:
+            result.update(compare_with_torch(
+                args, intra or dev["cores"], times,
+                lambda: time_steps(trainer, iterator, args.steps)[0],
+                result["trainable_params"]))
     result["load_average_at_end"] = list(os.getloadavg())
     line = json.dumps(result)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(line + "\n")
-    tmp.cleanup()
     print(line, flush=True)
     return result
 

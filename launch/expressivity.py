@@ -36,11 +36,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # else TF logs a line per fl
 
 import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
 
+import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
+
+from resnet_noBN import cli  # noqa: E402
 from resnet_noBN.theory import expressivity as ex  # noqa: E402
 from resnet_noBN.theory import plotting  # noqa: E402
 from resnet_noBN.theory.expressivity import ExpressivityError  # noqa: E402
@@ -69,43 +70,40 @@ flags.DEFINE_integer("sweep_images", 5170, "n of the CIFAR slice in --sweep (wit
 LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
 
 
-def parse_sizes(text: str) -> list[int]:
-    """The n of --sweep_sizes; ExpressivityError unless they are integers >= 2."""
-    try:
-        sizes = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ExpressivityError(f"--sweep_sizes must be comma-separated integers, got "
-                                f"'{text}'") from None
+def check_flags() -> list[int]:
+    """The sweep sizes; cli.InputError naming the flag when one is out of range."""
+    for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
+        if getattr(FLAGS, name) < 1:
+            raise cli.InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+    for name in ("num_points", "num_images"):
+        if getattr(FLAGS, name) < 0:
+            raise cli.InputError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
+    if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
+        raise cli.InputError(f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
+                             "cifar-10-batches-bin or leave it out (generated images)")
+    sizes = list(cli.int_list("sweep_sizes", FLAGS.sweep_sizes))
     if not sizes or min(sizes) < 2:
-        raise ExpressivityError(f"--sweep_sizes must be integers >= 2, got '{text}'")
+        raise cli.InputError(f"--sweep_sizes must be integers >= 2, got '{FLAGS.sweep_sizes}'")
     return sizes
 
 
-def check_flags() -> list[int]:
-    """The sweep sizes; ExpressivityError naming the flag when one is out of range."""
-    for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
-        if getattr(FLAGS, name) < 1:
-            raise ExpressivityError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
-    for name in ("num_points", "num_images"):
-        if getattr(FLAGS, name) < 0:
-            raise ExpressivityError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
-    if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
-        raise ExpressivityError(f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
-                                "cifar-10-batches-bin or leave it out (generated images)")
-    return parse_sizes(FLAGS.sweep_sizes)
+def cifar_images(n: int) -> np.ndarray:
+    """The first n CIFAR-10 train images of --cifar_dir as unit-norm vectors; cli.InputError
+    when the folder holds no CIFAR-10 binary files."""
+    try:
+        return ex.normalise_images(ex.load_cifar10_pixels(FLAGS.cifar_dir, n))
+    except ExpressivityError as e:
+        raise cli.InputError(str(e)) from None
 
 
 def images(rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """(unit-norm image vectors, where they came from)."""
     if FLAGS.cifar_dir is not None:
-        pixels = ex.load_cifar10_pixels(FLAGS.cifar_dir, FLAGS.num_images)
-        source = f"CIFAR-10 train images from {FLAGS.cifar_dir}"
-    else:
-        pixels = ex.synthetic_images(FLAGS.num_images, rng)
-        source = "generated images (no --cifar_dir given)"
-        print(f"note: no --cifar_dir, so {FLAGS.num_images} generated 32x32x3 images stand in "
-              "for CIFAR-10", flush=True)
-    return ex.normalise_images(pixels), source
+        return cifar_images(FLAGS.num_images), f"CIFAR-10 train images from {FLAGS.cifar_dir}"
+    print(f"note: no --cifar_dir, so {FLAGS.num_images} generated 32x32x3 images stand in "
+          "for CIFAR-10", flush=True)
+    pixels = ex.synthetic_images(FLAGS.num_images, rng)
+    return ex.normalise_images(pixels), "generated images (no --cifar_dir given)"
 
 
 def fit(name: str, X: np.ndarray, width_flag: str, rng: np.random.Generator) -> dict:
@@ -121,7 +119,7 @@ def fit(name: str, X: np.ndarray, width_flag: str, rng: np.random.Generator) -> 
         net = ex.build_network(X, labels, r, width, rng,
                                progress=lambda line: print(line, flush=True))
     except ExpressivityError as e:
-        raise ExpressivityError(f"{name}: {e} (the width is --{width_flag})") from None
+        raise cli.InputError(f"{name}: {e} (the width is --{width_flag})") from None
     built = time.perf_counter()
     model = ex.keras_model(net)
     outputs = ex.predict(model, X)
@@ -211,8 +209,7 @@ def sweep(sizes: list[int], rng: np.random.Generator) -> dict:
     points = ex.sphere_points(max(sizes), FLAGS.dim, rng)
     data = [(f"sphere d={FLAGS.dim}", points[:n]) for n in sizes]
     if FLAGS.cifar_dir is not None:
-        data.append(("CIFAR-10 slice", ex.normalise_images(
-            ex.load_cifar10_pixels(FLAGS.cifar_dir, FLAGS.sweep_images))))
+        data.append(("CIFAR-10 slice", cifar_images(FLAGS.sweep_images)))
     rows = []
     for name, X in data:
         start = time.perf_counter()
@@ -290,23 +287,20 @@ def sweep_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli.exit_codes
 def main(argv):
     del argv
-    try:
-        sizes = check_flags()
-        rng = np.random.default_rng(FLAGS.seed)
-        results = {}
-        sphere = None
-        if FLAGS.num_points:
-            sphere = ex.sphere_points(FLAGS.num_points, FLAGS.dim, rng)
-            results["sphere"] = fit("sphere", sphere, "sphere_width", rng)
-        source = None
-        if FLAGS.num_images:
-            X, source = images(rng)
-            results["images"] = fit("images", X, "image_width", rng)
-    except ExpressivityError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sizes = check_flags()
+    rng = np.random.default_rng(FLAGS.seed)
+    results = {}
+    sphere = None
+    if FLAGS.num_points:
+        sphere = ex.sphere_points(FLAGS.num_points, FLAGS.dim, rng)
+        results["sphere"] = fit("sphere", sphere, "sphere_width", rng)
+    source = None
+    if FLAGS.num_images:
+        X, source = images(rng)
+        results["images"] = fit("images", X, "image_width", rng)
     lemma = None if sphere is None else lemma_b1("sphere", sphere, FLAGS.sphere_width,
                                                  FLAGS.seed)
     errors = precondition_errors(rng)
@@ -344,4 +338,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from resnet_noBN.theory import linear
-from resnet_noBN.theory import plotting
+from resnet_noBN import cli
+from resnet_noBN.theory import linear, plotting
 from resnet_noBN.theory.linear import LinearTheoryError
 
 FLAGS = flags.FLAGS
@@ -66,26 +65,18 @@ GD_TARGETS = {
 }
 
 
-def parse_depths(text: str) -> list[int]:
-    try:
-        depths = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise LinearTheoryError(
-            f"--depths must be comma-separated integers, got '{text}'") from None
-    if not depths or min(depths) < 1:
-        raise LinearTheoryError(f"--depths must be positive integers, got '{text}'")
-    return depths
-
-
 def check_flags() -> list[int]:
-    """The validated depths; LinearTheoryError naming the flag otherwise."""
+    """The validated depths; cli.InputError naming the flag otherwise."""
     for name in ("mc_samples", "tau_samples", "dim", "steps", "adversarial_starts",
                  "adversarial_steps"):
         if getattr(FLAGS, name) < 1:
-            raise LinearTheoryError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+            raise cli.InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.init_scale < 0:
-        raise LinearTheoryError(f"--init_scale must be >= 0, got {FLAGS.init_scale}")
-    return parse_depths(FLAGS.depths)
+        raise cli.InputError(f"--init_scale must be >= 0, got {FLAGS.init_scale}")
+    depths = list(cli.int_list("depths", FLAGS.depths))
+    if not depths or min(depths) < 1:
+        raise cli.InputError(f"--depths must be positive integers, got '{FLAGS.depths}'")
+    return depths
 
 
 def claim_2_3(rng: np.random.Generator) -> dict:
@@ -256,13 +247,10 @@ def plot_gradient_descent(curves: dict, path: str, title: str) -> str:
     return plotting.save(fig, path)
 
 
+@cli.exit_codes
 def main(argv):
     del argv
-    try:
-        depths = check_flags()
-    except LinearTheoryError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    depths = check_flags()
     rng = np.random.default_rng(FLAGS.seed)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     results = {}
@@ -351,4 +339,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

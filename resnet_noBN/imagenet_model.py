@@ -4,8 +4,8 @@ Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
 parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
-(``conv``, ``residual_stages``, ``pool_and_project``), so the two networks differ
-only where ImageNet forces them to:
+(its :class:`~resnet_noBN.model.BlockConfig`, ``conv``, ``residual_stages``,
+``pool_and_project``), so the two networks differ only where ImageNet forces them to:
 
 * **Stem**: He et al.'s 7x7 stride-2 convolution to 64 channels (He init sqrt(2/(k^2 c)), as the
   CIFAR model's first conv), and like the CIFAR model's ``init_conv`` no activation after it: in
@@ -73,8 +73,8 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import (ModelConfig, conv, he_stddev, image_input, pool_and_project,
-                               residual_stages)
+from resnet_noBN.model import (BlockConfig, check_head, conv, he_stddev, image_input,
+                               pool_and_project, residual_stages)
 
 DOWNSAMPLES = ("block", "conv")
 
@@ -84,8 +84,10 @@ class ImageNetConfig:
     """The ImageNet architecture, ResNet-34's layout by default; flags of ``launch/imagenet.py``.
 
     ``stage_units`` / ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests
-    and smoke runs. ``init``, ``head``, ``shortcut``, ``conv_bias`` and ``data_format`` mean
-    what they mean in :class:`resnet_noBN.model.ModelConfig`.
+    and smoke runs. ``head`` means what it means in :class:`resnet_noBN.model.ModelConfig`;
+    ``init``, ``shortcut``, ``conv_bias`` and ``data_format`` are the block's switches
+    (:class:`resnet_noBN.model.BlockConfig`, read through :attr:`block`; the others keep the
+    paper's ReLU, identity shortcut and no batch norm).
     """
 
     num_classes: int = 1000
@@ -108,13 +110,9 @@ class ImageNetConfig:
         first = 2 if self.downsample == "block" else 1
         return ((first,) + (2,) * (len(self.stage_widths) - 1))[:len(self.stage_widths)]
 
-    def block_config(self) -> ModelConfig:
-        """The :class:`ModelConfig` that ``conv`` / ``residual_block`` / ``shortcut`` read."""
-        return ModelConfig(
-            num_classes=self.num_classes, num_residual_units=1, init_filters=self.stem_filters,
-            stage_widths=tuple(self.stage_widths), stage_strides=self.stage_strides,
-            init=self.init, head=self.head, shortcut=self.shortcut, conv_bias=self.conv_bias,
-            data_format=self.data_format)
+    @property
+    def block(self) -> BlockConfig:
+        return BlockConfig.of(self)
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible architecture."""
@@ -132,7 +130,9 @@ class ImageNetConfig:
                              f"{self.stem_filters} and {self.stem_kernel}")
         if self.image_size < 8:
             raise ValueError(f"--image_size must be >= 8, got {self.image_size}")
-        self.block_config().validate()  # widths, shortcut, init, head, data_format
+        check_head(self.num_classes, self.head)
+        self.block.validate()
+        self.block.check_widths(self.stem_filters, self.stage_widths)
 
 
 def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
@@ -144,13 +144,15 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
     ``keras.utils.set_random_seed`` first for a repeatable model.
     """
     cfg.validate()
-    block_cfg = cfg.block_config()
-    inputs, x = image_input(cfg.image_size, block_cfg)
+    block = cfg.block
+    inputs, x = image_input(cfg.image_size, block.data_format)
     x = conv(x, cfg.stem_filters, cfg.stem_kernel, 2, he_stddev(cfg.stem_kernel, cfg.stem_filters),
-             block_cfg, name="stem_conv")
+             block, name="stem_conv")
     if cfg.downsample == "conv":
         x = keras.layers.ReLU(name="stem_relu")(x)
-        x = conv(x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block_cfg,
+        x = conv(x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block,
                  name="stem_downsample")
-    x = residual_stages(x, cfg.stem_filters, cfg.stage_units, block_cfg)
-    return keras.Model(inputs, pool_and_project(x, block_cfg), name="resnet_noBN_imagenet")
+    x = residual_stages(x, cfg.stem_filters, cfg.stage_units, cfg.stage_widths, cfg.stage_strides,
+                        block)
+    return keras.Model(inputs, pool_and_project(x, block, cfg.num_classes, cfg.head),
+                       name="resnet_noBN_imagenet")

@@ -15,6 +15,8 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
   ``norm="batch"`` restores the original unit (BN, ReLU, conv, BN, ReLU, conv), the baseline the
   paper departs from; ``identity=False`` removes the shortcut (a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
+  These switches are a :class:`BlockConfig`, all that the block functions read, shared with the
+  ImageNet network (:mod:`resnet_noBN.imagenet_model`).
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained.
 
@@ -60,25 +62,28 @@ def standard_stddev(kernel_size: int, filters: int) -> float:
 
 INIT_STDDEVS = {"hardt_ma": hardt_ma_stddev, "standard": standard_stddev, "he": he_stddev}
 INITS = tuple(INIT_STDDEVS)
+LAYOUTS = ("channels_last", "channels_first")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"--{name}={value} is unknown; choose one of {', '.join(allowed)}")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The architecture, Table 1 by default; every field is a flag of ``launch/cifar.py``.
+class BlockConfig:
+    """What a residual block reads: the switches both networks (CIFAR, ImageNet) share.
 
-    conv_bias defaults to False: Table 1's "55 convolutions, 13.5M parameters" are the kernels
-    alone, the original ``_conv`` has no bias, and "the only trainable weights in our model are
-    those of the convolutions" (Section 4). The other switches are the paper's and the original
-    code's alternatives (module docstring).
+    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4):
+    ``init`` the residual convs' sigma (:data:`INIT_STDDEVS`; the paper's 1/(k^2 c)),
+    ``shortcut`` the adjustment of a block that changes the shape, ``conv_bias`` biases on the
+    convolutions (none: the paper trains the kernels only), ``relu_leakiness`` the activation's
+    slope below zero (the paper: 0, a ReLU), ``identity`` the shortcut itself, ``norm`` the
+    original code's batch norm, ``data_format`` the layout the convolutions compute in (a speed
+    choice only). The alternatives are the original code's (module docstring).
     """
 
-    num_classes: int = 10
-    num_residual_units: int = 9
-    init_filters: int = 16
-    stage_widths: tuple[int, ...] = (64, 128, 256)
-    stage_strides: tuple[int, ...] = (1, 2, 2)
     init: str = "hardt_ma"
-    head: str = "random"
     shortcut: str = "pool_pad"
     conv_bias: bool = False
     relu_leakiness: float = 0.0
@@ -86,30 +91,28 @@ class ModelConfig:
     norm: str = "none"
     data_format: str = "channels_last"
 
+    @classmethod
+    def of(cls, network_config) -> BlockConfig:
+        """The block switches of a network's config; those it has no field for keep their
+        defaults (ImageNet: ``relu_leakiness``, ``identity``, ``norm``)."""
+        return cls(**{field.name: getattr(network_config, field.name)
+                      for field in dataclasses.fields(cls) if hasattr(network_config, field.name)})
+
     def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
+        """Raise ValueError (one line, naming the fix) for an unknown switch."""
         if not 0 <= self.relu_leakiness < 1:
             raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
-        if self.num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
-        if self.num_residual_units < 1:
-            raise ValueError(
-                f"--num_residual_units must be >= 1, got {self.num_residual_units}")
-        if len(self.stage_widths) != len(self.stage_strides):
-            raise ValueError(
-                f"--stage_widths has {len(self.stage_widths)} stages but there are "
-                f"{len(self.stage_strides)} stage strides; give one width per stage")
-        for name, value, allowed in (("init", self.init, INITS), ("head", self.head, HEADS),
-                                     ("shortcut", self.shortcut, SHORTCUTS),
-                                     ("norm", self.norm, NORMS),
-                                     ("data_format", self.data_format,
-                                      ("channels_last", "channels_first"))):
-            if value not in allowed:
-                raise ValueError(f"--{name}={value} is unknown; choose one of {', '.join(allowed)}")
-        widths = (self.init_filters,) + tuple(self.stage_widths)
+        for name, allowed in (("init", INITS), ("shortcut", SHORTCUTS), ("norm", NORMS),
+                              ("data_format", LAYOUTS)):
+            _check_choice(name, getattr(self, name), allowed)
+
+    def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
+        """Raise ValueError for stage widths (after a first conv of ``first_width`` channels)
+        that are not positive or that the shortcut cannot join."""
+        widths = (first_width,) + tuple(stage_widths)
         for previous, width in zip(widths, widths[1:]):
             if width <= 0:
-                raise ValueError(f"--stage_widths must be positive, got {self.stage_widths}")
+                raise ValueError(f"--stage_widths must be positive, got {stage_widths}")
             if self.shortcut == "pool_pad" and (width < previous or (width - previous) % 2):
                 raise ValueError(
                     f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
@@ -117,17 +120,60 @@ class ModelConfig:
                     "number); change --stage_widths or use --shortcut=projection")
 
 
-def conv(x, filters: int, kernel_size: int, strides: int, stddev: float, cfg: ModelConfig,
+def check_head(num_classes: int, head: str) -> None:
+    """Raise ValueError for fewer than two classes or an unknown head."""
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    _check_choice("head", head, HEADS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(BlockConfig):
+    """The architecture, Table 1 by default; every field is a flag of ``launch/cifar.py``.
+
+    The block's switches (``init`` .. ``data_format``, inherited from :class:`BlockConfig`, at
+    the paper's values), then the network around the blocks. :attr:`block` is all that the
+    block functions get. conv_bias defaults to False: Table 1's "55 convolutions, 13.5M
+    parameters" are the kernels alone, the original ``_conv`` has no bias, and "the only
+    trainable weights in our model are those of the convolutions" (Section 4).
+    """
+
+    num_classes: int = 10
+    num_residual_units: int = 9
+    init_filters: int = 16
+    stage_widths: tuple[int, ...] = (64, 128, 256)
+    stage_strides: tuple[int, ...] = (1, 2, 2)
+    head: str = "random"
+
+    @property
+    def block(self) -> BlockConfig:
+        return BlockConfig.of(self)
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
+        super().validate()
+        if self.num_residual_units < 1:
+            raise ValueError(
+                f"--num_residual_units must be >= 1, got {self.num_residual_units}")
+        if len(self.stage_widths) != len(self.stage_strides):
+            raise ValueError(
+                f"--stage_widths has {len(self.stage_widths)} stages but there are "
+                f"{len(self.stage_strides)} stage strides; give one width per stage")
+        check_head(self.num_classes, self.head)
+        self.check_widths(self.init_filters, self.stage_widths)
+
+
+def conv(x, filters: int, kernel_size: int, strides: int, stddev: float, block: BlockConfig,
          name: str, use_bias: bool | None = None):
     """A SAME-padded convolution with a N(0, stddev^2) kernel (the original ``_conv``).
 
-    ``use_bias`` defaults to ``cfg.conv_bias``.
+    ``use_bias`` defaults to ``block.conv_bias``.
     """
     return keras.layers.Conv2D(
         filters, kernel_size, strides=strides, padding="same",
-        use_bias=cfg.conv_bias if use_bias is None else use_bias,
+        use_bias=block.conv_bias if use_bias is None else use_bias,
         kernel_initializer=keras.initializers.RandomNormal(stddev=stddev),
-        bias_initializer="zeros", data_format=cfg.data_format, name=name)(x)
+        bias_initializer="zeros", data_format=block.data_format, name=name)(x)
 
 
 @keras.saving.register_keras_serializable(package="resnet_noBN")
@@ -155,7 +201,7 @@ class ZeroPadChannels(keras.layers.Layer):
                 "data_format": self.data_format}
 
 
-def shortcut(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfig, name: str):
+def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str):
     """The identity, or, where the block changes the shape, its adjustment.
 
     ``pool_pad`` (the original code, the paper's prose): average pooling with kernel = stride,
@@ -165,54 +211,55 @@ def shortcut(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfi
     """
     if in_filters == out_filters and strides == 1:
         return x
-    if cfg.shortcut == "projection":
-        return conv(x, out_filters, 1, strides, he_stddev(1, out_filters), cfg,
+    if block.shortcut == "projection":
+        return conv(x, out_filters, 1, strides, he_stddev(1, out_filters), block,
                     name=f"{name}_projection", use_bias=False)
     if strides > 1:
         x = keras.layers.AveragePooling2D(strides, strides, padding="valid",
-                                          data_format=cfg.data_format, name=f"{name}_pool",
+                                          data_format=block.data_format, name=f"{name}_pool",
                                           dtype=STREAM)(x)
     if out_filters > in_filters:
         pad = (out_filters - in_filters) // 2
-        x = ZeroPadChannels(pad, out_filters - in_filters - pad, cfg.data_format,
+        x = ZeroPadChannels(pad, out_filters - in_filters - pad, block.data_format,
                             name=f"{name}_pad", dtype=STREAM)(x)
     return x
 
 
-def activation(x, cfg: ModelConfig, name: str):
-    """ReLU (the paper), or the original code's leaky ReLU with slope ``cfg.relu_leakiness``."""
-    return keras.layers.ReLU(negative_slope=cfg.relu_leakiness, name=name)(x)
+def activation(x, block: BlockConfig, name: str):
+    """ReLU (the paper), or the original code's leaky ReLU with slope ``block.relu_leakiness``."""
+    return keras.layers.ReLU(negative_slope=block.relu_leakiness, name=name)(x)
 
 
-def batch_norm(x, cfg: ModelConfig, name: str):
+def batch_norm(x, block: BlockConfig, name: str):
     """The original ``_batch_norm``: decay 0.9 of the moving statistics, epsilon 0.001."""
-    axis = -1 if cfg.data_format == "channels_last" else 1
+    axis = -1 if block.data_format == "channels_last" else 1
     return keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=0.001, name=name)(x)
 
 
-def residual_block(x, in_filters: int, out_filters: int, strides: int, cfg: ModelConfig,
+def residual_block(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig,
                    name: str, activate_before_residual: bool = False):
-    """x + C2(ReLU(C1(x))): no batch norm, one ReLU; C1 may have stride 2, C2 has stride 1.
+    """x + C2(ReLU(C1(x))) (Section 4): no batch norm, one ReLU; C1 may have stride 2, C2 has
+    stride 1.
 
-    ``cfg.norm == "batch"``: the original pre-activation ``_residual``,
+    ``block.norm == "batch"``: the original pre-activation ``_residual``,
     x + C2(ReLU(BN(C1(ReLU(BN(x)))))), its shortcut taken before the first BN and ReLU except in
     the network's first block (``activate_before_residual``, as the original's first unit).
-    ``cfg.identity`` False: the branch alone, C2(ReLU(C1(x))).
+    ``block.identity`` False: the branch alone, C2(ReLU(C1(x))).
     """
-    stddev = INIT_STDDEVS[cfg.init](3, out_filters)
+    stddev = INIT_STDDEVS[block.init](3, out_filters)
     y = x
-    if cfg.norm == "batch":
-        y = activation(batch_norm(x, cfg, f"{name}_bn1"), cfg, f"{name}_relu0")
+    if block.norm == "batch":
+        y = activation(batch_norm(x, block, f"{name}_bn1"), block, f"{name}_relu0")
         x = y if activate_before_residual else x
-    y = conv(y, out_filters, 3, strides, stddev, cfg, name=f"{name}_conv1")
-    if cfg.norm == "batch":
-        y = batch_norm(y, cfg, f"{name}_bn2")
-    y = activation(y, cfg, f"{name}_relu")
-    y = conv(y, out_filters, 3, 1, stddev, cfg, name=f"{name}_conv2")
-    if not cfg.identity:
+    y = conv(y, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    if block.norm == "batch":
+        y = batch_norm(y, block, f"{name}_bn2")
+    y = activation(y, block, f"{name}_relu")
+    y = conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
+    if not block.identity:
         return y
     return keras.layers.Add(name=f"{name}_add", dtype=STREAM)(
-        [shortcut(x, in_filters, out_filters, strides, cfg, name), y])
+        [shortcut(x, in_filters, out_filters, strides, block, name), y])
 
 
 def projection_head(x, num_classes: int, trainable: bool):
@@ -230,35 +277,37 @@ def projection_head(x, num_classes: int, trainable: bool):
         kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)))(x)
 
 
-def residual_stages(x, in_filters: int, stage_units: tuple[int, ...], cfg: ModelConfig):
-    """The residual stages: stage s has ``stage_units[s]`` blocks of ``cfg.stage_widths[s]``
-    channels, its first block with stride ``cfg.stage_strides[s]`` (Table 1: 9, 9, 9 blocks of
+def residual_stages(x, in_filters: int, stage_units: tuple[int, ...],
+                    stage_widths: tuple[int, ...], stage_strides: tuple[int, ...],
+                    block: BlockConfig):
+    """The residual stages: stage s has ``stage_units[s]`` blocks of ``stage_widths[s]``
+    channels, its first block with stride ``stage_strides[s]`` (Table 1: 9, 9, 9 blocks of
     64, 128, 256 channels, strides 1, 2, 2)."""
     for stage, (units, width, strides) in enumerate(
-            zip(stage_units, cfg.stage_widths, cfg.stage_strides), start=1):
+            zip(stage_units, stage_widths, stage_strides), start=1):
         for unit in range(units):
-            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, cfg,
+            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, block,
                                name=f"stage{stage}_unit{unit}",
                                activate_before_residual=stage == 1 and unit == 0)
             in_filters = width
     return x
 
 
-def pool_and_project(x, cfg: ModelConfig):
+def pool_and_project(x, block: BlockConfig, num_classes: int, head: str):
     """Global average pooling, then the fixed (or, as an ablation, trained) projection.
 
-    With ``cfg.norm == "batch"``, first the original's last BN and ReLU (its ``unit_last``)."""
-    if cfg.norm == "batch":
-        x = activation(batch_norm(x, cfg, "final_bn"), cfg, "final_relu")
-    x = keras.layers.GlobalAveragePooling2D(data_format=cfg.data_format, name="global_pool",
+    With ``block.norm == "batch"``, first the original's last BN and ReLU (its ``unit_last``)."""
+    if block.norm == "batch":
+        x = activation(batch_norm(x, block, "final_bn"), block, "final_relu")
+    x = keras.layers.GlobalAveragePooling2D(data_format=block.data_format, name="global_pool",
                                             dtype=STREAM)(x)
-    return projection_head(x, cfg.num_classes, trainable=cfg.head == "trainable")
+    return projection_head(x, num_classes, trainable=head == "trainable")
 
 
-def image_input(size: int, cfg: ModelConfig):
+def image_input(size: int, data_format: str):
     """(the Keras input of NHWC images, the tensor in the model's layout)."""
     inputs = keras.Input((size, size, 3), name="images")
-    if cfg.data_format == "channels_first":
+    if data_format == "channels_first":
         return inputs, keras.layers.Permute((3, 1, 2), name="to_channels_first")(inputs)
     return inputs, inputs
 
@@ -270,11 +319,13 @@ def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
     for a repeatable model.
     """
     cfg.validate()
-    inputs, x = image_input(32, cfg)
-    x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), cfg, name="init_conv")
-    x = residual_stages(x, cfg.init_filters,
-                        (cfg.num_residual_units,) * len(cfg.stage_widths), cfg)
-    return keras.Model(inputs, pool_and_project(x, cfg), name="resnet_noBN_cifar")
+    block = cfg.block
+    inputs, x = image_input(32, block.data_format)
+    x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), block, name="init_conv")
+    x = residual_stages(x, cfg.init_filters, (cfg.num_residual_units,) * len(cfg.stage_widths),
+                        cfg.stage_widths, cfg.stage_strides, block)
+    return keras.Model(inputs, pool_and_project(x, block, cfg.num_classes, cfg.head),
+                       name="resnet_noBN_cifar")
 
 
 def decayed_weights(model: keras.Model) -> list:

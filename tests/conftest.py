@@ -16,6 +16,16 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 
 
+CIFAR_SLICES_ENV = "RESNET_NOBN_CIFAR_SLICES"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cifar_slices", metavar="PATH", default=os.environ.get(CIFAR_SLICES_ENV),
+        help="A folder holding real CIFAR data in the official binary layout "
+             "(cifar-10-batches-bin/, cifar-100-binary/), read by the tests on real images; "
+             f"default ${CIFAR_SLICES_ENV}. Those tests are skipped without it.")
+
 
 @pytest.fixture(scope="session")
 def mirrored_strategy():
@@ -24,16 +34,16 @@ def mirrored_strategy():
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    """The real CIFAR slices of ../shared/data; the test is skipped where they are absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent")
-    return SHARED_DATA
+@pytest.fixture(scope="session")
+def cifar_slices(pytestconfig) -> Path:
+    """The folder of real CIFAR slices given by --cifar_slices=PATH (or $RESNET_NOBN_CIFAR_SLICES);
+    the test is skipped where none is given or the folder is absent."""
+    path = pytestconfig.getoption("cifar_slices")
+    if not path:
+        pytest.skip(f"no real CIFAR data: pass --cifar_slices=PATH or set {CIFAR_SLICES_ENV}")
+    if not Path(path).is_dir():
+        pytest.skip(f"--cifar_slices {path} is absent")
+    return Path(path)
 
 
 @pytest.fixture

@@ -215,10 +215,10 @@ def test_tfds_download_offline_is_a_one_line_data_error(tmp_path):
     assert isinstance(e.value.__cause__, requests.exceptions.ConnectionError)
 
 
-def test_real_cifar10_test_batch(shared_data):
-    files = cifar_input.check_data_path("cifar10", shared_data)
+def test_real_cifar10_test_batch(cifar_slices):
+    files = cifar_input.check_data_path("cifar10", cifar_slices)
     assert [f.rsplit("/", 1)[1] for f in files][-1] == "test_batch.bin"
-    images, labels = arrays(cifar_input.read_records("cifar10", "test", data_path=shared_data))
+    images, labels = arrays(cifar_input.read_records("cifar10", "test", data_path=cifar_slices))
     assert images.shape == (1017, 32, 32, 3)
     assert labels.min() == 0 and labels.max() == 9
     raw = np.fromfile(files[-1], np.uint8).reshape(1017, 3073)
@@ -226,12 +226,12 @@ def test_real_cifar10_test_batch(shared_data):
     np.testing.assert_array_equal(images, raw[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
 
 
-def test_real_cifar100_and_training_batch(shared_data):
-    folder = shared_data / "cifar-100-binary"
+def test_real_cifar100_and_training_batch(cifar_slices):
+    folder = cifar_slices / "cifar-100-binary"
     _, labels = arrays(cifar_input.read_records("cifar100", "test", data_path=folder))
     raw = np.fromfile(folder / "test.bin", np.uint8).reshape(-1, 3074)
     assert len(labels) == 916 and labels.max() <= 99 and raw[:, 0].max() <= 19
     np.testing.assert_array_equal(labels, raw[:, 1])
     images, labels = next(iter(cifar_input.build_dataset("cifar100", "train", 32,
-                                                         data_path=shared_data, seed=0)))
+                                                         data_path=cifar_slices, seed=0)))
     assert images.shape == (32, 32, 32, 3) and labels.shape == (32,)

@@ -3,8 +3,8 @@
 docker/Dockerfile against setup.py and the build context (/.dockerignore); docker/compose.yaml and
 docker/k8s/*.yaml: their TF_CONFIGs form one valid cluster whose addresses are the workers' own
 DNS names; docker/slurm/train_cifar.sbatch: valid bash that runs the launcher under srun. Every
-launcher flag these files pass must be one that launch/cifar.py defines (--helpfull), except those
-in PENDING_FLAGS. The YAML checks need PyYAML (the `test` extra).
+launcher flag these files pass must be one that launch/cifar.py defines (--helpfull). The YAML
+checks need PyYAML (the `test` extra).
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ DOCKERIGNORE = REPO / ".dockerignore"  # the build context is the repository roo
 COMPOSE = REPO / "docker" / "compose.yaml"
 K8S = REPO / "docker" / "k8s"
 SBATCH = REPO / "docker" / "slurm" / "train_cifar.sbatch"
-
-# Flags the files pass that launch/cifar.py may not define yet (distribute.py's SLURM resolver);
-# accepted while undefined, checked like the others once defined.
-PENDING_FLAGS = {"cluster_resolver"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,24 +192,18 @@ def launcher_flags() -> dict[str, list[str] | None]:
     return flags
 
 
-def check_launcher_args(args: list[str], launcher_flags, where: str) -> set[str]:
-    """Assert every --flag in `args` is a launcher flag with a valid enum value; returns the
-    PENDING_FLAGS used that the launcher does not define yet."""
-    pending = set()
+def check_launcher_args(args: list[str], launcher_flags, where: str) -> None:
+    """Assert every --flag in `args` is a launcher flag with a valid enum value."""
     for arg in args:
         if not arg.startswith("--"):
             continue
         name, has_value, value = arg[2:].partition("=")
         if name not in launcher_flags and name.startswith("no") and name[2:] in launcher_flags:
             name = name[2:]
-        if name not in launcher_flags:
-            assert name in PENDING_FLAGS, f"{where}: launch/cifar.py defines no --{name}"
-            pending.add(name)
-            continue
+        assert name in launcher_flags, f"{where}: launch/cifar.py defines no --{name}"
         choices = launcher_flags[name]
         if choices and has_value and "$" not in value:
             assert value in choices, f"{where}: --{name}={value} is not one of {choices}"
-    return pending
 
 
 def check_cluster(tf_configs: dict[str, dict], own_hosts: dict[str, str], where: str) -> int:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_noBN import cpu
 from resnet_noBN.model import (INIT_STDDEVS, ModelConfig, build_cifar_model, decayed_weights,
                                param_counts, weight_decay_loss)
 
@@ -230,8 +231,8 @@ def test_impossible_architectures(kwargs, message):
         ModelConfig(**kwargs).validate()
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="TensorFlow's CPU convolutions run NHWC only")
+@pytest.mark.skipif(not (tf.config.list_physical_devices("GPU") or cpu.onednn_enabled()),
+                    reason="without oneDNN, TensorFlow's CPU convolutions run NHWC only")
 def test_channels_first_same_function():
     """The layout is a speed choice only: the same weights give the same logits."""
     keras.utils.set_random_seed(3)

@@ -15,14 +15,15 @@ from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory.expressivity import ExpressivityError
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-CIFAR10_DIR = SHARED_DATA / "cifar-10-batches-bin"
 
 
-def _cifar_dir() -> Path:
-    if not CIFAR10_DIR.is_dir():
-        pytest.skip(f"{CIFAR10_DIR} is absent")
-    return CIFAR10_DIR
+@pytest.fixture
+def cifar10_dir(cifar_slices) -> Path:
+    """cifar-10-batches-bin of --cifar_slices; the test is skipped where it is absent."""
+    folder = cifar_slices / "cifar-10-batches-bin"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is absent")
+    return folder
 
 
 def _sphere_problem(n=250, d=24, r=5, seed=0):
@@ -204,19 +205,18 @@ def test_min_pairwise_distance_and_chunked_inner_products():
 # --- Images with random labels -------------------------------------------------------------
 
 
-def test_read_cifar10_binary_records():
-    cifar = _cifar_dir()
-    pixels = ex.load_cifar10_pixels(str(cifar))
+def test_read_cifar10_binary_records(cifar10_dir):
+    pixels = ex.load_cifar10_pixels(str(cifar10_dir))
     assert pixels.dtype == np.uint8 and pixels.shape[1] == 3072
-    sizes = [os.path.getsize(p) for p in sorted(cifar.glob("data_batch_*.bin"))]
+    sizes = [os.path.getsize(p) for p in sorted(cifar10_dir.glob("data_batch_*.bin"))]
     assert len(pixels) == sum(sizes) // 3073
-    raw = np.fromfile(cifar / "data_batch_1.bin", dtype=np.uint8, count=2 * 3073)
+    raw = np.fromfile(cifar10_dir / "data_batch_1.bin", dtype=np.uint8, count=2 * 3073)
     assert np.array_equal(pixels[1], raw[3073 + 1:])  # skips the label byte
-    assert len(ex.load_cifar10_pixels(str(cifar), limit=10)) == 10
+    assert len(ex.load_cifar10_pixels(str(cifar10_dir), limit=10)) == 10
 
 
-def test_fit_random_labels_on_cifar10_images():
-    X = ex.normalise_images(ex.load_cifar10_pixels(str(_cifar_dir()), limit=600))
+def test_fit_random_labels_on_cifar10_images(cifar10_dir):
+    X = ex.normalise_images(ex.load_cifar10_pixels(str(cifar10_dir), limit=600))
     assert np.allclose(np.linalg.norm(X, axis=1), 1.0)
     rng = np.random.default_rng(7)
     labels = ex.random_labels(len(X), 10, rng)
@@ -289,10 +289,9 @@ def test_launcher_sweep_fits_width_and_parameters(tmp_path):
         assert (out / name).stat().st_size > 0
 
 
-def test_launcher_sweep_includes_the_cifar_slice(tmp_path):
-    cifar = _cifar_dir()
+def test_launcher_sweep_includes_the_cifar_slice(tmp_path, cifar10_dir):
     proc = _run(f"--output_dir={tmp_path}", "--num_points=0", "--num_images=0", "--sweep",
-                "--sweep_sizes=100,200", "--sweep_images=300", f"--cifar_dir={cifar}")
+                "--sweep_sizes=100,200", "--sweep_images=300", f"--cifar_dir={cifar10_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
     assert rows[-1]["data"] == "CIFAR-10 slice" and rows[-1]["d"] == 3072
