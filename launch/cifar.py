@@ -78,7 +78,7 @@ def main(argv):
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
     cli.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ModelConfig()))
 
-    runtime = cli.start_runtime(train_cfg)  # before preparing tfds data: that runs TF ops
+    runtime = cli.start_runtime(train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)

@@ -21,7 +21,7 @@ from absl import flags
 
 from resnet_noBN import cli, distribute, imagenet_input
 from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
-from resnet_noBN.training import TrainConfig
+from resnet_noBN.training import TrainConfig, exponential_learning_rate_schedule
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_path", None,
@@ -94,7 +94,7 @@ def main(argv):
 
     import tensorflow as tf
 
-    runtime = cli.start_runtime(train_cfg)  # before the data checks: they run TF ops
+    runtime = cli.start_runtime(train_cfg, model_dir)  # before the data checks: they run TF ops
     # file-based sharding needs a file per input pipeline: checked before anything is written
     if FLAGS.data_path:
         imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines,
@@ -110,8 +110,9 @@ def main(argv):
             image_size=model_cfg.image_size, normalization=FLAGS.normalization,
             seed=runtime.seed, shuffle_buffer=FLAGS.shuffle_buffer)
 
-    schedule = imagenet_input.learning_rate_schedule(
-        train_cfg.batch_size, train_cfg.learning_rate, train_cfg.lr_decay, FLAGS.epochs_per_decay)
+    schedule = exponential_learning_rate_schedule(
+        train_cfg.batch_size, imagenet_input.TRAIN_EXAMPLES, train_cfg.learning_rate,
+        train_cfg.lr_decay, FLAGS.epochs_per_decay)
     trainer = cli.make_trainer(runtime, lambda: build_imagenet_model(model_cfg), train_cfg,
                                model_dir, title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
                                schedule=schedule, top5=True)

@@ -9,8 +9,12 @@ servers. Streams every task's output prefixed with its name. The job succeeds wh
 (every worker; with parameter servers, the chief) exit 0; then the serving tasks are stopped.
 When one task fails, every other is sent SIGTERM and, after ``--kill_timeout`` seconds, SIGKILL
 (a worker waiting for a peer that never comes blocks in a collective and may not stop on
-SIGTERM). The exit status is the failed task's (128 + signal for a killed one). Interrupted
-itself (Ctrl-C, SIGTERM, SIGHUP), it stops every task the same way and exits with 130.
+SIGTERM). The exit status is the failed task's (128 + signal for a killed one).
+
+Preemption: interrupted itself (Ctrl-C, SIGTERM, SIGHUP), it sends SIGTERM to the trainers,
+which agree on a step, save a checkpoint there and exit with status 3; then it stops the
+serving tasks and exits with 3 too (rerun the same command to resume), or 130 if a trainer did
+not save. A trainer that exits 3 on its own (it was sent SIGTERM) is followed by the others.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
 flags.DEFINE_integer("ps", 0, "Parameter servers (0: a multi-worker job without a chief task).")
-flags.DEFINE_float("kill_timeout", 10.0, "Seconds between SIGTERM and SIGKILL when stopping.")
+flags.DEFINE_float("kill_timeout", 30.0, "Seconds between SIGTERM and SIGKILL when stopping "
+                   "(the trainers save a checkpoint in that time; SLURM's and Kubernetes' "
+                   "default is 30 s too).")
+PREEMPTED = 3  # a trainer's exit status after saving a checkpoint on SIGTERM (resnet_noBN.cli)
 
 
 def free_ports(count: int) -> list[int]:
@@ -89,34 +96,53 @@ class Job:
         return ["chief0"] if "ps" in self.spec else [n for n in self.procs if n.startswith("worker")]
 
     def wait(self) -> int:
-        """0 once every trainer exited 0; the status of the first task to fail otherwise."""
+        """0 once every trainer exited 0; 3 once every trainer saved on a preemption (or
+        ``--kill_timeout`` after the first did); the status of the first task to fail otherwise."""
+        preempted_at = None
         while True:
-            for name, proc in self.procs.items():
-                code = proc.poll()
-                if code not in (None, 0):
+            codes = {name: proc.poll() for name, proc in self.procs.items()}
+            for name, code in codes.items():
+                if code not in (None, 0, PREEMPTED):
                     status = 128 - code if code < 0 else code
                     print(f"{name} exited with status {status}; stopping the job", flush=True)
                     self.stop()
                     return status
-            if all(self.procs[n].poll() == 0 for n in self.trainers()):
+            trainers = [codes[n] for n in self.trainers()]
+            if all(code == 0 for code in trainers):
                 self.stop()
                 return 0
+            if preempted_at is None and PREEMPTED in trainers:
+                preempted_at = time.monotonic()
+            if preempted_at is not None and (None not in trainers or time.monotonic()
+                                             > preempted_at + FLAGS.kill_timeout):
+                self.stop()
+                return self.status_after_stop()
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """SIGTERM every task still running, SIGKILL what is left after the timeout."""
-        running = [p for p in self.procs.values() if p.poll() is None]
-        for proc in running:
-            os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + FLAGS.kill_timeout
-        for proc in running:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        """SIGTERM the trainers, then the serving tasks (which hold a parameter-server job's
+        variables until the chief has saved them); SIGKILL what is left after the timeout."""
+        for group in (self.trainers(), [n for n in self.procs if n not in self.trainers()]):
+            running = [self.procs[n] for n in group if self.procs[n].poll() is None]
+            for proc in running:
+                os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + FLAGS.kill_timeout
+            for proc in running:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         for thread in self.threads:
             thread.join(timeout=5)
+
+    def status_after_stop(self) -> int:
+        """3 when every trainer saved a checkpoint and exited 3, else 130."""
+        if all(self.procs[n].returncode == PREEMPTED for n in self.trainers()):
+            print("preempted: every trainer saved a checkpoint; rerun the same command to "
+                  "resume", flush=True)
+            return PREEMPTED
+        return 130
 
 
 def main(argv):
@@ -139,7 +165,7 @@ def main(argv):
     except KeyboardInterrupt:
         print("interrupted; stopping the job", flush=True)
         job.stop()
-        status = 130
+        status = job.status_after_stop()
     sys.exit(status)
 
 

@@ -14,8 +14,11 @@ A tf.data rewrite of the original tensorflow/models `resnet/cifar_input.py` (que
   map) with stateless random ops, so the same `seed` gives the same batches (`augment`).
 * Evaluation reads the WHOLE split once, in order, keeping the last partial batch (the original
   evaluated 50 batches of 100, half the test split, and logged the best over checkpoints).
-* Shuffling: the original's `RandomShuffleQueue` held 16 batches; here the shuffle buffer holds
-  the whole training split (50,000 uint8 images, 150 MB).
+* Shuffling: the original's `RandomShuffleQueue` held 16 batches; here every epoch is a fresh
+  permutation of the whole training split (50,000 uint8 images, 150 MB in memory), keyed by
+  (seed, epoch), and batch s is augmented with the seed (seed, s): the training stream is a pure
+  function of (seed, step), so a run resumed at any step sees exactly the batches the
+  uninterrupted run saw (`build_dataset`'s `start_step`).
 
 Three sources, the same elements (uint8 image [32, 32, 3], int32 label), see `read_records`:
 `data_path` (the official binary files, or an image folder `split/class/image` decoded once into
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import random
 import urllib.error
 from pathlib import Path
 
@@ -39,14 +43,12 @@ from tensorflow_datasets.core.download.download_manager import NonMatchingChecks
 
 from resnet_noBN import image_folder
 from resnet_noBN.errors import DataError
+from resnet_noBN.input_common import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR  # the launchers' default
+from resnet_noBN.input_common import check_split, pipeline_shard, require_files
 
 IMAGE_SIZE = 32
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
 SPLITS = ("train", "test")
-
-# Where `python data/prepare.py` prepares tfds data sets, and the launcher's default --data_dir
-# (git-ignored).
-DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[1] / "data" / "tensorflow_datasets"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +135,12 @@ def _binary_files(dataset: str, data_path: str | os.PathLike) -> dict[str, list[
         )
     folder = root / spec.folder if (root / spec.folder).is_dir() else root
     expected = [name for split in SPLITS for name in spec.files[split]]
-    missing = [name for name in expected if not (folder / name).is_file()]
-    if missing:
-        raise DataError(
-            f"{folder} lacks {', '.join(missing)}: --data_path must be the folder holding the "
-            f"{spec.title} binary files ({', '.join(expected)}) or its parent holding "
-            f"{spec.folder}/, or an image folder holding train/ and test/ (one folder per class)"
-        )
+    require_files(
+        folder, expected,
+        f"--data_path must be the folder holding the {spec.title} binary files "
+        f"({', '.join(expected)}) or its parent holding {spec.folder}/, or an image folder "
+        "holding train/ and test/ (one folder per class)",
+    )
     for name in expected:
         size = (folder / name).stat().st_size
         if size == 0 or size % spec.record_bytes:
@@ -189,11 +190,6 @@ def num_records(dataset: str, data_path: str | os.PathLike, split: str) -> int:
                ) // _spec(dataset).record_bytes
 
 
-def _check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-
-
 def decode_record(record: tf.Tensor, dataset: str) -> tuple[tf.Tensor, tf.Tensor]:
     """One official binary record -> (uint8 image [32, 32, 3], int32 label).
 
@@ -225,13 +221,12 @@ def prepare_tfds(
     download_config = None
     archives = [info.filename for info in builder.url_infos.values()]
     if manual_dir is not None:
+        require_files(
+            manual_dir, archives,
+            f"put the official archive there, under that name ({builder.info.homepage})",
+            where=f"--manual_dir {manual_dir}",
+        )
         archives = [str(Path(manual_dir) / name) for name in archives]
-        missing = [path for path in archives if not Path(path).is_file()]
-        if missing:
-            raise DataError(
-                f"--manual_dir {manual_dir} lacks {', '.join(Path(m).name for m in missing)}: "
-                f"put the official archive there, under that name ({builder.info.homepage})"
-            )
         download_config = tfds.download.DownloadConfig(manual_dir=os.fspath(manual_dir))
     try:
         if manual_dir is None and not builder.is_prepared():
@@ -258,13 +253,6 @@ def _probe(url_infos: dict) -> None:
         requests.head(url, timeout=10, allow_redirects=False)
 
 
-def _pipeline_shard(input_context: tf.distribute.InputContext | None) -> tuple[int, int] | None:
-    """(number of input pipelines, this one's index), or None when there is one pipeline."""
-    if input_context is None or input_context.num_input_pipelines == 1:
-        return None
-    return input_context.num_input_pipelines, input_context.input_pipeline_id
-
-
 def read_records(
     dataset: str,
     split: str,
@@ -272,17 +260,14 @@ def read_records(
     data_path: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     input_context: tf.distribute.InputContext | None = None,
-    shuffle_files: bool = False,
-    seed: int | None = None,
 ) -> tf.data.Dataset:
     """The records of one split: (uint8 image [32, 32, 3], int32 label), unbatched.
 
     `data_path` given: the official binary files (`check_data_path`), read in order with
     `FixedLengthRecordDataset` as in the original; or an image folder, every image decoded once
     (`image_folder.decode`) and served from memory. Otherwise tensorflow-datasets from `data_dir`
-    (prepared, or downloaded now, by `prepare_tfds`), in order unless `shuffle_files` (tfds'
-    file order shuffled with `seed`; the binary files are always read in order: `build_dataset`
-    shuffles the whole split anyway).
+    (prepared, or downloaded now, by `prepare_tfds`). Always in order: `build_dataset` shuffles
+    the whole split, keyed by its seed.
 
     With an `input_context` of n > 1 input pipelines, pipeline i reads a disjoint part, the n
     parts covering the split: by file (files i, i+n, ...; tfds: `ReadConfig(input_context)`)
@@ -291,8 +276,8 @@ def read_records(
     file sharding up to 5 pipelines; its test split and CIFAR-100 have one file per split. An
     image folder is sharded by image, before decoding.
     """
-    _check_split(split)
-    shard = _pipeline_shard(input_context)
+    check_split(split, SPLITS)
+    shard = pipeline_shard(input_context)
     if data_path is not None and (images := _image_files(dataset, data_path, split)):
         paths, labels = images
         if shard:
@@ -316,11 +301,9 @@ def read_records(
     if shard and not by_file:
         split = tfds.even_splits(split, shard[0])[shard[1]]
     read_config = tfds.ReadConfig(
-        shuffle_seed=seed, try_autocache=False, input_context=input_context if by_file else None
+        try_autocache=False, input_context=input_context if by_file else None
     )
-    images = builder.as_dataset(
-        split=split, as_supervised=True, shuffle_files=shuffle_files, read_config=read_config
-    )
+    images = builder.as_dataset(split=split, as_supervised=True, read_config=read_config)
     return images.map(lambda image, label: (image, tf.cast(label, tf.int32)))
 
 
@@ -356,6 +339,7 @@ def build_dataset(
     train: bool | None = None,
     pad: int = 2,
     seed: int | None = None,
+    start_step: int = 0,
     input_context: tf.distribute.InputContext | None = None,
     cache: bool = True,
     drop_remainder: bool | None = None,
@@ -367,39 +351,39 @@ def build_dataset(
     shards the records as in `read_records`). `data_path`: the official binary files; else tfds
     from `data_dir` (None: tfds' default; the launcher's is DEFAULT_TFDS_DIR).
 
-    `train` (default: split == "train"): shuffle (buffer: the whole training split, reshuffled
-    every epoch), repeat forever, augment (`augment` with `pad`), standardise, drop the last
-    partial batch. Evaluation (train=False): one pass over the whole split (or this pipeline's
-    shard) in order, standardised only, keeping the last partial batch. `drop_remainder`
-    overrides that choice. `seed`: the shuffle and augmentation seed (with several input
-    pipelines, each derives its own from it); the same seed gives the same batches; None: random
-    (derived from TF's global seed where one is set). `cache`: keep the decoded uint8 records in
-    memory (before augmentation).
+    `train` (default: split == "train"): batches of an endless stream of epochs, each a fresh
+    permutation of the split (or this pipeline's shard) keyed by (seed, epoch), augmented
+    (`augment` with `pad`, batch s with the seed (seed, s)) and standardised. The stream is a
+    pure function of (seed, step): `start_step` s makes the first batch the one a run from step 0
+    reaches at step s, which is how a resumed run continues the same data order. Evaluation
+    (train=False): one pass over the whole split (or this pipeline's shard) in order,
+    standardised only, keeping the last partial batch. `drop_remainder` overrides that choice.
+    `seed`: with several input pipelines each derives its own from it; None: drawn at random.
+    `cache`: keep the decoded uint8 records in memory
+    (before augmentation).
     """
-    spec = _spec(dataset)
-    _check_split(split)
+    _spec(dataset)  # a known data set
+    check_split(split, SPLITS)
     if batch_size < 1 or pad < 0:
         raise DataError(f"batch_size must be >= 1 and pad >= 0, got {batch_size} and {pad}")
     train = split == "train" if train is None else train
     drop_remainder = train if drop_remainder is None else drop_remainder
-    shard = _pipeline_shard(input_context)
-    if shard and seed is not None:  # each input pipeline its own shuffle and augmentation
+    if start_step < 0:
+        raise DataError(f"start_step must be >= 0, got {start_step}")
+    shard = pipeline_shard(input_context)
+    if seed is None:
+        seed = random.randrange(2**31)
+    if shard:  # each input pipeline its own shuffle and augmentation
         seed = int(np.random.SeedSequence([seed, shard[1]]).generate_state(1)[0])
     records = read_records(
-        dataset,
-        split,
-        data_path=data_path,
-        data_dir=data_dir,
-        input_context=input_context,
-        shuffle_files=train,
-        seed=seed,
+        dataset, split, data_path=data_path, data_dir=data_dir, input_context=input_context
     )
     if cache:
         records = records.cache()
     if train:
-        records = records.shuffle(spec.train_examples, seed=seed, reshuffle_each_iteration=True)
-        batches = records.repeat().batch(batch_size, drop_remainder=drop_remainder)
-        seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        examples = _epochs(records, seed, start_example=start_step * batch_size)
+        batches = examples.batch(batch_size, drop_remainder=drop_remainder)
+        seeds = tf.data.Dataset.counter(start_step).map(lambda step: tf.stack([seed, step]))
         examples = tf.data.Dataset.zip((batches, seeds)).map(
             lambda batch, batch_seed: (
                 tf.image.per_image_standardization(augment(batch[0], batch_seed, pad)),
@@ -413,3 +397,24 @@ def build_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return examples.prefetch(tf.data.AUTOTUNE)
+
+
+def _epochs(records: tf.data.Dataset, seed: int, start_example: int = 0) -> tf.data.Dataset:
+    """`records` repeated forever, epoch e permuted by `stateless_shuffle` with the seed
+    (seed, e), from the example at position `start_example` of that stream. Each epoch gathers
+    the (cached) split into one tensor and permutes it: stateless, so no tf.data seed is
+    involved and the order is the same on every machine and every rerun."""
+    # tensors, not Python numbers: under parameter servers this function is traced
+    size = records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+    first_epoch, offset = start_example // size, start_example % size
+    whole = records.batch(size)
+
+    def epoch(e):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(size), seed=tf.stack([tf.constant(seed, tf.int64), e])
+        )
+        return whole.map(
+            lambda images, labels: (tf.gather(images, order), tf.gather(labels, order))
+        ).unbatch()
+
+    return tf.data.Dataset.counter(first_epoch).flat_map(epoch).skip(offset)

@@ -1,7 +1,8 @@
 """What every training launcher shares: the recipe's flags, input errors, and the exit codes.
 
-Bad input ends a launcher with one line ``error: ...`` on stderr and exit status 2, before
-anything is written; a run that diverges ends with status 1 and its checkpoints intact.
+Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
+``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
+checkpoint of the step reached was saved, and rerunning the same command resumes there.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ import os
 import random
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from resnet_noBN import cpu, distribute, speed
 from resnet_noBN.cifar_input import DataError
 from resnet_noBN.model import HEADS, INITS, SHORTCUTS, param_counts
-from resnet_noBN.training import CheckpointError, TrainConfig, Trainer, TrainingDiverged
+from resnet_noBN.preemption import Preempted
+from resnet_noBN.training import (CheckpointError, TrainConfig, Trainer,
+                                  TrainingDiverged, trainer_for)
 
 FLAGS = flags.FLAGS
 CONFIG_FILE = "config.json"
 RUNTIME_KEY = "runtime"  # where the run ran (config.json); not compared on resume
+SEED_KEY = "seed"  # config.json: the run's seed, which a rerun without --seed reuses
+PREEMPTED = 3  # the exit status after a preemption's checkpoint: rerun to resume
 
 
 class InputError(ValueError):
@@ -105,7 +110,8 @@ def define_runtime_flags() -> None:
                       "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
                       "SLURM step's variables.")
     flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation "
-                         "(default: drawn at random and printed).")
+                         "(default: the seed of the run being resumed, recorded in its "
+                         "config.json, else drawn at random; printed either way).")
     flags.DEFINE_bool("summary_only", False,
                       "Print the layer table and parameter counts, and exit without data.")
     flags.DEFINE_enum("precision", "float32", list(speed.PRECISIONS),
@@ -115,6 +121,9 @@ def define_runtime_flags() -> None:
                          "Threads within an op (default: all cores on a CPU-only host, else TF's).")
     flags.DEFINE_integer("inter_op_threads", None,
                          "Ops run at once (default: 1 on a CPU-only host, else TF's).")
+    flags.DEFINE_bool("deterministic", False,
+                      "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
+                      "GPUs too (slower there; a CPU run is deterministic without it).")
 
 
 def train_config_from_flags() -> TrainConfig:
@@ -142,8 +151,11 @@ class Runtime:
     seed: int
 
 
-def start_runtime(train_cfg: TrainConfig) -> Runtime:
+def start_runtime(train_cfg: TrainConfig, model_dir: str) -> Runtime:
     """Threads and precision, then the strategy (before any other TensorFlow op), then seeds.
+
+    The seed: --seed; else, resuming, the one ``model_dir``'s config.json recorded (so a
+    rerun continues the same data order); else drawn at random.
 
     InputError for a bad cluster or a batch the replicas cannot split evenly. A worker or
     parameter server of a parameter-server job never returns: it serves the chief.
@@ -163,9 +175,16 @@ def start_runtime(train_cfg: TrainConfig) -> Runtime:
         if getattr(train_cfg, name) % replicas:
             raise InputError(f"--{name}={getattr(train_cfg, name)} is not divisible by the "
                              f"{replicas} replicas; use a multiple of {replicas}")
-    seed = FLAGS.seed if FLAGS.seed is not None else random.randrange(2**31)
+    seed = FLAGS.seed if FLAGS.seed is not None else _recorded(model_dir).get(SEED_KEY)
+    seed = random.randrange(2**31) if seed is None else seed
+    chief = distribute.is_chief(resolver)
+    seed = distribute.chief_seed(strategy, seed, chief)
     keras.utils.set_random_seed(seed)
-    return Runtime(strategy, distribute.is_chief(resolver),
+    if FLAGS.deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    return Runtime(strategy, chief,
                    distribute.input_pipelines(strategy, resolver), seed)
 
 
@@ -178,7 +197,7 @@ def begin_run(runtime: Runtime, label: str, train_cfg: TrainConfig, model_dir: s
     """
     host = cpu.runtime_report()
     if runtime.is_chief:
-        record_config(model_dir, {**run_config, RUNTIME_KEY: host})
+        record_config(model_dir, {**run_config, SEED_KEY: runtime.seed, RUNTIME_KEY: host})
     print(f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
           f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
           f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
@@ -189,8 +208,8 @@ def begin_run(runtime: Runtime, label: str, train_cfg: TrainConfig, model_dir: s
 def make_trainer(runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str,
                  **kwargs) -> Trainer:
     """A :class:`Trainer` for this runtime (XLA as --jit_compile says)."""
-    return Trainer(runtime.strategy, build_model, train_cfg, model_dir,
-                   is_chief=runtime.is_chief, jit_compile=FLAGS.jit_compile, **kwargs)
+    return trainer_for(runtime.strategy, build_model, train_cfg, model_dir,
+                       is_chief=runtime.is_chief, jit_compile=FLAGS.jit_compile, **kwargs)
 
 
 def train_and_report(trainer: Trainer, train_fn, eval_fn, **report) -> dict:
@@ -212,18 +231,25 @@ def check_resumable(model_dir: str, run_config: dict, absent: dict | None = None
     existed: today's default).
     """
     absent = absent or {}
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.exists(path):
+    saved = _recorded(model_dir)
+    if not saved:
         return
-    with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
     run_config = json.loads(json.dumps(run_config))  # as saved: tuples are lists
     changed = [f"{k}={saved.get(k, absent.get(k))!r} there, {v!r} now"
                for k, v in run_config.items()
-               if k != RUNTIME_KEY and saved.get(k, absent.get(k)) != v]
+               if k not in (RUNTIME_KEY, SEED_KEY) and saved.get(k, absent.get(k)) != v]
     if changed:
         raise InputError(f"--model_dir {model_dir} holds a run of another model "
                          f"({'; '.join(changed)}); use a new --model_dir or the same flags")
+
+
+def _recorded(model_dir: str) -> dict:
+    """``model_dir``'s config.json ({} when there is none yet)."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def record_config(model_dir: str, run_config: dict) -> None:
@@ -248,12 +274,16 @@ def run(main) -> None:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
 
-    app.run(main, flags_parser=parse)
+    def quiet_tf_info(argv):  # absl's default verbosity shows TensorFlow's INFO chatter
+        logging.set_verbosity(logging.WARNING)
+        return main(argv)
+
+    app.run(quiet_tf_info, flags_parser=parse)
 
 
 def exit_codes(main):
     """Wrap an absl ``main``: bad input (stray arguments too) -> 'error: ...' and exit 2;
-    divergence -> exit 1."""
+    divergence -> exit 1; preemption (checkpoint saved) -> exit 3."""
 
     @functools.wraps(main)
     def wrapped(argv):
@@ -268,5 +298,8 @@ def exit_codes(main):
         except TrainingDiverged as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
+        except Preempted as e:
+            print(str(e), file=sys.stderr, flush=True)
+            sys.exit(PREEMPTED)
 
     return wrapped

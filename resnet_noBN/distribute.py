@@ -186,8 +186,23 @@ def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
 def per_replica_dataset(build, *args, global_batch: int, **kwargs):
     """The ``dataset_fn(input_context)`` that ``distribute_datasets_from_function`` calls:
     ``build(*args, <per-replica batch>, input_context=..., **kwargs)``, each input pipeline
-    building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``)."""
-    def fn(input_context: tf.distribute.InputContext):
+    building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``). Keywords given
+    to ``dataset_fn`` (the trainer's ``start_step``) are passed on to ``build``."""
+    def fn(input_context: tf.distribute.InputContext, **more):
         return build(*args, input_context.get_per_replica_batch_size(global_batch),
-                     input_context=input_context, **kwargs)
+                     input_context=input_context, **kwargs, **more)
     return fn
+
+
+def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
+    """The chief's ``seed`` on every worker of a multi-worker job (each may have drawn its own:
+    the data order of a resumed run must not depend on which worker drew what); ``seed``
+    elsewhere. One all-reduce: the chief's replicas contribute the seed, the others 0."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return seed
+    workers = max(1, sum(len(tasks) for tasks in
+                         strategy.cluster_resolver.cluster_spec().as_dict().values()))
+    total = tf.function(lambda v: strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(v,)), axis=None))(
+        tf.constant(seed if chief else 0, tf.int64))
+    return int(total) // (strategy.num_replicas_in_sync // workers)

@@ -48,11 +48,12 @@ import os
 import re
 from pathlib import Path
 
-import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from resnet_noBN.cifar_input import DEFAULT_TFDS_DIR, DataError
+from resnet_noBN.errors import DataError
+from resnet_noBN.input_common import DEFAULT_TFDS_DIR, check_split, pipeline_shard, require_files
 
 TFDS_NAME = "imagenet2012"
 MANUAL_FILES = ("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar")
@@ -75,29 +76,10 @@ _FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
              "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
 __all__ = ["DEFAULT_TFDS_DIR", "DataError", "build_dataset", "check_data_path", "eval_crop",
-           "learning_rate_schedule", "normalize", "read_records", "tfds_builder", "train_crop"]
-
-
-# ----------------------------------------------------------------------------- the recipe
-def learning_rate_schedule(batch_size: int, learning_rate: float = 0.1, decay: float = 0.94,
-                           epochs_per_decay: float = 2.0, train_examples: int = TRAIN_EXAMPLES
-                           ) -> keras.optimizers.schedules.ExponentialDecay:
-    """lr(step) = learning_rate * decay^floor(step / decay_steps): 0.1 x 0.94 every 2 epochs.
-
-    An epoch is ``train_examples / batch_size`` steps (1,281,167 / 256 = 5,004.6); decay_steps
-    = int(epochs_per_decay * that) as TF-slim's ``train_image_classifier.py`` (10,009 at 256).
-    """
-    decay_steps = max(1, int(epochs_per_decay * train_examples / batch_size))
-    return keras.optimizers.schedules.ExponentialDecay(learning_rate, decay_steps, decay,
-                                                       staircase=True)
+           "normalize", "read_records", "tfds_builder", "train_crop"]
 
 
 # ----------------------------------------------------------------------------- sources
-def _check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-
-
 def manual_dir(data_dir: str | os.PathLike) -> Path:
     """Where tfds looks for the two ImageNet tar files: ``<data_dir>/downloads/manual``."""
     return Path(data_dir) / "downloads" / "manual"
@@ -127,13 +109,11 @@ def tfds_builder(data_dir: str | os.PathLike | None = None,
 
 def _prepare(builder: tfds.core.DatasetBuilder, data_dir: Path) -> None:
     manual = manual_dir(data_dir)
-    missing = [name for name in MANUAL_FILES if not (manual / name).is_file()]
-    if missing:
-        raise DataError(
-            f"{TFDS_NAME} is not prepared in {data_dir}, and ImageNet is a manual download: put "
-            f"{' and '.join(MANUAL_FILES)} (https://image-net.org/download-images) into "
-            f"{manual}/ (missing: {', '.join(missing)}), or pass --data_path (a folder of "
-            "train-*-of-* / validation-*-of-* TFRecord shards)")
+    require_files(manual, MANUAL_FILES,
+                  f"{TFDS_NAME} is not prepared in {data_dir}, and ImageNet is a manual download: "
+                  f"put {' and '.join(MANUAL_FILES)} (https://image-net.org/download-images) "
+                  "there, or pass --data_path (a folder of train-*-of-* / validation-*-of-* "
+                  "TFRecord shards)", where=f"{manual}/")
     print(f"preparing {TFDS_NAME} in {data_dir} from {manual}/ (hours, ~150 GB) ...", flush=True)
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(manual)))
@@ -142,7 +122,7 @@ def _prepare(builder: tfds.core.DatasetBuilder, data_dir: Path) -> None:
 def shard_files(data_path: str | os.PathLike, split: str) -> list[str]:
     """The ``<split>-NNNNN-of-MMMMM`` shards of ``data_path``, in order; DataError if the
     folder is missing, holds none, or lacks some of the M shards their names promise."""
-    _check_split(split)
+    check_split(split, SPLITS)
     root = Path(data_path)
     if not root.is_dir():
         raise DataError(f"--data_path {root} is not a folder: point it at the folder of "
@@ -162,12 +142,6 @@ def shard_files(data_path: str | os.PathLike, split: str) -> list[str]:
     if any(os.path.getsize(root / name) == 0 for _, _, name in shards):
         raise DataError(f"--data_path {root} holds an empty {split} shard: copy it again")
     return [str(root / name) for _, _, name in shards]
-
-
-def _pipelines(input_context: tf.distribute.InputContext | None) -> tuple[int, int]:
-    if input_context is None:
-        return 1, 0
-    return input_context.num_input_pipelines, input_context.input_pipeline_id
 
 
 def _check_shardable(num_files: int, split: str, where: str, num_pipelines: int) -> None:
@@ -246,8 +220,8 @@ def read_records(split: str, *, data_path: str | os.PathLike | None = None,
     pipeline's files only (DataError if the split has fewer than n files). ``shuffle_files``:
     the file order shuffled with ``seed`` (and again every epoch), files interleaved.
     """
-    _check_split(split)
-    n, index = _pipelines(input_context)
+    check_split(split, SPLITS)
+    n, index = pipeline_shard(input_context) or (1, 0)
     if data_path is not None:
         files = shard_files(data_path, split)
         _check_shardable(len(files), split, f"--data_path {data_path}", n)
@@ -323,7 +297,7 @@ def normalize(image: tf.Tensor, normalization: str = "per_image") -> tf.Tensor:
 def build_dataset(split: str, batch_size: int, *, data_path: str | os.PathLike | None = None,
                   data_dir: str | os.PathLike | None = None, label_offset: int = 1,
                   image_size: int = IMAGE_SIZE, normalization: str = "per_image",
-                  train: bool | None = None, seed: int | None = None,
+                  train: bool | None = None, seed: int | None = None, start_step: int = 0,
                   input_context: tf.distribute.InputContext | None = None,
                   shuffle_buffer: int = SHUFFLE_BUFFER) -> tf.data.Dataset:
     """Batches (float32 images [B, S, S, 3], int32 labels [B]) of ``split``.
@@ -333,14 +307,19 @@ def build_dataset(split: str, batch_size: int, *, data_path: str | os.PathLike |
     ``shuffle_buffer``, repeated forever, :func:`train_crop`, last partial batch dropped.
     Evaluation: one pass over the split (this pipeline's files, interleaved in a fixed order),
     :func:`eval_crop`, the last partial batch kept. Both end with :func:`normalize`.
+    ``start_step`` > 0 (a resumed run) keys the order by (seed, start_step), so a resumed run
+    does not replay the first batches of step 0; unlike CIFAR's it is not the order the
+    uninterrupted run would have seen (that would need the 10,000-image shuffle buffer saved).
     """
-    _check_split(split)
+    check_split(split, SPLITS)
     if batch_size < 1 or shuffle_buffer < 1:
         raise DataError(f"batch_size and shuffle_buffer must be >= 1, got {batch_size} and "
                         f"{shuffle_buffer}")
     if normalization not in NORMALIZATIONS:
         normalize(tf.zeros([1, 1, 3]), normalization)  # raises the DataError
     train = split == "train" if train is None else train
+    if train and start_step and seed is not None:
+        seed = int(np.random.SeedSequence([seed, start_step]).generate_state(1)[0])
     records = read_records(split, data_path=data_path, data_dir=data_dir,
                            label_offset=label_offset, input_context=input_context,
                            shuffle_files=train, seed=seed)

@@ -14,8 +14,10 @@ the next event: a progress line, an evaluation, a checkpoint, or the end.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -25,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from resnet_noBN import preemption
 from resnet_noBN.distribute import is_parameter_server
 from resnet_noBN.model import weight_decay_loss
 from resnet_noBN.run_log import RunLog
@@ -89,15 +92,40 @@ def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.Learn
         [b - 1 for b in cfg.lr_boundaries], values)
 
 
+def exponential_learning_rate_schedule(
+        batch_size: int, train_examples: int, learning_rate: float = 0.1, decay: float = 0.94,
+        epochs_per_decay: float = 2.0) -> keras.optimizers.schedules.ExponentialDecay:
+    """lr(step) = learning_rate * decay^floor(step / decay_steps): 0.1 x 0.94 every 2 epochs,
+    the ImageNet recipe (arXiv:1611.04231, Section 4).
+
+    An epoch is ``train_examples / batch_size`` steps (ImageNet: 1,281,167 / 256 = 5,004.6);
+    decay_steps = int(epochs_per_decay * that) as TF-slim's ``train_image_classifier.py``
+    (10,009 at 256).
+    """
+    decay_steps = max(1, int(epochs_per_decay * train_examples / batch_size))
+    return keras.optimizers.schedules.ExponentialDecay(learning_rate, decay_steps, decay,
+                                                       staircase=True)
+
+
+# Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
+# acted on between calls (after the current call and one more), well inside SLURM's and
+# Kubernetes' default 30 s between SIGTERM and SIGKILL, while a fast accelerator still runs up
+# to a whole progress interval per call.
+SECONDS_PER_CALL = 5.0
+
+
 class Trainer:
     """Model, optimizer, checkpoints and the compiled train/eval steps under one strategy.
 
     ``build_model`` is called inside ``strategy.scope()``. ``schedule`` replaces the CIFAR
     step schedule (ImageNet decays exponentially); ``top5`` adds the top-5 error to evaluations.
     ``jit_compile`` compiles each replica's step with XLA (the all-reduce stays outside: XLA
-    cannot compile collectives on a CPU). ``model_dir`` receives checkpoints;
-    when ``is_chief`` is False (a non-chief worker of a multi-worker job) checkpoints go to a
-    temporary directory, as TF's multi-worker guide prescribes, and no run log is written.
+    cannot compile collectives on a CPU). ``model_dir`` receives checkpoints; when ``is_chief``
+    is False (a non-chief worker of a multi-worker job) checkpoints go to a scratch folder, as
+    TF's multi-worker guide prescribes, and no run log is written. The scratch folder is named
+    for the model_dir and the task, so a killed worker's is reused (emptied) by its next run
+    rather than left to accumulate, and :meth:`close` removes it. :func:`trainer_for` picks
+    :class:`ParameterServerTrainer` under parameter servers.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, build_model: Callable[[], keras.Model],
@@ -107,13 +135,14 @@ class Trainer:
         self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
         self.top5 = top5
         self.restored_from = None  # the checkpoint restore() resumed from
+        self._saved_step = None  # the step of the checkpoint save() wrote last
         with strategy.scope():
             self.model = build_model()
             self.optimizer = keras.optimizers.SGD(
                 learning_rate=schedule or learning_rate_schedule(cfg), momentum=cfg.momentum)
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
-        self._checkpoint_dir = model_dir if is_chief else tempfile.mkdtemp(prefix="worker_ckpt_")
+        self._checkpoint_dir = model_dir if is_chief else _scratch_dir(model_dir, strategy)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir,
                                                   max_to_keep=cfg.max_checkpoints)
         self.log = RunLog(model_dir, title, enabled=is_chief)
@@ -121,10 +150,8 @@ class Trainer:
             if jit_compile else self._loss_and_grads_fn
         self._run_steps = tf.function(self._run_steps_fn)
         self._eval_batch = tf.function(self._eval_batch_fn)
-        # parameter servers: the chief schedules steps on workers, which update asynchronously
-        self.coordinator = (tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-                            if is_parameter_server(strategy) else None)
-        self._local_eval = tf.function(self._replica_eval)
+        self._mean_over_replicas = tf.function(lambda value: strategy.reduce(
+            tf.distribute.ReduceOp.MEAN, strategy.run(tf.identity, args=(value,)), axis=None))
 
     # ----------------------------------------------------------------- compiled steps
     @property
@@ -213,103 +240,102 @@ class Trainer:
     def evaluate(self, dataset_fn: Callable) -> dict:
         """Top-1 (and top-5) error on the whole split ``dataset_fn`` yields, in one pass."""
         totals = np.zeros(3 if self.top5 else 2, np.int64)
-        if self.coordinator:  # the chief evaluates the parameter servers' variables itself
-            for images, labels in dataset_fn(tf.distribute.InputContext()):
-                totals += self._local_eval(images, labels).numpy()
-        else:
-            for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
-                totals += self._eval_batch(batch).numpy()
-        correct, count = int(totals[0]), int(totals[-1])
-        result = {"test_error": 1.0 - correct / count, "test_precision": correct / count,
-                  "test_examples": count}
-        if self.top5:
-            result["test_top5_error"] = 1.0 - int(totals[1]) / count
-        return result
+        for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
+            totals += self._eval_batch(batch).numpy()
+        return _errors(totals, self.top5)
 
     def distribute(self, dataset_fn: Callable):
-        """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds
-        (under parameter servers, one per worker)."""
-        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
-        if self.coordinator:
-            dataset = self.coordinator.create_per_worker_dataset(dataset)
-        return iter(dataset)
+        """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds."""
+        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
     def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
-        """``num_steps`` updates: (sum of losses, correct, examples).
-
-        One compiled call; under parameter servers, ``num_steps`` one-step closures scheduled on
-        whichever worker is free (each advances the shared step counter), then joined.
-        """
-        if self.coordinator:
-            results = [self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
-                       for _ in range(num_steps)]
-            self.coordinator.join()
-            totals = np.sum([r.fetch() for r in results], axis=0)
-        else:
-            totals = self._run_steps(iterator, tf.constant(num_steps)).numpy()
-        loss_sum, correct, count = (float(v) for v in totals)
+        """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
+        loss_sum, correct, count = (float(v) for v in
+                                    self._run_steps(iterator, tf.constant(num_steps)).numpy())
         return loss_sum, correct, count
 
     def save(self) -> None:
-        """Write a checkpoint at the current step (every worker must call it: it is collective)."""
+        """Write a checkpoint at the current step (every worker must call it: it is collective).
+
+        The data files are written under a temporary name and renamed, and the ``checkpoint``
+        index is replaced atomically after them, so a kill during a save leaves the previous
+        checkpoint as the latest."""
         self.manager.save(checkpoint_number=self.step)
+        self._saved_step = self.step
 
     def train(self, train_fn: Callable, eval_fn: Callable, print_fn=print) -> dict:
         """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
 
+        ``train_fn(input_context, start_step=s)`` builds the training batches from the batch of
+        step s on (the CIFAR pipeline's order is a function of (seed, step), so a resumed run
+        sees what the uninterrupted run saw). ``eval_fn(input_context)``: the test split.
         Events (progress line, evaluation, checkpoint) fire when the step is a multiple of their
-        interval, and at the end. Raises TrainingDiverged when the loss is not finite; nothing is
-        saved after that, so the latest checkpoint in ``model_dir`` is the last good one.
+        interval, and at the end. Raises TrainingDiverged when the loss is not finite (nothing
+        is saved after that: the latest checkpoint is the last good one), and Preempted after
+        saving a checkpoint when SIGTERM or SIGINT arrives (:func:`preemption.guard`).
         """
         cfg = self.cfg
-        start_step = self.restore(print_fn)
-        if start_step:
-            print_fn(f"resumed from {self.restored_from} at step {start_step}")
-        iterator = self.distribute(train_fn)
+        step = self.restore(print_fn)
+        if step:
+            print_fn(f"resumed from {self.restored_from} at step {step}")
+        iterator = self.distribute(functools.partial(train_fn, start_step=step))
         run_start = time.perf_counter()
-        train_seconds, trained_images = 0.0, 0
+        throughput = _Throughput()
         last_eval = None
-        step = start_step
-        while step < cfg.train_steps:
-            num_steps = min(cfg.train_steps, _next_multiple(step, cfg.log_every),
-                            _next_multiple(step, cfg.eval_every),
-                            _next_multiple(step, cfg.checkpoint_every)) - step
-            t0 = time.perf_counter()
-            loss_sum, correct, count = self.run_steps(iterator, num_steps)
-            seconds = time.perf_counter() - t0
-            step = self.step
-            loss = loss_sum / num_steps
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
-                    f"({tf.train.latest_checkpoint(self.model_dir) or 'none yet'}) is the last "
-                    "good one; lower --learning_rate or check the input data")
-            train_seconds += seconds
-            trained_images += num_steps * cfg.batch_size
-            scalars = {"loss": loss, "precision": correct / count,
-                       "learning_rate": float(self.optimizer.learning_rate.numpy()),
-                       "images_per_sec": num_steps * cfg.batch_size / seconds}
-            done = step >= cfg.train_steps
-            if step % cfg.log_every == 0 or done:
-                print_fn(f"step {step:>7d}  loss {loss:.4f}  precision {scalars['precision']:.4f}"
-                         f"  lr {scalars['learning_rate']:.4g}"
-                         f"  {scalars['images_per_sec']:.1f} images/s")
-                self.log.train(step, scalars)
-            if step % cfg.checkpoint_every == 0 or done:
-                self.save()
-            if step % cfg.eval_every == 0 or done:
-                last_eval = self._evaluate_and_log(eval_fn, step, scalars, print_fn)
+        steps_per_call = 1  # the first call also traces and compiles
+        with preemption.guard(self.strategy, self._checkpoint_dir, self._save_if_new,
+                              self._preempted_message, print_fn) as handler:
+            while step < cfg.train_steps:
+                num_steps = min(cfg.train_steps, step + steps_per_call,
+                                *(_next_multiple(step, every) for every in
+                                  (cfg.log_every, cfg.eval_every, cfg.checkpoint_every))) - step
+                t0 = time.perf_counter()
+                loss_sum, correct, count = handler.run(self.run_steps, iterator, num_steps)
+                seconds = time.perf_counter() - t0
+                step = self.step
+                scalars = self._scalars(step, num_steps, loss_sum, correct, count, seconds)
+                throughput.add(num_steps * cfg.batch_size, seconds)
+                steps_per_call = self._steps_per_call(num_steps, seconds)
+                done = step >= cfg.train_steps
+                if step % cfg.log_every == 0 or done:
+                    print_fn(f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
+                             f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
+                             f"{scalars['images_per_sec']:.1f} images/s")
+                    self.log.train(step, scalars)
+                if step % cfg.checkpoint_every == 0 or done:
+                    self.save()
+                if step % cfg.eval_every == 0 or done:
+                    last_eval = self._evaluate_and_log(eval_fn, step, scalars, print_fn)
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_fn, step, {}, print_fn)
-        best = self.log.best_test_error()
-        return {"final_step": step,
-                **{k: v for k, v in last_eval.items() if k.startswith("test_")},
-                "best_test_error_over_evaluations": last_eval["test_error"] if best is None
-                else best,
-                "weights_sha256": self.weights_digest(),
-                "wall_time_s": round(time.perf_counter() - run_start, 3),
-                "images_per_sec": round(trained_images / train_seconds, 2) if train_seconds
-                else None}
+        return self._summary(last_eval, time.perf_counter() - run_start, throughput)
+
+    def _scalars(self, step, num_steps, loss_sum, correct, count, seconds) -> dict:
+        """The progress scalars of one call; TrainingDiverged when the loss is not finite."""
+        loss = loss_sum / num_steps
+        if not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
+                f"({tf.train.latest_checkpoint(self.model_dir) or 'none yet'}) is the last "
+                "good one; lower --learning_rate or check the input data")
+        return {"loss": loss, "precision": correct / count,
+                "learning_rate": float(self.optimizer.learning_rate.numpy()),
+                "images_per_sec": num_steps * self.cfg.batch_size / seconds}
+
+    def _steps_per_call(self, num_steps: int, seconds: float) -> int:
+        """The next call's length in steps, about :data:`SECONDS_PER_CALL`; the mean of every
+        worker's proposal, so all workers of a synchronous job run the same calls."""
+        proposal = max(1.0, math.floor(SECONDS_PER_CALL * num_steps / seconds))
+        return max(1, round(float(self._mean_over_replicas(tf.constant(proposal)))))
+
+    def _preempted_message(self) -> str:
+        return (f"preempted at step {self.step}: a checkpoint of that step is in "
+                f"{self.model_dir}; rerun the same command to resume")
+
+    def _save_if_new(self) -> None:
+        """:meth:`save`, unless the latest checkpoint is already of this step."""
+        if self._saved_step != self.step:
+            self.save()
 
     def _evaluate_and_log(self, eval_fn, step, scalars, print_fn) -> dict:
         result = self.evaluate(eval_fn)
@@ -321,6 +347,17 @@ class Trainer:
         self.log.evaluation(record)
         return record
 
+    def _summary(self, last_eval: dict, wall_seconds: float, throughput: _Throughput) -> dict:
+        """What :meth:`train` returns (the launchers' one line of JSON)."""
+        best = self.log.best_test_error()
+        return {"final_step": self.step,
+                **{k: v for k, v in last_eval.items() if k.startswith("test_")},
+                "best_test_error_over_evaluations": last_eval["test_error"] if best is None
+                else best,
+                "weights_sha256": self.weights_digest(),
+                "wall_time_s": round(wall_seconds, 3),
+                "images_per_sec": throughput.rate()}
+
     def weights_digest(self) -> str:
         """SHA-256 of every weight's bytes: equal on all workers of a synchronous job."""
         digest = hashlib.sha256()
@@ -329,11 +366,82 @@ class Trainer:
         return digest.hexdigest()[:16]
 
     def close(self) -> None:
-        """Remove a non-chief worker's temporary checkpoints."""
+        """Remove a non-chief worker's scratch checkpoints."""
         if not self.is_chief:
             shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
 
 
+class ParameterServerTrainer(Trainer):
+    """Asynchronous training under ``ParameterServerStrategy``: the chief schedules one-step
+    closures on whichever worker is free (each advances the shared step counter), and evaluates
+    the parameter servers' variables itself. Only the chief runs this loop."""
+
+    def __init__(self, strategy, *args, **kwargs):
+        super().__init__(strategy, *args, **kwargs)
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        self._local_eval = tf.function(self._replica_eval)
+
+    def evaluate(self, dataset_fn: Callable) -> dict:
+        totals = np.zeros(3 if self.top5 else 2, np.int64)
+        for images, labels in dataset_fn(tf.distribute.InputContext()):
+            totals += self._local_eval(images, labels).numpy()
+        return _errors(totals, self.top5)
+
+    def distribute(self, dataset_fn: Callable):
+        """One input pipeline per worker."""
+        return iter(self.coordinator.create_per_worker_dataset(
+            self.strategy.distribute_datasets_from_function(dataset_fn)))
+
+    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
+        results = [self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
+                   for _ in range(num_steps)]
+        self.coordinator.join()
+        loss_sum, correct, count = (float(v) for v in np.sum([r.fetch() for r in results], 0))
+        return loss_sum, correct, count
+
+    def _steps_per_call(self, num_steps: int, seconds: float) -> int:
+        return max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
+
+
+def trainer_for(strategy: tf.distribute.Strategy, *args, **kwargs) -> Trainer:
+    """The :class:`Trainer` for ``strategy`` (same arguments)."""
+    cls = ParameterServerTrainer if is_parameter_server(strategy) else Trainer
+    return cls(strategy, *args, **kwargs)
+
+
+class _Throughput:
+    """Images trained and seconds spent in training calls (evaluations and saves excluded)."""
+
+    def __init__(self):
+        self.images, self.seconds = 0, 0.0
+
+    def add(self, images: int, seconds: float) -> None:
+        self.images += images
+        self.seconds += seconds
+
+    def rate(self) -> float | None:
+        return round(self.images / self.seconds, 2) if self.seconds else None
+
+
+def _errors(totals: np.ndarray, top5: bool) -> dict:
+    """Evaluation counts [top-1 correct, (top-5 correct,) examples] as error rates."""
+    correct, count = int(totals[0]), int(totals[-1])
+    result = {"test_error": 1.0 - correct / count, "test_precision": correct / count,
+              "test_examples": count}
+    if top5:
+        result["test_top5_error"] = 1.0 - int(totals[1]) / count
+    return result
+
+
+def _scratch_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
+    """A non-chief worker's checkpoint folder, emptied now: one per (model_dir, task)."""
+    resolver = strategy.cluster_resolver
+    task = f"{resolver.task_type}{resolver.task_id}" if resolver else "worker"
+    key = hashlib.sha256(os.path.abspath(model_dir).encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"resnet_noBN-{task}-{key}")
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
 def _next_multiple(step: int, interval: int) -> int:
     return (step // interval + 1) * interval
-

@@ -153,6 +153,25 @@ def test_training_batches_shapes_ranges_and_repeatability(cifar10):
     assert not np.array_equal(images, np.concatenate([b[0] for b in first_batches(seed=8)]))
 
 
+@pytest.mark.parametrize("start_step", [1, 2, 5])
+def test_training_stream_is_a_function_of_seed_and_step(cifar10, start_step):
+    """Resuming at step s yields the batches s, s+1, ... of a run from step 0, across epoch
+    boundaries (15 records, batches of 4: epochs end inside batches 3, 7, 11, ...)."""
+    root, _ = cifar10
+
+    def batches(start, count):
+        ds = cifar_input.build_dataset("cifar10", "train", 4, data_path=root, seed=5,
+                                       start_step=start)
+        return list(ds.take(count).as_numpy_iterator())
+
+    uninterrupted = batches(0, start_step + 6)
+    for a, b in zip(uninterrupted[start_step:], batches(start_step, 6), strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    with pytest.raises(cifar_input.DataError, match="start_step must be >= 0"):
+        cifar_input.build_dataset("cifar10", "train", 4, data_path=root, start_step=-1)
+
+
 def test_evaluation_is_one_ordered_pass_with_a_partial_last_batch(cifar10):
     root, written = cifar10
     ds = cifar_input.build_dataset("cifar10", "train", 4, data_path=root, train=False)

@@ -117,32 +117,69 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
     saved = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
     assert saved % 10 == 0 and killed_at - 10 <= saved  # no step lost beyond the interval
 
+    # the killed worker's scratch checkpoints are left behind, in a folder named for its task
+    # and model_dir, which its next run empties, uses and removes: nothing accumulates
+    assert scratch_folders(tmp_path) == [distribute_scratch_name(model_dir, "worker1")]
+
     proc = local_cluster(tmp_path, ["--workers=2"], [f"--train_steps={saved + 10}", *args])
     assert proc.returncode == 0, proc.stdout[-3000:]
+    assert scratch_folders(tmp_path) == []
     assert f"resumed from {model_dir}/ckpt-{saved} at step {saved}" in proc.stdout
     results = final_lines(proc.stdout)
+    assert set(results) == {"worker0", "worker1"}, proc.stdout[-3000:]
     assert results["worker0"]["final_step"] == saved + 10
     assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
 
 
-def test_terminating_the_launcher_stops_every_task(tmp_path, cifar_bin):
+def scratch_folders(tmp_path):
+    """The non-chief scratch checkpoint folders in the job's TMPDIR (a killed process also
+    leaves TensorFlow's autograph files there)."""
+    return [p.name for p in (tmp_path / "tmp").glob("resnet_noBN-*")]
+
+
+def distribute_scratch_name(model_dir, task):
+    import hashlib
+
+    return f"resnet_noBN-{task}-{hashlib.sha256(str(model_dir).encode()).hexdigest()[:12]}"
+
+
+def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path, cifar_bin):
+    """SIGTERM to the launcher (as a scheduler would): both workers agree on a step, save it
+    and exit 3, and so does the launcher; the rerun resumes there: 0 steps lost."""
+    model_dir = tmp_path / "run"
+    args = ["--strategy=multi_worker", f"--data_path={cifar_bin}", f"--model_dir={model_dir}",
+            "--checkpoint_every=1000", "--eval_every=1000", *SMALL]
     job = subprocess.Popen(
         [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--",
-         str(REPO / "launch/cifar.py"), "--strategy=multi_worker", f"--data_path={cifar_bin}",
-         f"--model_dir={tmp_path / 'run'}", "--train_steps=100000", *SMALL],
+         str(REPO / "launch/cifar.py"), "--train_steps=100000", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env(tmp_path))
-    pids = []
+    pids, output = [], []
     for line in job.stdout:
+        output.append(line)
         if line.startswith("started "):
             pids.append(int(line.split("pid=")[1]))
-        if "step " in line and "loss" in line:  # training is under way
+        if line.startswith("[worker0] step      10 "):  # training is under way
+            job.send_signal(signal.SIGTERM)
             break
-    job.send_signal(signal.SIGTERM)
-    rest = job.communicate(timeout=60)[0]
-    assert job.returncode == 130 and "interrupted; stopping the job" in rest
+    output = "".join(output) + job.communicate(timeout=120)[0]
+    assert job.returncode == 3, output[-3000:]
+    assert "preempted: every trainer saved a checkpoint" in output
+    steps = {name: int(output.split(f"[{name}] preempted at step ")[1].split(":")[0])
+             for name in ("worker0", "worker1")}
+    saved = steps["worker0"]
+    assert steps["worker1"] == saved > 10
+    assert tf.train.latest_checkpoint(str(model_dir)) == f"{model_dir}/ckpt-{saved}"
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert scratch_folders(tmp_path) == []
+
+    proc = local_cluster(tmp_path, ["--workers=2"], [f"--train_steps={saved + 5}", *args])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"resumed from {model_dir}/ckpt-{saved} at step {saved}" in proc.stdout
+    results = final_lines(proc.stdout)
+    assert results["worker0"]["final_step"] == saved + 5
+    assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
 
 
 def run_cifar(tmp_path, args, tf_config=None):

@@ -480,3 +480,36 @@ def test_sbatch_container_paths_are_in_the_image(dockerfile):
     for path in paths:
         script = dockerfile.repo_file_at(path)
         assert script is not None and script.is_file(), f"{path} is no file of the image"
+
+
+# Preemption: the recipes give the launcher time to save (it acts within ~2 calls of ~5 s plus
+# the save; tests/test_launch_cifar.py, test_distributed.py and test_slurm.py run it).
+SAVE_SECONDS = 60
+
+
+def test_sbatch_script_requeues_on_preemption_and_ahead_of_the_time_limit():
+    text = SBATCH.read_text(encoding="utf-8")
+    directives = re.findall(r"^#SBATCH\s+(\S+)", text, re.M)
+    assert "--requeue" in directives and "--open-mode=append" in directives
+    signal_at = [d for d in directives if d.startswith("--signal=")]
+    assert signal_at == ["--signal=B:USR1@300"]
+    assert re.search(r"^trap .*scontrol requeue \"\$SLURM_JOB_ID\".* USR1$", text, re.M)
+    assert re.search(r"^srun .*&$", text, re.M), "srun in the background, so the trap can run"
+
+
+def test_k8s_job_gives_time_to_save_and_does_not_count_preemptions(yaml):
+    job = next(d for d in k8s_objects(yaml) if d["kind"] == "Job"
+               and d["metadata"]["name"] == "resnet-nobn-cifar")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= SAVE_SECONDS
+    assert pod["restartPolicy"] == "Never"  # what podFailurePolicy requires
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In",
+                                                 "values": [3]}} in rules
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in rules
+
+
+def test_compose_workers_have_a_grace_period_to_save(yaml):
+    services = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]
+    for service in services.values():
+        assert service["stop_grace_period"] == "2m"

@@ -22,7 +22,7 @@ from resnet_noBN import imagenet_input
 from resnet_noBN.imagenet_input import DataError
 from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.model import param_counts
-from resnet_noBN.training import TrainConfig, Trainer
+from resnet_noBN.training import TrainConfig, Trainer, exponential_learning_rate_schedule
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launch" / "imagenet.py"
@@ -152,12 +152,13 @@ def test_impossible_architectures(kwargs, message):
 
 def test_learning_rate_schedule():
     """0.1 x 0.94 every 2 epochs; an epoch is 1,281,167 / 256 steps; decay_steps = 10,009."""
-    schedule = imagenet_input.learning_rate_schedule(256)
+    schedule = exponential_learning_rate_schedule(256, imagenet_input.TRAIN_EXAMPLES)
     assert schedule.decay_steps == 10_009
     for step, lr in [(0, 0.1), (10_008, 0.1), (10_009, 0.094), (20_018, 0.1 * 0.94 ** 2),
                      (700_000, 0.1 * 0.94 ** 69)]:
         assert float(schedule(step)) == pytest.approx(lr, rel=1e-5)
-    assert imagenet_input.learning_rate_schedule(512).decay_steps == 5_004
+    assert exponential_learning_rate_schedule(512, imagenet_input.TRAIN_EXAMPLES).decay_steps \
+        == 5_004
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -295,7 +296,7 @@ def test_missing_manual_download_names_both_tars(tmp_path, no_network):
     manual = tmp_path / "downloads" / "manual"
     manual.mkdir(parents=True)
     (manual / "ILSVRC2012_img_train.tar").touch()
-    with pytest.raises(DataError, match=r"\(missing: ILSVRC2012_img_val.tar\)"):
+    with pytest.raises(DataError, match=r"manual/ lacks ILSVRC2012_img_val.tar: imagenet2012 is"):
         imagenet_input.tfds_builder(tmp_path)
 
 
@@ -323,7 +324,7 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
                       eval_batch_size=4)
     keras.utils.set_random_seed(0)
     trainer = Trainer(strategy, lambda: build_imagenet_model(TINY), cfg, str(tmp_path),
-                      schedule=imagenet_input.learning_rate_schedule(4), top5=True)
+                      schedule=exponential_learning_rate_schedule(4, 1_281_167), top5=True)
     head = trainer.model.get_layer("projection").kernel.numpy().copy()
 
     def dataset_fn(split, global_batch):
@@ -363,7 +364,9 @@ def test_launcher_missing_manual_download(tmp_path):
                    cwd=tmp_path)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: imagenet2012 is not prepared")
+    assert last.startswith(f"error: {tmp_path / 'tfds'}/downloads/manual/ lacks "
+                           "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar: imagenet2012 is not "
+                           "prepared")
     assert "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar" in last
     assert not (tmp_path / "run").exists() and not (tmp_path / "tfds").exists()
 

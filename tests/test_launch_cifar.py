@@ -1,6 +1,7 @@
 """launch/cifar.py end to end: summary, a run and its files, resume, every bad input."""
 
 import json
+import signal
 import os
 import pathlib
 import subprocess
@@ -171,3 +172,97 @@ def test_an_unwritable_model_dir_is_one_line(cifar_bin):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: --model_dir /proc/resnet_noBN/run cannot be written (")
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, str(REPO / "launch/cifar.py"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def signal_when(proc, marker, signum):
+    """Send ``signum`` once ``marker`` appears in the output; the whole output and the status."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line and proc.poll() is None:
+            proc.send_signal(signum)
+            marker = "\0"  # once
+    return "".join(lines), proc.wait(timeout=120)
+
+
+def preemption_args(cifar_bin):
+    return [f"--data_path={cifar_bin}", "--train_steps=150", "--log_every=1",
+            "--checkpoint_every=1000", "--eval_every=1000",
+            *[a for a in SMALL if a.split("=")[0] not in ("--log_every", "--checkpoint_every",
+                                                          "--eval_every")]]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_digest(tmp_path_factory, cifar_bin):
+    proc = cifar(*preemption_args(cifar_bin), f"--model_dir={tmp_path_factory.mktemp('once')}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["weights_sha256"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_preempted_run_saves_its_step_and_resumes_bit_identically(
+        tmp_path, cifar_bin, uninterrupted_digest, signum):
+    """SIGTERM (a scheduler) or SIGINT (Ctrl-C) mid-run: a checkpoint of the step reached,
+    exit 3; the same command resumes there (0 steps lost) and ends with the weights of a run
+    that was never interrupted."""
+    args = preemption_args(cifar_bin)
+    model_dir = tmp_path / "run"
+    output, status = signal_when(start(*args, f"--model_dir={model_dir}"), "step      20 ",
+                                 signum)
+    assert status == 3, output[-3000:]
+    assert f"{signum.name} received: saving a checkpoint" in output
+    saved = int(output.split("preempted at step ")[1].split(":")[0])
+    assert 20 < saved < 150
+    assert tf_latest(model_dir) == f"{model_dir}/ckpt-{saved}"
+    assert f"step {saved:>7d}  loss" in output  # the last step trained is the one saved
+
+    resumed = cifar(*args, f"--model_dir={model_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {model_dir}/ckpt-{saved} at step {saved}" in resumed.stdout
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["weights_sha256"] == \
+        uninterrupted_digest
+
+
+def tf_latest(model_dir):
+    import tensorflow as tf
+
+    return tf.train.latest_checkpoint(str(model_dir))
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_restorable(tmp_path,
+                                                                              cifar_bin):
+    """SIGKILL while ckpt-4 of a large model is being written (its temporary files exist):
+    the latest checkpoint is still ckpt-2, complete, and the rerun resumes from it."""
+    model_dir = tmp_path / "run"
+    args = [f"--data_path={cifar_bin}", f"--model_dir={model_dir}", "--train_steps=4",
+            "--stage_widths=128,256,512", "--num_residual_units=1", "--batch_size=16",
+            "--eval_batch_size=16", "--checkpoint_every=2", "--eval_every=1000", "--seed=1"]
+    proc = start(*args)
+    while proc.poll() is None and not list(model_dir.glob("ckpt-4*_temp*")):
+        pass
+    proc.kill()
+    proc.wait()
+    assert list(model_dir.glob("ckpt-4*_temp*")), "the kill came after the write"
+    assert tf_latest(model_dir) == f"{model_dir}/ckpt-2"
+    rerun = cifar(*args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resumed from {model_dir}/ckpt-2 at step 2" in rerun.stdout
+    assert "cannot be restored" not in rerun.stdout
+
+
+def test_a_rerun_without_seed_reuses_the_seed_of_the_run_it_resumes(tmp_path, cifar_bin):
+    args = [f"--data_path={cifar_bin}", f"--model_dir={tmp_path / 'run'}",
+            *[a for a in SMALL if not a.startswith("--seed")]]
+    first = cifar(*args, "--train_steps=4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    seed = json.loads((tmp_path / "run" / "config.json").read_text())["seed"]
+    assert f"seed {seed}, model_dir" in first.stdout
+    second = cifar(*args, "--train_steps=8")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"seed {seed}, model_dir" in second.stdout and "at step 4" in second.stdout

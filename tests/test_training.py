@@ -31,12 +31,12 @@ def synthetic(n, seed):
 def input_fns(global_batch, n_train=512, n_test=100, nan_after=None):
     train, test = synthetic(n_train, 1), synthetic(n_test, 2)
 
-    def train_fn(ctx):
+    def train_fn(ctx, start_step=0):
         ds = tf.data.Dataset.from_tensor_slices(train).shuffle(n_train, seed=0).repeat()
         ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
         if nan_after is not None:
             ds = ds.take(nan_after).concatenate(ds.map(lambda x, y: (x * np.nan, y)))
-        return ds
+        return ds.skip(start_step)
 
     def test_fn(ctx):
         return tf.data.Dataset.from_tensor_slices(test).batch(
@@ -204,3 +204,29 @@ def test_tied_logits_are_one_prediction_not_all(tmp_path, top5):
     assert result["test_error"] == pytest.approx(0.9)  # class 0 predicted: 2 of 20 right
     if top5:
         assert result["test_top5_error"] == pytest.approx(0.5)  # classes 0-4
+
+
+def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar):
+    """The real CIFAR pipeline (100 training records, batches of 16: epochs end mid-batch):
+    30 steps in one go, or 13 steps (no interval divides 13), then a new process-like Trainer
+    resuming from that checkpoint to 30: the same weights, to the bit."""
+    from resnet_noBN import cifar_input, distribute
+
+    root = tmp_path / "cifar-10-batches-bin"
+    write_cifar(root, "cifar10", 20)
+
+    def dataset_fn(split, batch):
+        return distribute.per_replica_dataset(cifar_input.build_dataset, "cifar10", split,
+                                              global_batch=batch, data_path=root, seed=4)
+
+    def run(model_dir, steps):
+        trainer = make_trainer(model_dir, train_steps=steps, batch_size=16)
+        return trainer.train(dataset_fn("train", 16), dataset_fn("test", 32),
+                             print_fn=lambda _: None)
+
+    uninterrupted = run(tmp_path / "once", 30)
+    assert run(tmp_path / "twice", 13)["final_step"] == 13
+    resumed = run(tmp_path / "twice", 30)
+    assert resumed["final_step"] == 30
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
+    assert run(tmp_path / "other", 30)["weights_sha256"] == uninterrupted["weights_sha256"]
