@@ -17,8 +17,8 @@ import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cifar_input, cli, distribute
-from resnet_noBN.model import NORMS, ModelConfig, build_cifar_model
+from resnet_noBN import cifar_input, cli, distribute, run_log
+from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
@@ -33,34 +33,16 @@ flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
 flags.DEFINE_integer("pad", 2, "Pixels of padding per side before the random 32x32 crop: 2 as "
                      "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.")
-flags.DEFINE_enum("data_format", "channels_last", ["channels_last", "channels_first"],
-                  "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
-                  "kernels need channels_last). The input pipeline always yields NHWC.")
-# The architecture (arXiv:1611.04231 Table 1 by default) and the paper's ablations.
-flags.DEFINE_integer("num_residual_units", 9, "Residual blocks per stage.")
-flags.DEFINE_string("stage_widths", "64,128,256", "Channels of each stage.")
-flags.DEFINE_integer("init_filters", 16, "Channels of the first, standard convolution.")
-cli.define_ablation_flags()
-flags.DEFINE_float("relu_leakiness", 0.0, "Slope of the activation below 0: 0 is the paper's "
-                   "ReLU, 0.1 the original resnet_main.py's leaky ReLU.")
-flags.DEFINE_bool("identity", True, "The identity shortcuts; --noidentity trains the same "
-                  "convolutions as a plain chain (the paper's title claim).")
-flags.DEFINE_enum("norm", "none", list(NORMS), "batch: the original code's pre-activation unit "
-                  "with batch norm restored (BN, ReLU, conv, BN, ReLU, conv), the baseline the "
-                  "paper departs from; use with --init=he.")
+# The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
+cli.define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 
 
 def model_config() -> ModelConfig:
     widths = cli.int_list("stage_widths", FLAGS.stage_widths)
-    return cli.validated(ModelConfig(
-        num_classes=cifar_input.num_classes(FLAGS.dataset),
-        num_residual_units=FLAGS.num_residual_units, init_filters=FLAGS.init_filters,
-        stage_widths=widths, stage_strides=(1,) + (2,) * (len(widths) - 1), init=FLAGS.init,
-        head=FLAGS.head, shortcut=FLAGS.shortcut, conv_bias=FLAGS.conv_bias,
-        relu_leakiness=FLAGS.relu_leakiness, identity=FLAGS.identity, norm=FLAGS.norm,
-        data_format=FLAGS.data_format))
+    return cli.config_from_flags(ModelConfig, num_classes=cifar_input.num_classes(FLAGS.dataset),
+                                 stage_strides=(1,) + (2,) * (len(widths) - 1))
 
 
 @cli.exit_codes
@@ -76,7 +58,7 @@ def main(argv):
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
     run_config = {"dataset": FLAGS.dataset, **dataclasses.asdict(model_cfg)}
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
-    cli.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ModelConfig()))
+    run_log.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ModelConfig()))
 
     runtime = cli.start_runtime(train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written

@@ -27,7 +27,7 @@ import time
 
 from absl import flags
 
-from resnet_noBN import cifar_input, claims, cli, cpu, distribute
+from resnet_noBN import cifar_input, claims, cli, cpu, distribute, run_log
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
@@ -93,7 +93,7 @@ def main(argv):
         configs[model_dir] = {"dataset": FLAGS.dataset, "seed": seed,
                               **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
                               "recipe": dataclasses.asdict(train_cfg)}
-        cli.check_resumable(model_dir, configs[model_dir])
+        run_log.check_resumable(model_dir, configs[model_dir])
 
     from resnet_noBN import speed
 
@@ -118,7 +118,7 @@ def main(argv):
     for i, (arm, seed) in enumerate(todo, 1):
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
-        cli.record_config(model_dir, configs[model_dir])
+        run_log.record_config(model_dir, configs[model_dir])
 
         def dataset_fn(split, global_batch, seed=seed):
             return distribute.per_replica_dataset(

@@ -19,8 +19,8 @@ import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cli, distribute, imagenet_input
-from resnet_noBN.imagenet_model import DOWNSAMPLES, ImageNetConfig, build_imagenet_model
+from resnet_noBN import cli, distribute, imagenet_input, run_log
+from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.training import TrainConfig, exponential_learning_rate_schedule
 
 FLAGS = flags.FLAGS
@@ -42,31 +42,13 @@ flags.DEFINE_integer("shuffle_buffer", imagenet_input.SHUFFLE_BUFFER,
                      "Training records (JPEG bytes) in the shuffle buffer of each worker.")
 flags.DEFINE_float("epochs_per_decay", 2.0, "Epochs between learning-rate decays by --lr_decay.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/imagenet.")
-# The architecture (ResNet-34's layout by default).
-flags.DEFINE_integer("image_size", imagenet_input.IMAGE_SIZE,
-                     "Side of the square training/evaluation crops (evaluation resizes the "
-                     "shorter side to image_size * 256 / 224 first).")
-flags.DEFINE_string("stage_units", "3,4,6,3", "Residual blocks per stage.")
-flags.DEFINE_string("stage_widths", "64,128,256,512", "Channels of each stage.")
-flags.DEFINE_integer("stem_filters", 64, "Channels of the 7x7 stride-2 stem convolution.")
-flags.DEFINE_enum("downsample", "block", list(DOWNSAMPLES),
-                  "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first block; "
-                  "conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).")
-cli.define_ablation_flags()
+# The architecture (ResNet-34's layout by default) and the paper's ablations, then the recipe.
+cli.define_flags(ImageNetConfig, exclude=("num_classes", "stem_kernel", "data_format"))
 cli.define_train_flags(TrainConfig(
     train_steps=700_000, batch_size=256, learning_rate=0.1, lr_boundaries=(), lr_decay=0.94,
     momentum=0.9, weight_decay=1e-4, eval_every=10_000, checkpoint_every=5_000, log_every=100,
     eval_batch_size=256))
 cli.define_runtime_flags()
-
-
-def model_config() -> ImageNetConfig:
-    return cli.validated(ImageNetConfig(
-        image_size=FLAGS.image_size, stem_filters=FLAGS.stem_filters,
-        stage_units=cli.int_list("stage_units", FLAGS.stage_units),
-        stage_widths=cli.int_list("stage_widths", FLAGS.stage_widths),
-        downsample=FLAGS.downsample, init=FLAGS.init, head=FLAGS.head, shortcut=FLAGS.shortcut,
-        conv_bias=FLAGS.conv_bias))
 
 
 def summary(cfg: ImageNetConfig) -> None:
@@ -76,7 +58,7 @@ def summary(cfg: ImageNetConfig) -> None:
 
 @cli.exit_codes
 def main(argv):
-    model_cfg = model_config()
+    model_cfg = cli.config_from_flags(ImageNetConfig)
     if FLAGS.summary_only:
         return summary(model_cfg)
     train_cfg = cli.train_config_from_flags()
@@ -90,7 +72,7 @@ def main(argv):
     model_dir = FLAGS.model_dir or "runs/imagenet"
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
     run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
-    cli.check_resumable(model_dir, run_config)
+    run_log.check_resumable(model_dir, run_config)
 
     import tensorflow as tf
 

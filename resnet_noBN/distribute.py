@@ -16,15 +16,23 @@ The cluster comes from ``TF_CONFIG`` (``--cluster_resolver=tf_config``, as Kuber
 compose and ``launch/local_cluster.py`` set it) or from SLURM's variables
 (``--cluster_resolver=slurm``). It is validated here, before any TensorFlow op runs: collective
 ops must be configured first, and a bad cluster gets a one-line error, not a hang.
+:func:`start_runtime` does all that a launcher needs before it builds anything: threads,
+precision, the strategy, the seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import random
 import socket
 
+import keras
 import tensorflow as tf
+
+from resnet_noBN import speed
+from resnet_noBN.errors import InputError
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
 RESOLVERS = ("tf_config", "slurm")
@@ -206,3 +214,49 @@ def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
         tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(v,)), axis=None))(
         tf.constant(seed if chief else 0, tf.int64))
     return int(total) // (strategy.num_replicas_in_sync // workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The strategy a launcher trains under, and what follows from it."""
+
+    strategy: object
+    is_chief: bool
+    input_pipelines: int
+    seed: int
+
+
+def start_runtime(strategy: str = "default", cluster_resolver: str = "tf_config", *,
+                  batch_sizes: dict[str, int], seed: int | None = None,
+                  precision: str = "float32", intra_op_threads: int | None = None,
+                  inter_op_threads: int | None = None, deterministic: bool = False) -> Runtime:
+    """Threads and precision, then the strategy (before any other TensorFlow op), then seeds.
+
+    ``batch_sizes``: the global batches the replicas must split evenly, by flag name. ``seed``:
+    None draws one at random; a multi-worker job takes the chief's. ``*_op_threads``: None is
+    :func:`resnet_noBN.speed.default_threads`'s. ``deterministic``: TF's op determinism
+    (bit-identical reruns on GPUs too).
+
+    InputError for a bad cluster or a batch the replicas cannot split evenly. A worker or
+    parameter server of a parameter-server job never returns: it serves the chief.
+    """
+    default_intra, default_inter = speed.default_threads()
+    speed.configure(precision,
+                    default_intra if intra_op_threads is None else intra_op_threads,
+                    default_inter if inter_op_threads is None else inter_op_threads)
+    try:
+        distribution, resolver = make_strategy(strategy, cluster_resolver)
+    except ClusterError as e:
+        raise InputError(str(e)) from None
+    replicas = distribution.num_replicas_in_sync
+    for name, size in batch_sizes.items():
+        if size % replicas:
+            raise InputError(f"--{name}={size} is not divisible by the {replicas} replicas; use "
+                             f"a multiple of {replicas}")
+    seed = random.randrange(2**31) if seed is None else seed
+    chief = is_chief(resolver)
+    seed = chief_seed(distribution, seed, chief)
+    keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return Runtime(distribution, chief, input_pipelines(distribution, resolver), seed)

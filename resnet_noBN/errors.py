@@ -1,5 +1,9 @@
-"""The data errors every input module raises."""
+"""The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2."""
 
 
 class DataError(ValueError):
     """Bad data input; str(e) is ONE line naming the problem and the fix."""
+
+
+class InputError(ValueError):
+    """Bad command-line input; its message is one line naming the problem and the fix."""

@@ -73,35 +73,44 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import (BlockConfig, check_head, conv, he_stddev, image_input,
-                               pool_and_project, residual_stages)
+from resnet_noBN.model import (BlockConfig, ModelConfig, check_head, conv, he_stddev,
+                               image_input, pool_and_project, residual_stages, same_field)
 
 DOWNSAMPLES = ("block", "conv")
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageNetConfig:
-    """The ImageNet architecture, ResNet-34's layout by default; flags of ``launch/imagenet.py``.
+    """The ImageNet architecture, ResNet-34's layout by default; the fields with a ``help`` are
+    flags of ``launch/imagenet.py`` (not ``num_classes``, ``stem_kernel``, ``data_format``).
 
     ``stage_units`` / ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests
     and smoke runs. ``head`` means what it means in :class:`resnet_noBN.model.ModelConfig`;
     ``init``, ``shortcut``, ``conv_bias`` and ``data_format`` are the block's switches
     (:class:`resnet_noBN.model.BlockConfig`, read through :attr:`block`; the others keep the
-    paper's ReLU, identity shortcut and no batch norm).
+    paper's ReLU, identity shortcut and no batch norm); these five are declared there.
     """
 
     num_classes: int = 1000
-    image_size: int = 224
-    stem_filters: int = 64
+    image_size: int = dataclasses.field(default=224, metadata={
+        "help": "Side of the square training/evaluation crops (evaluation resizes the shorter "
+                "side to image_size * 256 / 224 first)."})
+    stem_filters: int = dataclasses.field(default=64, metadata={
+        "help": "Channels of the 7x7 stride-2 stem convolution."})
     stem_kernel: int = 7
-    stage_units: tuple[int, ...] = (3, 4, 6, 3)
-    stage_widths: tuple[int, ...] = (64, 128, 256, 512)
-    downsample: str = "block"
-    init: str = "hardt_ma"
-    head: str = "random"
-    shortcut: str = "pool_pad"
-    conv_bias: bool = False
-    data_format: str = "channels_last"
+    stage_units: tuple[int, ...] = dataclasses.field(default=(3, 4, 6, 3), metadata={
+        "help": "Residual blocks per stage."})
+    stage_widths: tuple[int, ...] = dataclasses.field(default=(64, 128, 256, 512), metadata={
+        "help": "Channels of each stage."})
+    downsample: str = dataclasses.field(default="block", metadata={
+        "choices": DOWNSAMPLES,
+        "help": "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first block; "
+                "conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN)."})
+    init: str = same_field(BlockConfig, "init")
+    head: str = same_field(ModelConfig, "head")
+    shortcut: str = same_field(BlockConfig, "shortcut")
+    conv_bias: bool = same_field(BlockConfig, "conv_bias")
+    data_format: str = same_field(BlockConfig, "data_format")
 
     @property
     def stage_strides(self) -> tuple[int, ...]:

@@ -74,22 +74,37 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 class BlockConfig:
     """What a residual block reads: the switches both networks (CIFAR, ImageNet) share.
 
-    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4):
-    ``init`` the residual convs' sigma (:data:`INIT_STDDEVS`; the paper's 1/(k^2 c)),
-    ``shortcut`` the adjustment of a block that changes the shape, ``conv_bias`` biases on the
-    convolutions (none: the paper trains the kernels only), ``relu_leakiness`` the activation's
-    slope below zero (the paper: 0, a ReLU), ``identity`` the shortcut itself, ``norm`` the
-    original code's batch norm, ``data_format`` the layout the convolutions compute in (a speed
-    choice only). The alternatives are the original code's (module docstring).
+    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4); the
+    alternatives are the original code's (module docstring). Each field's ``help`` (its flag's)
+    says what it switches.
     """
 
-    init: str = "hardt_ma"
-    shortcut: str = "pool_pad"
-    conv_bias: bool = False
-    relu_leakiness: float = 0.0
-    identity: bool = True
-    norm: str = "none"
-    data_format: str = "channels_last"
+    init: str = dataclasses.field(default="hardt_ma", metadata={
+        "choices": INITS,
+        "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
+                "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
+                "original code's)."})
+    shortcut: str = dataclasses.field(default="pool_pad", metadata={
+        "choices": SHORTCUTS,
+        "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection."})
+    conv_bias: bool = dataclasses.field(default=False, metadata={
+        "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
+                "gives the 13.59M of the paper's text)."})
+    relu_leakiness: float = dataclasses.field(default=0.0, metadata={
+        "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
+                "resnet_main.py's leaky ReLU."})
+    identity: bool = dataclasses.field(default=True, metadata={
+        "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
+                "chain (the paper's title claim)."})
+    norm: str = dataclasses.field(default="none", metadata={
+        "choices": NORMS,
+        "help": "batch: the original code's pre-activation unit with batch norm restored (BN, "
+                "ReLU, conv, BN, ReLU, conv), the baseline the paper departs from; use with "
+                "--init=he."})
+    data_format: str = dataclasses.field(default="channels_last", metadata={
+        "choices": LAYOUTS,
+        "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
+                "kernels need channels_last). The input pipeline always yields NHWC."})
 
     @classmethod
     def of(cls, network_config) -> BlockConfig:
@@ -129,7 +144,9 @@ def check_head(num_classes: int, head: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(BlockConfig):
-    """The architecture, Table 1 by default; every field is a flag of ``launch/cifar.py``.
+    """The architecture, Table 1 by default; the fields with a ``help`` are flags of
+    ``launch/cifar.py`` (it derives ``num_classes`` from the data set and ``stage_strides``
+    from the widths).
 
     The block's switches (``init`` .. ``data_format``, inherited from :class:`BlockConfig`, at
     the paper's values), then the network around the blocks. :attr:`block` is all that the
@@ -139,11 +156,15 @@ class ModelConfig(BlockConfig):
     """
 
     num_classes: int = 10
-    num_residual_units: int = 9
-    init_filters: int = 16
-    stage_widths: tuple[int, ...] = (64, 128, 256)
+    num_residual_units: int = dataclasses.field(default=9, metadata={
+        "help": "Residual blocks per stage."})
+    init_filters: int = dataclasses.field(default=16, metadata={
+        "help": "Channels of the first, standard convolution."})
+    stage_widths: tuple[int, ...] = dataclasses.field(default=(64, 128, 256), metadata={
+        "help": "Channels of each stage."})
     stage_strides: tuple[int, ...] = (1, 2, 2)
-    head: str = "random"
+    head: str = dataclasses.field(default="random", metadata={
+        "choices": HEADS, "help": "Last layer: fixed random projection or trained."})
 
     @property
     def block(self) -> BlockConfig:
@@ -161,6 +182,13 @@ class ModelConfig(BlockConfig):
                 f"{len(self.stage_strides)} stage strides; give one width per stage")
         check_head(self.num_classes, self.head)
         self.check_widths(self.init_filters, self.stage_widths)
+
+
+def same_field(config_cls, name: str):
+    """A field declared as ``config_cls`` declares ``name`` (its default, its flag's help): for a
+    config that shares a switch without inheriting it (ImageNet's ``init``, ``head`` ...)."""
+    field = {f.name: f for f in dataclasses.fields(config_cls)}[name]
+    return dataclasses.field(default=field.default, metadata=field.metadata)
 
 
 def conv(x, filters: int, kernel_size: int, strides: int, stddev: float, block: BlockConfig,

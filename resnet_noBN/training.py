@@ -44,20 +44,30 @@ class TrainingDiverged(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The recipe of arXiv:1611.04231 Section 4 (the original ``resnet_main.py``); each field is
-    a flag of the launchers."""
+    a flag of the launchers, its ``help`` the flag's."""
 
-    train_steps: int = 60_000
-    batch_size: int = 128  # global: split over all replicas
-    learning_rate: float = 0.05
-    lr_boundaries: tuple[int, ...] = (30_000, 50_000)
-    lr_decay: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    eval_every: int = 2_000
-    checkpoint_every: int = 1_000
-    log_every: int = 100
-    max_checkpoints: int = 5
-    eval_batch_size: int = 500  # global
+    train_steps: int = dataclasses.field(default=60_000, metadata={
+        "help": "Number of updates to train for."})
+    batch_size: int = dataclasses.field(default=128, metadata={
+        "help": "GLOBAL batch size, split evenly over all replicas of all workers."})
+    learning_rate: float = dataclasses.field(default=0.05, metadata={
+        "help": "Initial learning rate."})
+    lr_boundaries: tuple[int, ...] = dataclasses.field(default=(30_000, 50_000), metadata={
+        "help": "Steps at which the learning rate is multiplied by --lr_decay."})
+    lr_decay: float = dataclasses.field(default=0.1, metadata={
+        "help": "Learning-rate factor at each boundary."})
+    momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})
+    weight_decay: float = dataclasses.field(default=1e-4, metadata={
+        "help": "Decay rate r of the loss term r * sum ||W||^2 / 2 over conv kernels."})
+    eval_every: int = dataclasses.field(default=2_000, metadata={
+        "help": "Evaluate on the whole test split every this many steps (and at the end)."})
+    checkpoint_every: int = dataclasses.field(default=1_000, metadata={
+        "help": "Write a checkpoint every this many steps (and at the end)."})
+    log_every: int = dataclasses.field(default=100, metadata={
+        "help": "Print progress every this many steps."})
+    max_checkpoints: int = dataclasses.field(default=5, metadata={"help": "Checkpoints kept."})
+    eval_batch_size: int = dataclasses.field(default=500, metadata={
+        "help": "GLOBAL batch size of the evaluation."})
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible recipe."""
