@@ -1,4 +1,5 @@
-"""resnet_noBN: Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231), in TF2/Keras 3."""
+"""resnet_noBN: Hardt & Ma, "Identity Matters in Deep Learning" (arXiv:1611.04231), TF2/Keras 3."""
+
 from setuptools import find_packages, setup
 
 setup(
@@ -24,5 +25,6 @@ setup(
         "matplotlib",
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.
-    extras_require={"test": ["pytest>=8", "pyyaml"]},
+    # ruff: the one formatter and linter (pyproject.toml), pinned: its output changes by version.
+    extras_require={"test": ["pytest>=8", "pyyaml", "ruff==0.17.6"]},
 )

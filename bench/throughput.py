@@ -54,10 +54,20 @@ sys.path.insert(0, str(REPO))
 # The architectures, as keyword arguments of resnet_noBN.model.ModelConfig (and of the torch
 # twin). "small" is the tests' reduced network (one block per stage, narrow stages).
 MODELS = {
-    "paper": {"num_classes": 10, "num_residual_units": 9, "init_filters": 16,
-              "stage_widths": (64, 128, 256), "stage_strides": (1, 2, 2)},
-    "small": {"num_classes": 10, "num_residual_units": 1, "init_filters": 16,
-              "stage_widths": (16, 32, 64), "stage_strides": (1, 2, 2)},
+    "paper": {
+        "num_classes": 10,
+        "num_residual_units": 9,
+        "init_filters": 16,
+        "stage_widths": (64, 128, 256),
+        "stage_strides": (1, 2, 2),
+    },
+    "small": {
+        "num_classes": 10,
+        "num_residual_units": 1,
+        "init_filters": 16,
+        "stage_widths": (16, 32, 64),
+        "stage_strides": (1, 2, 2),
+    },
 }
 
 # Dense peak FLOP/s by GPU name (first substring match wins), from NVIDIA's data sheets
@@ -67,8 +77,8 @@ _H100_SXM = {"bfloat16": 989e12, "tf32": 494.5e12, "float32": 67e12}
 GPU_PEAKS = (
     ("H100 PCIe", {"bfloat16": 756e12, "tf32": 378e12, "float32": 51e12}),
     ("H100 NVL", {"bfloat16": 835e12, "tf32": 417.5e12, "float32": 60e12}),
-    ("H100", _H100_SXM),       # H100 SXM ("NVIDIA H100 80GB HBM3")
-    ("H200", _H100_SXM),       # the same GH100 chip, more and faster memory
+    ("H100", _H100_SXM),  # H100 SXM ("NVIDIA H100 80GB HBM3")
+    ("H200", _H100_SXM),  # the same GH100 chip, more and faster memory
     ("GH200", _H100_SXM),
     ("A100", {"bfloat16": 312e12, "tf32": 156e12, "float32": 19.5e12}),
 )
@@ -81,9 +91,16 @@ def conv_flops(kernel: int, c_in: int, c_out: int, h_out: int, w_out: int) -> in
     return 2 * kernel * kernel * c_in * c_out * h_out * w_out
 
 
-def model_flops(num_classes: int = 10, num_residual_units: int = 9, init_filters: int = 16,
-                stage_widths=(64, 128, 256), stage_strides=(1, 2, 2), shortcut: str = "pool_pad",
-                image_size: int = 32, **_ignored) -> dict:
+def model_flops(
+    num_classes: int = 10,
+    num_residual_units: int = 9,
+    init_filters: int = 16,
+    stage_widths=(64, 128, 256),
+    stage_strides=(1, 2, 2),
+    shortcut: str = "pool_pad",
+    image_size: int = 32,
+    **_ignored,
+) -> dict:
     """Analytic FLOPs per image of the CIFAR network (arXiv:1611.04231 Table 1 by default).
 
     Forward: every conv (first conv, C1 and C2 of each block, and 1x1 projection shortcuts if
@@ -99,15 +116,20 @@ def model_flops(num_classes: int = 10, num_residual_units: int = 9, init_filters
         for unit in range(num_residual_units):
             s = stride if unit == 0 else 1
             size = -(-size // s)  # SAME padding
-            convs += (conv_flops(3, c_in, width, size, size)
-                      + conv_flops(3, width, width, size, size))
+            convs += conv_flops(3, c_in, width, size, size) + conv_flops(
+                3, width, width, size, size
+            )
             if shortcut == "projection" and (c_in != width or s != 1):
                 convs += conv_flops(1, c_in, width, size, size)
             c_in = width
     head = 2 * c_in * num_classes
     forward = convs + head
-    return {"forward_flops_per_image": forward, "conv_flops_per_image": convs,
-            "head_flops_per_image": head, "train_flops_per_image": 3 * forward}
+    return {
+        "forward_flops_per_image": forward,
+        "conv_flops_per_image": convs,
+        "head_flops_per_image": head,
+        "train_flops_per_image": 3 * forward,
+    }
 
 
 def keras_model_flops(model) -> int:
@@ -120,8 +142,11 @@ def keras_model_flops(model) -> int:
         if isinstance(layer, keras.layers.Conv2D):
             kh, kw, c_in, c_out = layer.kernel.shape
             shape = layer.output.shape
-            h, w = (shape[1], shape[2]) if layer.data_format == "channels_last" else \
-                (shape[2], shape[3])
+            h, w = (
+                (shape[1], shape[2])
+                if layer.data_format == "channels_last"
+                else (shape[2], shape[3])
+            )
             total += 2 * kh * kw * c_in * c_out * h * w
         elif isinstance(layer, keras.layers.Dense):
             total += 2 * math.prod(layer.kernel.shape)
@@ -135,11 +160,15 @@ def cpu_info() -> dict:
     from resnet_noBN import cpu
 
     fields = cpu.cpu_fields()
-    info = {"vendor": fields.get("vendor_id", ""), "name": fields.get("model name", ""),
-            "family": int(fields.get("cpu family", 0) or 0),
-            "model": int(fields.get("model", 0) or 0),
-            "flags": set(fields.get("flags", "").split()),
-            "mhz": float(fields.get("cpu MHz", 0) or 0), "clock_source": ""}
+    info = {
+        "vendor": fields.get("vendor_id", ""),
+        "name": fields.get("model name", ""),
+        "family": int(fields.get("cpu family", 0) or 0),
+        "model": int(fields.get("model", 0) or 0),
+        "flags": set(fields.get("flags", "").split()),
+        "mhz": float(fields.get("cpu MHz", 0) or 0),
+        "clock_source": "",
+    }
     if info["mhz"]:
         info["clock_source"] = "/proc/cpuinfo 'cpu MHz' (nominal)"
     try:  # a max (boost) clock, where the kernel exposes one (not in most VMs)
@@ -165,8 +194,10 @@ def cpu_flops_per_cycle(vendor: str, family: int, flags: set) -> tuple[int, int,
     if vendor == "AuthenticAMD" and family >= 0x1A and "avx512f" in flags:
         fp32, why = 64, "AMD Zen 5: 2 FMA pipes x 16 fp32 lanes (512-bit) x 2"
     elif vendor == "AuthenticAMD" and "avx512f" in flags:
-        fp32, why = 32, ("AMD Zen 4: 2 FMA pipes x 8 fp32 lanes (256-bit; AVX-512 is run as "
-                         "two halves) x 2")
+        fp32, why = (
+            32,
+            ("AMD Zen 4: 2 FMA pipes x 8 fp32 lanes (256-bit; AVX-512 is run as two halves) x 2"),
+        )
     elif "avx512f" in flags:
         fp32, why = 64, "AVX-512: 2 FMA units x 16 fp32 lanes x 2 (assumed 2 units)"
     elif "avx2" in flags and "fma" in flags:
@@ -195,24 +226,36 @@ def cpu_peak(precision: str, cores: int | None = None, clock_ghz: float | None =
     per_cycle = bf16 if precision == "bfloat16" else fp32
     ghz = clock_ghz or info["mhz"] / 1000
     source = "--cpu_clock_ghz" if clock_ghz else info["clock_source"]
-    return {"flops_per_s": cores * per_cycle * ghz * 1e9 if ghz else None,
-            "source": (f"stated: {cores} cores x {per_cycle} FLOP/cycle x {ghz:.3f} GHz "
-                       f"({source}); {why}"),
-            "cpu": info["name"], "cpu_family": info["family"], "cpu_model": info["model"]}
+    return {
+        "flops_per_s": cores * per_cycle * ghz * 1e9 if ghz else None,
+        "source": (
+            f"stated: {cores} cores x {per_cycle} FLOP/cycle x {ghz:.3f} GHz ({source}); {why}"
+        ),
+        "cpu": info["name"],
+        "cpu_family": info["family"],
+        "cpu_model": info["model"],
+    }
 
 
 def gpu_peak(device_name: str, precision: str) -> dict:
     """Dense peak FLOP/s of a GPU from ``GPU_PEAKS`` (None where the name is not listed)."""
     for key, peaks in GPU_PEAKS:
         if key.lower() in device_name.lower():
-            return {"flops_per_s": peaks[precision],
-                    "source": f"data sheet: {key} {precision} dense {peaks[precision] / 1e12:g} "
-                              "TFLOP/s"}
+            return {
+                "flops_per_s": peaks[precision],
+                "source": f"data sheet: {key} {precision} dense {peaks[precision] / 1e12:g} "
+                "TFLOP/s",
+            }
     return {"flops_per_s": None, "source": f"{device_name!r} is not in GPU_PEAKS"}
 
 
-def device_peak_flops(device: str, precision: str, device_name: str = "",
-                      clock_ghz: float | None = None, cores: int | None = None) -> dict:
+def device_peak_flops(
+    device: str,
+    precision: str,
+    device_name: str = "",
+    clock_ghz: float | None = None,
+    cores: int | None = None,
+) -> dict:
     """Peak FLOP/s for ``device`` ("cpu" or "gpu") at ``precision`` ("float32", "tf32",
     "bfloat16")."""
     if device == "gpu":
@@ -224,10 +267,17 @@ def device_peak_flops(device: str, precision: str, device_name: str = "",
 def onednn_isa() -> str | None:
     """The instruction set oneDNN chose on this CPU, as its verbose mode names it (None where
     oneDNN is off): one small convolution in a subprocess with ``ONEDNN_VERBOSE=1``."""
-    code = ("import tensorflow as tf; tf.nn.conv2d(tf.ones([1, 8, 8, 4]), tf.ones([3, 3, 4, 4]), "
-            "1, 'SAME')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    code = (
+        "import tensorflow as tf; tf.nn.conv2d(tf.ones([1, 8, 8, 4]), tf.ones([3, 3, 4, 4]), "
+        "1, 'SAME')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ONEDNN_VERBOSE": "1"},
+    )
     match = re.search(r"onednn_verbose,.*?info,cpu,isa:(.*)", proc.stdout + proc.stderr)
     return match.group(1).strip() if match else None
 
@@ -239,8 +289,15 @@ def summarize(seconds) -> dict:
         q = seconds * 9
     else:
         q = statistics.quantiles(seconds, n=10, method="inclusive")
-    return {"median": statistics.median(seconds), "mean": statistics.fmean(seconds),
-            "p10": q[0], "p90": q[-1], "min": seconds[0], "max": seconds[-1], "n": len(seconds)}
+    return {
+        "median": statistics.median(seconds),
+        "mean": statistics.fmean(seconds),
+        "p10": q[0],
+        "p90": q[-1],
+        "min": seconds[0],
+        "max": seconds[-1],
+        "n": len(seconds),
+    }
 
 
 def _rounded(stats: dict, digits: int = 5) -> dict:
@@ -272,60 +329,119 @@ def measure_matmul(tf, dtype: str, n: int = 2048, reps: int = 5) -> float:
     for _ in range(reps):
         out = matmul(a)
     float(tf.reduce_sum(tf.cast(out[:1, :1], tf.float32)))
-    return 2 * n ** 3 * reps / (time.perf_counter() - t0)
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
 # --------------------------------------------------------------------------- benchmark
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", choices=sorted(MODELS), default="paper",
-                   help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network "
-                        "(smoke)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="paper",
+        help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network (smoke)",
+    )
     p.add_argument("--batch_size", type=int, default=128, help="global training batch")
     p.add_argument("--steps", type=int, default=20, help="individually timed training steps")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed training steps after the first (compile) step")
-    p.add_argument("--chunk_steps", type=int, default=0,
-                   help="also time K steps in ONE run_steps call (0: skip)")
-    p.add_argument("--profile_dir", default=None,
-                   help="then trace --profile_steps steps (one run_steps call) with tf.profiler "
-                        "into this folder: TensorBoard's Profile tab shows where the time goes")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed training steps after the first (compile) step",
+    )
+    p.add_argument(
+        "--chunk_steps",
+        type=int,
+        default=0,
+        help="also time K steps in ONE run_steps call (0: skip)",
+    )
+    p.add_argument(
+        "--profile_dir",
+        default=None,
+        help="then trace --profile_steps steps (one run_steps call) with tf.profiler "
+        "into this folder: TensorBoard's Profile tab shows where the time goes",
+    )
     p.add_argument("--profile_steps", type=int, default=3)
     p.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32")
-    p.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=False,
-                   help="XLA-compile the forward/backward (Trainer(jit_compile=True))")
-    p.add_argument("--data_format", choices=("channels_last", "channels_first"),
-                   default="channels_last")
-    p.add_argument("--intra_op_threads", type=int, default=None,
-                   help="default: speed.default_threads() (CPU: one per core; GPU: TF's); "
-                        "0: TF's default")
-    p.add_argument("--inter_op_threads", type=int, default=None,
-                   help="default: speed.default_threads() (CPU: 1; GPU: TF's); 0: TF's default")
-    p.add_argument("--onednn", choices=("0", "1"), default=None,
-                   help="set TF_ENABLE_ONEDNN_OPTS before TF is imported (default: inherit the "
-                        "environment; TF enables oneDNN on x86 Linux when unset)")
-    p.add_argument("--synthetic", action="store_true",
-                   help="train on one cached in-memory batch instead of the input pipeline")
-    p.add_argument("--data_path", default=None,
-                   help="CIFAR-10 as the official binary files or an image folder (default: "
-                        "random records in a temporary folder)")
+    p.add_argument(
+        "--jit_compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="XLA-compile the forward/backward (Trainer(jit_compile=True))",
+    )
+    p.add_argument(
+        "--data_format", choices=("channels_last", "channels_first"), default="channels_last"
+    )
+    p.add_argument(
+        "--intra_op_threads",
+        type=int,
+        default=None,
+        help="default: speed.default_threads() (CPU: one per core; GPU: TF's); 0: TF's default",
+    )
+    p.add_argument(
+        "--inter_op_threads",
+        type=int,
+        default=None,
+        help="default: speed.default_threads() (CPU: 1; GPU: TF's); 0: TF's default",
+    )
+    p.add_argument(
+        "--onednn",
+        choices=("0", "1"),
+        default=None,
+        help="set TF_ENABLE_ONEDNN_OPTS before TF is imported (default: inherit the "
+        "environment; TF enables oneDNN on x86 Linux when unset)",
+    )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="train on one cached in-memory batch instead of the input pipeline",
+    )
+    p.add_argument(
+        "--data_path",
+        default=None,
+        help="CIFAR-10 as the official binary files or an image folder (default: "
+        "random records in a temporary folder)",
+    )
     p.add_argument("--eval_batch_size", type=int, default=500)
-    p.add_argument("--eval_batches", type=int, default=2,
-                   help="timed evaluation batches, after one warm-up batch (0: skip)")
-    p.add_argument("--input_batches", type=int, default=400,
-                   help="timed batches of the input pipeline alone, after a warm-up epoch "
-                        "(0: skip)")
-    p.add_argument("--measure_matmul", action=argparse.BooleanOptionalAction, default=True,
-                   help="time a 2048^3 matmul in the run's precision: a practical peak")
-    p.add_argument("--cpu_clock_ghz", type=float, default=None,
-                   help="clock for the CPU's stated peak (default: lscpu / /proc/cpuinfo)")
-    p.add_argument("--compare_torch", action="store_true",
-                   help="then run bench/torch_twin.py with the same model, batch, steps and "
-                        "threads, and print the TF / torch s/step ratio")
-    p.add_argument("--compare_rounds", type=int, default=1,
-                   help="with --compare_torch: alternate TF and torch timed windows this many "
-                        "times (TF re-timed in-process, torch a fresh subprocess each round)")
+    p.add_argument(
+        "--eval_batches",
+        type=int,
+        default=2,
+        help="timed evaluation batches, after one warm-up batch (0: skip)",
+    )
+    p.add_argument(
+        "--input_batches",
+        type=int,
+        default=400,
+        help="timed batches of the input pipeline alone, after a warm-up epoch (0: skip)",
+    )
+    p.add_argument(
+        "--measure_matmul",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time a 2048^3 matmul in the run's precision: a practical peak",
+    )
+    p.add_argument(
+        "--cpu_clock_ghz",
+        type=float,
+        default=None,
+        help="clock for the CPU's stated peak (default: lscpu / /proc/cpuinfo)",
+    )
+    p.add_argument(
+        "--compare_torch",
+        action="store_true",
+        help="then run bench/torch_twin.py with the same model, batch, steps and "
+        "threads, and print the TF / torch s/step ratio",
+    )
+    p.add_argument(
+        "--compare_rounds",
+        type=int,
+        default=1,
+        help="with --compare_torch: alternate TF and torch timed windows this many "
+        "times (TF re-timed in-process, torch a fresh subprocess each round)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="also write the JSON result here")
     args = p.parse_args(argv)
@@ -340,10 +456,17 @@ def parse_args(argv=None):
 
 def run_torch_twin(args, threads: int, print_fn=print) -> dict:
     """bench/torch_twin.py in a subprocess (its own thread pools); its last line's JSON."""
-    cmd = [sys.executable, str(BENCH / "torch_twin.py"), f"--model={args.model}",
-           f"--batch_size={args.batch_size}", f"--steps={args.steps}",
-           f"--warmup={max(args.warmup, 1)}", f"--threads={threads}", f"--seed={args.seed}",
-           "--precision=" + ("bfloat16" if args.precision == "mixed_bfloat16" else "float32")]
+    cmd = [
+        sys.executable,
+        str(BENCH / "torch_twin.py"),
+        f"--model={args.model}",
+        f"--batch_size={args.batch_size}",
+        f"--steps={args.steps}",
+        f"--warmup={max(args.warmup, 1)}",
+        f"--threads={threads}",
+        f"--seed={args.seed}",
+        "--precision=" + ("bfloat16" if args.precision == "mixed_bfloat16" else "float32"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -362,9 +485,11 @@ def set_environment(args) -> None:
     TensorFlow's log level; then resnet_noBN, whose import sets oneDNN's default."""
     if args.compare_torch:
         import importlib.util
+
         if importlib.util.find_spec("torch") is None:
-            raise SystemExit("error: --compare_torch needs torch: "
-                             "pip install -r bench/requirements.txt")
+            raise SystemExit(
+                "error: --compare_torch needs torch: pip install -r bench/requirements.txt"
+            )
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -394,8 +519,11 @@ def describe_device(args) -> dict:
 
     gpus = tf.config.list_physical_devices("GPU")
     device = "gpu" if gpus else "cpu"
-    name = (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-            if gpus else cpu.cpu_name())
+    name = (
+        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+        if gpus
+        else cpu.cpu_name()
+    )
     if args.precision == "mixed_bfloat16":
         precision = "bfloat16"
     elif device == "gpu" and tf.config.experimental.tensor_float_32_execution_enabled():
@@ -403,8 +531,13 @@ def describe_device(args) -> dict:
     else:
         precision = "float32"
     cores = len(os.sched_getaffinity(0))
-    return {"device": device, "device_name": name, "cores": cores, "peak_precision": precision,
-            "peak": device_peak_flops(device, precision, name, args.cpu_clock_ghz, cores)}
+    return {
+        "device": device,
+        "device_name": name,
+        "cores": cores,
+        "peak_precision": precision,
+        "peak": device_peak_flops(device, precision, name, args.cpu_clock_ghz, cores),
+    }
 
 
 def training_data(args, folder: Path) -> tuple[str, str]:
@@ -423,12 +556,14 @@ def training_data(args, folder: Path) -> tuple[str, str]:
 def train_dataset(args, data_path: str, batch_size: int):
     from resnet_noBN import cifar_input
 
-    return cifar_input.build_dataset("cifar10", "train", batch_size, data_path=data_path,
-                                     seed=args.seed)
+    return cifar_input.build_dataset(
+        "cifar10", "train", batch_size, data_path=data_path, seed=args.seed
+    )
 
 
-def describe_run(args, dev: dict, intra: int, inter: int, data_path: str, data_source: str,
-                 flops: dict) -> dict:
+def describe_run(
+    args, dev: dict, intra: int, inter: int, data_path: str, data_source: str, flops: dict
+) -> dict:
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
     import tensorflow as tf
@@ -436,29 +571,43 @@ def describe_run(args, dev: dict, intra: int, inter: int, data_path: str, data_s
     from resnet_noBN import cpu
 
     model_kwargs = MODELS[args.model]
-    say(f"{dev['device_name']} ({dev['device']}); TF {tf.__version__}, Keras "
+    say(
+        f"{dev['device_name']} ({dev['device']}); TF {tf.__version__}, Keras "
         f"{keras.__version__}; model {args.model}, batch {args.batch_size}, {args.precision}, "
         f"jit_compile={args.jit_compile}, {args.data_format}, threads intra={intra} "
         f"inter={inter}, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}; "
         f"input: {'synthetic (one cached batch)' if args.synthetic else 'pipeline'} "
-        f"from {data_path} ({data_source})")
+        f"from {data_path} ({data_source})"
+    )
     result = {
-        "framework": "tensorflow", "tf_version": tf.__version__, "keras_version":
-        keras.__version__, "device": dev["device"], "device_name": dev["device_name"],
+        "framework": "tensorflow",
+        "tf_version": tf.__version__,
+        "keras_version": keras.__version__,
+        "device": dev["device"],
+        "device_name": dev["device_name"],
         "model": args.model,
-        "model_config": {k: list(v) if isinstance(v, tuple) else v
-                         for k, v in model_kwargs.items()},
-        "batch_size": args.batch_size, "precision": args.precision,
-        "jit_compile": args.jit_compile, "data_format": args.data_format,
-        "intra_op_threads": intra, "inter_op_threads": inter,
+        "model_config": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in model_kwargs.items()
+        },
+        "batch_size": args.batch_size,
+        "precision": args.precision,
+        "jit_compile": args.jit_compile,
+        "data_format": args.data_format,
+        "intra_op_threads": intra,
+        "inter_op_threads": inter,
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-        **cpu.runtime_report(), "onednn_isa": onednn_isa() if dev["device"] == "cpu" else None,
-        "synthetic": args.synthetic, "data_path": data_path, "data_source": data_source,
+        **cpu.runtime_report(),
+        "onednn_isa": onednn_isa() if dev["device"] == "cpu" else None,
+        "synthetic": args.synthetic,
+        "data_path": data_path,
+        "data_source": data_source,
         **flops,
         "load_average_at_start": list(os.getloadavg()),
     }
-    say(f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
-        f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}")
+    say(
+        f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
+        f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}"
+    )
     return result
 
 
@@ -476,8 +625,10 @@ def measure_input_pipeline(args, data_path: str) -> dict:
     for _ in range(args.input_batches):
         next(it)
     rate = round(args.input_batches * args.batch_size / (time.perf_counter() - t0), 1)
-    say(f"input pipeline alone: {rate} images/s ({args.input_batches} batches after {warm} "
-        "warm-up batches)")
+    say(
+        f"input pipeline alone: {rate} images/s ({args.input_batches} batches after {warm} "
+        "warm-up batches)"
+    )
     return {"input_images_per_s": rate}
 
 
@@ -491,16 +642,24 @@ def build_trainer(args, data_path: str, model_dir: str):
 
     model_cfg = ModelConfig(**MODELS[args.model], data_format=args.data_format)
     train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
-    trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(model_cfg),
-                      train_cfg, model_dir, is_chief=False, jit_compile=args.jit_compile)
+    trainer = Trainer(
+        tf.distribute.get_strategy(),
+        lambda: build_cifar_model(model_cfg),
+        train_cfg,
+        model_dir,
+        is_chief=False,
+        jit_compile=args.jit_compile,
+    )
     if args.synthetic:
         batch = next(iter(train_dataset(args, data_path, args.batch_size)))
 
         def train_fn(ctx):
             return tf.data.Dataset.from_tensors(batch).repeat()
     else:
+
         def train_fn(ctx):
             return train_dataset(args, data_path, ctx.get_per_replica_batch_size(args.batch_size))
+
     return trainer, trainer.distribute(train_fn)
 
 
@@ -547,11 +706,14 @@ def measure_training(args, trainer, iterator, flops: dict) -> tuple[dict, list[f
         "train_cpu_s_per_step": round(statistics.median(cpu_seconds), 4),
         "train_s_per_step": _rounded(train),
         "train_images_per_s": round(args.batch_size / train["median"], 2),
-        "train_flops_per_s": round(flops_per_s)}
-    say(f"train: {train['median']:.4f} s/step median (p10 {train['p10']:.4f}, p90 "
+        "train_flops_per_s": round(flops_per_s),
+    }
+    say(
+        f"train: {train['median']:.4f} s/step median (p10 {train['p10']:.4f}, p90 "
         f"{train['p90']:.4f}, min {train['min']:.4f}, max {train['max']:.4f}; {args.steps} "
         f"steps after {args.warmup} warm-up); {result['train_images_per_s']} images/s; "
-        f"{flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU s/step")
+        f"{flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU s/step"
+    )
     return result, times
 
 
@@ -560,10 +722,15 @@ def measure_chunk(args, trainer, iterator) -> dict:
     t0 = time.perf_counter()
     trainer.run_steps(iterator, args.chunk_steps)
     per_step = (time.perf_counter() - t0) / args.chunk_steps
-    result = {"chunk_steps": args.chunk_steps, "chunk_s_per_step": round(per_step, 5),
-              "chunk_images_per_s": round(args.batch_size / per_step, 2)}
-    say(f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
-        f"{result['chunk_images_per_s']} images/s")
+    result = {
+        "chunk_steps": args.chunk_steps,
+        "chunk_s_per_step": round(per_step, 5),
+        "chunk_images_per_s": round(args.batch_size / per_step, 2),
+    }
+    say(
+        f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
+        f"{result['chunk_images_per_s']} images/s"
+    )
     return result
 
 
@@ -574,8 +741,10 @@ def profile(args, trainer, iterator) -> dict:
     tf.profiler.experimental.start(args.profile_dir)
     trainer.run_steps(iterator, args.profile_steps)
     tf.profiler.experimental.stop()
-    say(f"profile of {args.profile_steps} steps: {args.profile_dir} "
-        f"(tensorboard --logdir {args.profile_dir}, Profile tab)")
+    say(
+        f"profile of {args.profile_steps} steps: {args.profile_dir} "
+        f"(tensorboard --logdir {args.profile_dir}, Profile tab)"
+    )
     return {"profile_dir": args.profile_dir}
 
 
@@ -586,24 +755,43 @@ def measure_evaluation(args, trainer, data_path: str, flops: dict) -> dict:
     from resnet_noBN import cifar_input
 
     if args.synthetic:
-        eval_batch = next(iter(cifar_input.build_dataset(
-            "cifar10", "test", args.eval_batch_size, data_path=data_path).repeat()))
+        eval_batch = next(
+            iter(
+                cifar_input.build_dataset(
+                    "cifar10", "test", args.eval_batch_size, data_path=data_path
+                ).repeat()
+            )
+        )
 
         def eval_fn(n):
             return lambda ctx: tf.data.Dataset.from_tensors(eval_batch).repeat(n)
     else:
+
         def eval_fn(n):
-            return lambda ctx: cifar_input.build_dataset(
-                "cifar10", "test", args.eval_batch_size, data_path=data_path,
-                drop_remainder=True).repeat().take(n)
+            return lambda ctx: (
+                cifar_input.build_dataset(
+                    "cifar10",
+                    "test",
+                    args.eval_batch_size,
+                    data_path=data_path,
+                    drop_remainder=True,
+                )
+                .repeat()
+                .take(n)
+            )
+
     trainer.evaluate(eval_fn(1))  # trace
     t0 = time.perf_counter()
     images = trainer.evaluate(eval_fn(args.eval_batches))["test_examples"]
     seconds = time.perf_counter() - t0
-    result = {"eval_images_per_s": round(images / seconds, 1),
-              "eval_flops_per_s": round(flops["forward_flops_per_image"] * images / seconds)}
-    say(f"eval: {result['eval_images_per_s']} images/s ({images} images in batches of "
-        f"{args.eval_batch_size}); {result['eval_flops_per_s'] / 1e9:.1f} GFLOP/s")
+    result = {
+        "eval_images_per_s": round(images / seconds, 1),
+        "eval_flops_per_s": round(flops["forward_flops_per_image"] * images / seconds),
+    }
+    say(
+        f"eval: {result['eval_images_per_s']} images/s ({images} images in batches of "
+        f"{args.eval_batch_size}); {result['eval_flops_per_s'] / 1e9:.1f} GFLOP/s"
+    )
     return result
 
 
@@ -620,23 +808,40 @@ def measure_mfu(args, dev: dict, flops: dict, measured: dict) -> dict:
         rate = measure_matmul(tf, matmul_precision, n=8192 if dev["device"] == "gpu" else 2048)
         result["matmul_flops_per_s"] = round(rate)
         result["mfu_vs_matmul"] = round(achieved / rate, 4)
-    result.update(peak_flops_per_s=peak["flops_per_s"], peak_precision=precision,
-                  peak_source=peak["source"],
-                  mfu=round(achieved / peak["flops_per_s"], 4) if peak["flops_per_s"] else None)
+    result.update(
+        peak_flops_per_s=peak["flops_per_s"],
+        peak_precision=precision,
+        peak_source=peak["source"],
+        mfu=round(achieved / peak["flops_per_s"], 4) if peak["flops_per_s"] else None,
+    )
     if args.chunk_steps and peak["flops_per_s"]:  # the launcher's way: no host sync per step
-        result["chunk_mfu"] = round(flops["train_flops_per_image"]
-                                    * measured["chunk_images_per_s"] / peak["flops_per_s"], 4)
-    say(f"achieved {achieved / 1e9:.1f} GFLOP/s training; peak "
-        + (f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['source']}): MFU {result['mfu']:.3f}"
-           if peak["flops_per_s"] else f"unknown ({peak['source']})")
-        + (f"; measured {matmul_precision} matmul {result['matmul_flops_per_s'] / 1e9:.1f} "
-           f"GFLOP/s (step = {result['mfu_vs_matmul']:.3f} of it)" if args.measure_matmul
-           else "")
-        + (f"; {args.chunk_steps} steps in one call: MFU {result['chunk_mfu']:.3f}"
-           if "chunk_mfu" in result else ""))
+        result["chunk_mfu"] = round(
+            flops["train_flops_per_image"] * measured["chunk_images_per_s"] / peak["flops_per_s"], 4
+        )
+    say(
+        f"achieved {achieved / 1e9:.1f} GFLOP/s training; peak "
+        + (
+            f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s ({peak['source']}): MFU {result['mfu']:.3f}"
+            if peak["flops_per_s"]
+            else f"unknown ({peak['source']})"
+        )
+        + (
+            f"; measured {matmul_precision} matmul {result['matmul_flops_per_s'] / 1e9:.1f} "
+            f"GFLOP/s (step = {result['mfu_vs_matmul']:.3f} of it)"
+            if args.measure_matmul
+            else ""
+        )
+        + (
+            f"; {args.chunk_steps} steps in one call: MFU {result['chunk_mfu']:.3f}"
+            if "chunk_mfu" in result
+            else ""
+        )
+    )
     if dev["device"] == "cpu" and result["mfu"] and result["mfu"] > 1:
-        say("note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
-            "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)")
+        say(
+            "note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
+            "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)"
+        )
     return result
 
 
@@ -644,19 +849,27 @@ def measure_memory(dev: dict) -> dict:
     """Peak host RSS, and the GPU's peak memory where there is one (MiB)."""
     import tensorflow as tf
 
-    result = {"peak_host_rss_mib": round(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    result = {
+        "peak_host_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    }
     if dev["device"] == "gpu":
         result["peak_gpu_memory_mib"] = round(
-            tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
-    say(f"peak host RSS {result['peak_host_rss_mib']} MiB"
-        + (f"; peak GPU memory {result['peak_gpu_memory_mib']} MiB"
-           if "peak_gpu_memory_mib" in result else ""))
+            tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1
+        )
+    say(
+        f"peak host RSS {result['peak_host_rss_mib']} MiB"
+        + (
+            f"; peak GPU memory {result['peak_gpu_memory_mib']} MiB"
+            if "peak_gpu_memory_mib" in result
+            else ""
+        )
+    )
     return result
 
 
-def compare_with_torch(args, threads: int, times: list[float], time_tf_window,
-                       trainable_params: int) -> dict:
+def compare_with_torch(
+    args, threads: int, times: list[float], time_tf_window, trainable_params: int
+) -> dict:
     """TF against the PyTorch twin: --compare_rounds rounds, each a TF window (the first: the
     ``times`` already taken; then ``time_tf_window()``) and a fresh torch_twin.py run."""
     tf_times, rounds = list(times), []
@@ -664,23 +877,40 @@ def compare_with_torch(args, threads: int, times: list[float], time_tf_window,
         window = time_tf_window() if r else times
         tf_times += window if r else []
         twin = run_torch_twin(args, threads, say)
-        rounds.append({"tf_median_s": round(statistics.median(window), 5),
-                       "torch_median_s": twin["train_s_per_step"]["median"]})
+        rounds.append(
+            {
+                "tf_median_s": round(statistics.median(window), 5),
+                "torch_median_s": twin["train_s_per_step"]["median"],
+            }
+        )
         if args.compare_rounds > 1:
-            say(f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
-                f"{rounds[-1]['torch_median_s']:.4f} s/step")
+            say(
+                f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
+                f"{rounds[-1]['torch_median_s']:.4f} s/step"
+            )
     tf_med = statistics.median(tf_times)
     torch_med = statistics.median(r["torch_median_s"] for r in rounds)
-    say(f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
-        f"{tf_med / torch_med:.3f}" + ("" if args.synthetic else
-                                       " (TF with its input pipeline: add --synthetic "
-                                       "for compute vs compute)"))
-    return {"torch": twin, "compare": {
-        "rounds": rounds, "tf_s_per_step": round(tf_med, 5),
-        "torch_s_per_step": round(torch_med, 5), "tf_over_torch": round(tf_med / torch_med, 4),
-        "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
-        "torch_trainable_params": twin["trainable_params"],
-        "same_param_count": twin["trainable_params"] == trainable_params}}
+    say(
+        f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
+        f"{tf_med / torch_med:.3f}"
+        + (
+            ""
+            if args.synthetic
+            else " (TF with its input pipeline: add --synthetic for compute vs compute)"
+        )
+    )
+    return {
+        "torch": twin,
+        "compare": {
+            "rounds": rounds,
+            "tf_s_per_step": round(tf_med, 5),
+            "torch_s_per_step": round(torch_med, 5),
+            "tf_over_torch": round(tf_med / torch_med, 4),
+            "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
+            "torch_trainable_params": twin["trainable_params"],
+            "same_param_count": twin["trainable_params"] == trainable_params,
+        },
+    }
 
 
 def main(argv=None) -> dict:
@@ -708,10 +938,15 @@ def main(argv=None) -> dict:
         result.update(measure_mfu(args, dev, flops, result))
         result.update(measure_memory(dev))
         if args.compare_torch:
-            result.update(compare_with_torch(
-                args, intra or dev["cores"], times,
-                lambda: time_steps(trainer, iterator, args.steps)[0],
-                result["trainable_params"]))
+            result.update(
+                compare_with_torch(
+                    args,
+                    intra or dev["cores"],
+                    times,
+                    lambda: time_steps(trainer, iterator, args.steps)[0],
+                    result["trainable_params"],
+                )
+            )
     result["load_average_at_end"] = list(os.getloadavg())
     line = json.dumps(result)
     if args.output:

@@ -33,18 +33,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # throughput.py imports TensorFlow only inside its functions: these are plain Python.
-from throughput import (MODELS, device_peak_flops, model_flops,  # noqa: E402
-                        summarize)
-
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from throughput import (
+    MODELS,
+    device_peak_flops,
+    model_flops,  # noqa: E402
+    summarize,
+)
 from torch import nn  # noqa: E402
 
-
 # resnet_noBN.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
-STDDEVS = {"hardt_ma": lambda k, c: 1.0 / (k * k * c),
-           "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),
-           "he": lambda k, c: math.sqrt(2.0 / (k * k * c))}
+STDDEVS = {
+    "hardt_ma": lambda k, c: 1.0 / (k * k * c),
+    "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),
+    "he": lambda k, c: math.sqrt(2.0 / (k * k * c)),
+}
 
 
 class SameConv(nn.Conv2d):
@@ -94,19 +98,29 @@ class Block(nn.Module):
 
 
 def x_format(x):
-    return torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) \
+    return (
+        torch.channels_last
+        if x.is_contiguous(memory_format=torch.channels_last)
         else torch.contiguous_format
+    )
 
 
 class HardtMaNet(nn.Module):
     """The CIFAR network of arXiv:1611.04231 Table 1 (default: the paper model)."""
 
-    def __init__(self, num_classes: int = 10, num_residual_units: int = 9,
-                 init_filters: int = 16, stage_widths=(64, 128, 256), stage_strides=(1, 2, 2),
-                 conv_bias: bool = False, init: str = "hardt_ma", projection_seed: int = 0):
+    def __init__(
+        self,
+        num_classes: int = 10,
+        num_residual_units: int = 9,
+        init_filters: int = 16,
+        stage_widths=(64, 128, 256),
+        stage_strides=(1, 2, 2),
+        conv_bias: bool = False,
+        init: str = "hardt_ma",
+        projection_seed: int = 0,
+    ):
         super().__init__()
-        self.init_conv = SameConv(3, init_filters, 3, 1, conv_bias,
-                                  STDDEVS["he"](3, init_filters))
+        self.init_conv = SameConv(3, init_filters, 3, 1, conv_bias, STDDEVS["he"](3, init_filters))
         blocks, cin = [], init_filters
         for width, stride in zip(stage_widths, stage_strides):
             for unit in range(num_residual_units):
@@ -115,8 +129,9 @@ class HardtMaNet(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         gen = torch.Generator().manual_seed(projection_seed)
         # The fixed random projection: a buffer (saved, moved with .to(), never trained).
-        self.register_buffer("projection",
-                             torch.randn(cin, num_classes, generator=gen) / math.sqrt(cin))
+        self.register_buffer(
+            "projection", torch.randn(cin, num_classes, generator=gen) / math.sqrt(cin)
+        )
 
     def forward(self, x):
         x = self.blocks(self.init_conv(x))
@@ -132,8 +147,13 @@ def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def make_train_step(model: HardtMaNet, lr: float = 0.05, momentum: float = 0.9,
-                    weight_decay: float = 1e-4, precision: str = "float32"):
+def make_train_step(
+    model: HardtMaNet,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    precision: str = "float32",
+):
     """One recipe step: cross-entropy + weight_decay * sum ||W||^2 / 2, SGD with momentum.
 
     (torch's SGD momentum, buf = m buf + g, w -= lr buf, equals Keras' v = m v - lr g,
@@ -157,13 +177,30 @@ def make_train_step(model: HardtMaNet, lr: float = 0.05, momentum: float = 0.9,
 
 def model_kwargs(name: str) -> dict:
     cfg = MODELS[name]
-    return {k: cfg[k] for k in ("num_classes", "num_residual_units", "init_filters",
-                                "stage_widths", "stage_strides")}
+    return {
+        k: cfg[k]
+        for k in (
+            "num_classes",
+            "num_residual_units",
+            "init_filters",
+            "stage_widths",
+            "stage_strides",
+        )
+    }
 
 
-def run(model: str = "paper", batch_size: int = 128, steps: int = 10, warmup: int = 2,
-        threads: int | None = None, precision: str = "float32", channels_last: bool = True,
-        flush_denormal: bool = False, seed: int = 0, print_fn=print) -> dict:
+def run(
+    model: str = "paper",
+    batch_size: int = 128,
+    steps: int = 10,
+    warmup: int = 2,
+    threads: int | None = None,
+    precision: str = "float32",
+    channels_last: bool = True,
+    flush_denormal: bool = False,
+    seed: int = 0,
+    print_fn=print,
+) -> dict:
     """Warm-up steps, then ``steps`` individually timed steps; returns the result dict."""
     threads = threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
@@ -200,25 +237,35 @@ def run(model: str = "paper", batch_size: int = 128, steps: int = 10, warmup: in
     train_flops_per_s = 3 * flops["forward_flops_per_image"] * batch_size / stats["median"]
     peak = device_peak_flops("cpu", "bfloat16" if precision == "bfloat16" else "float32")
     result = {
-        "framework": "torch", "torch_version": torch.__version__, "model": model,
-        "batch_size": batch_size, "precision": precision, "threads": threads,
-        "channels_last": channels_last, "flush_denormal": flush_denormal,
-        "trainable_params": param_count(net), "warmup_steps": warmup, "timed_steps": steps,
+        "framework": "torch",
+        "torch_version": torch.__version__,
+        "model": model,
+        "batch_size": batch_size,
+        "precision": precision,
+        "threads": threads,
+        "channels_last": channels_last,
+        "flush_denormal": flush_denormal,
+        "trainable_params": param_count(net),
+        "warmup_steps": warmup,
+        "timed_steps": steps,
         "first_step_s": round(first, 4),
         "train_s_per_step": {k: round(v, 5) for k, v in stats.items()},
         "train_images_per_s": round(batch_size / stats["median"], 2),
         "train_cpu_s_per_step": round(statistics.median(cpu_times), 4),
         "train_flops_per_s": round(train_flops_per_s, 0),
-        "peak_flops_per_s": peak["flops_per_s"], "peak_source": peak["source"],
+        "peak_flops_per_s": peak["flops_per_s"],
+        "peak_source": peak["source"],
         "mfu": round(train_flops_per_s / peak["flops_per_s"], 4) if peak["flops_per_s"] else None,
         "peak_host_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "last_loss": round(loss, 5),
     }
-    print_fn(f"torch {model} batch {batch_size} {precision}: {stats['median']:.4f} s/step median "
-             f"(p10 {stats['p10']:.4f}, p90 {stats['p90']:.4f}, min {stats['min']:.4f}, max "
-             f"{stats['max']:.4f}); {result['train_images_per_s']} images/s; "
-             f"{train_flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU "
-             f"s/step; first step {first:.3f} s")
+    print_fn(
+        f"torch {model} batch {batch_size} {precision}: {stats['median']:.4f} s/step median "
+        f"(p10 {stats['p10']:.4f}, p90 {stats['p90']:.4f}, min {stats['min']:.4f}, max "
+        f"{stats['max']:.4f}); {result['train_images_per_s']} images/s; "
+        f"{train_flops_per_s / 1e9:.1f} GFLOP/s; {result['train_cpu_s_per_step']} CPU "
+        f"s/step; first step {first:.3f} s"
+    )
     return result
 
 
@@ -229,18 +276,35 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (>= 1)")
     parser.add_argument("--threads", type=int, default=0, help="0: one per available core")
-    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
-                        help="bfloat16: torch.autocast('cpu', bfloat16)")
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: torch.autocast('cpu', bfloat16)",
+    )
     parser.add_argument("--channels_last", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--flush_denormal", action=argparse.BooleanOptionalAction, default=False,
-                        help="torch.set_flush_denormal(True) (TF flushes denormals by default)")
+    parser.add_argument(
+        "--flush_denormal",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch.set_flush_denormal(True) (TF flushes denormals by default)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 1 or args.batch_size < 1:
         parser.error("--steps, --warmup and --batch_size must be >= 1")
-    result = run(args.model, args.batch_size, args.steps, args.warmup, args.threads,
-                 args.precision, args.channels_last, args.flush_denormal, args.seed)
+    result = run(
+        args.model,
+        args.batch_size,
+        args.steps,
+        args.warmup,
+        args.threads,
+        args.precision,
+        args.channels_last,
+        args.flush_denormal,
+        args.seed,
+    )
     line = json.dumps(result)
     if args.output:
         Path(args.output).write_text(line + "\n")

@@ -40,7 +40,8 @@ def prepare(dataset: str, data_dir: str, manual_dir: str | None = None) -> str:
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         raise app.UsageError(
-            "usage: prepare.py {cifar10,cifar100} [--data_dir DIR] [--manual_dir DIR]")
+            "usage: prepare.py {cifar10,cifar100} [--data_dir DIR] [--manual_dir DIR]"
+        )
     try:
         print(prepare(argv[1], FLAGS.data_dir, FLAGS.manual_dir))
     except DataError as e:

@@ -1,6 +1,6 @@
 """Train the paper's CIFAR-10/100 network (arXiv:1611.04231, Section 4, Table 1).
 
-    python launch/cifar.py                                   # CIFAR-10 from tfds, the paper's recipe
+    python launch/cifar.py                          # CIFAR-10 from tfds, the paper's recipe
     python launch/cifar.py --dataset=cifar100
     python launch/cifar.py --data_path=/data/cifar-10-batches-bin   # the official binary files
     python launch/cifar.py --data_path=/data/cifar-10-jpeg          # an image folder
@@ -23,16 +23,26 @@ from resnet_noBN.training import TrainConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
-flags.DEFINE_string("data_path", None,
-                    "Folder of the official binary files (cifar-10-batches-bin/ or "
-                    "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
-                    "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
-                    "unpacked). Default: read tensorflow-datasets.")
-flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
-                    "tensorflow-datasets directory (see data/README.md).")
+flags.DEFINE_string(
+    "data_path",
+    None,
+    "Folder of the official binary files (cifar-10-batches-bin/ or "
+    "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
+    "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
+    "unpacked). Default: read tensorflow-datasets.",
+)
+flags.DEFINE_string(
+    "data_dir",
+    str(cifar_input.DEFAULT_TFDS_DIR),
+    "tensorflow-datasets directory (see data/README.md).",
+)
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
-flags.DEFINE_integer("pad", 2, "Pixels of padding per side before the random 32x32 crop: 2 as "
-                     "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.")
+flags.DEFINE_integer(
+    "pad",
+    2,
+    "Pixels of padding per side before the random 32x32 crop: 2 as "
+    "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.",
+)
 # The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
 cli.define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())
@@ -41,8 +51,11 @@ cli.define_runtime_flags()
 
 def model_config() -> ModelConfig:
     widths = cli.int_list("stage_widths", FLAGS.stage_widths)
-    return cli.config_from_flags(ModelConfig, num_classes=cifar_input.num_classes(FLAGS.dataset),
-                                 stage_strides=(1,) + (2,) * (len(widths) - 1))
+    return cli.config_from_flags(
+        ModelConfig,
+        num_classes=cifar_input.num_classes(FLAGS.dataset),
+        stage_strides=(1,) + (2,) * (len(widths) - 1),
+    )
 
 
 @cli.exit_codes
@@ -67,13 +80,30 @@ def main(argv):
 
     def dataset_fn(split, global_batch):
         return distribute.per_replica_dataset(
-            cifar_input.build_dataset, FLAGS.dataset, split, global_batch=global_batch,
-            data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, pad=FLAGS.pad, seed=runtime.seed)
+            cifar_input.build_dataset,
+            FLAGS.dataset,
+            split,
+            global_batch=global_batch,
+            data_path=FLAGS.data_path,
+            data_dir=FLAGS.data_dir,
+            pad=FLAGS.pad,
+            seed=runtime.seed,
+        )
 
-    trainer = cli.make_trainer(runtime, lambda: build_cifar_model(model_cfg), train_cfg,
-                               model_dir, title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)")
-    cli.train_and_report(trainer, dataset_fn("train", train_cfg.batch_size),
-                         dataset_fn("test", train_cfg.eval_batch_size), dataset=FLAGS.dataset)
+    trainer = cli.make_trainer(
+        runtime,
+        lambda: build_cifar_model(model_cfg),
+        train_cfg,
+        model_dir,
+        title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)",
+    )
+    cli.train_and_report(
+        trainer,
+        dataset_fn("train", train_cfg.batch_size),
+        dataset_fn("test", train_cfg.eval_batch_size),
+        dataset=FLAGS.dataset,
+    )
+
 
 if __name__ == "__main__":
     cli.run(main)

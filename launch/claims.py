@@ -31,26 +31,44 @@ from resnet_noBN import cifar_input, claims, cli, cpu, distribute, run_log
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
-flags.DEFINE_string("data_path", None, "The official binary files or an image folder (as "
-                    "launch/cifar.py). Default: read tensorflow-datasets.")
-flags.DEFINE_string("data_dir", str(cifar_input.DEFAULT_TFDS_DIR),
-                    "tensorflow-datasets directory (see data/README.md).")
+flags.DEFINE_string(
+    "data_path",
+    None,
+    "The official binary files or an image folder (as "
+    "launch/cifar.py). Default: read tensorflow-datasets.",
+)
+flags.DEFINE_string(
+    "data_dir",
+    str(cifar_input.DEFAULT_TFDS_DIR),
+    "tensorflow-datasets directory (see data/README.md).",
+)
 flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
-flags.DEFINE_string("label", None, "What the data is, for the table and plots (default: the "
-                    "data set's name and --data_path).")
-flags.DEFINE_bool("quick", False, "A smoke sweep in minutes: 1 block per stage, 6 steps of "
-                  "batch 16, 2 seeds.")
+flags.DEFINE_string(
+    "label",
+    None,
+    "What the data is, for the table and plots (default: the data set's name and --data_path).",
+)
+flags.DEFINE_bool(
+    "quick", False, "A smoke sweep in minutes: 1 block per stage, 6 steps of batch 16, 2 seeds."
+)
 flags.DEFINE_list("arms", list(claims.ARM_NAMES), "Arms to run (the baseline is always run).")
 flags.DEFINE_integer("seeds", None, "Seeds per arm (default 3; --quick 2).")
-flags.DEFINE_integer("train_steps", None, "Steps per run (default 300; --quick 6); the learning "
-                     "rate drops 10x at 1/2 and 5/6 of them, as the paper's 30k and 50k of 60k.")
+flags.DEFINE_integer(
+    "train_steps",
+    None,
+    "Steps per run (default 300; --quick 6); the learning "
+    "rate drops 10x at 1/2 and 5/6 of them, as the paper's 30k and 50k of 60k.",
+)
 flags.DEFINE_float("learning_rate", None, "Initial learning rate (default the paper's 0.05).")
 
 
 def sweep_from_flags() -> claims.Sweep:
     sweep = claims.QUICK if FLAGS.quick else claims.Sweep()
-    overrides = {name: FLAGS[name].value for name in ("seeds", "train_steps", "learning_rate")
-                 if FLAGS[name].value is not None}
+    overrides = {
+        name: FLAGS[name].value
+        for name in ("seeds", "train_steps", "learning_rate")
+        if FLAGS[name].value is not None
+    }
     sweep = dataclasses.replace(sweep, **overrides)
     if sweep.seeds < 1:
         raise cli.InputError(f"--seeds must be >= 1, got {sweep.seeds}")
@@ -65,16 +83,19 @@ def sweep_from_flags() -> claims.Sweep:
 def arms_from_flags() -> list[claims.Arm]:
     unknown = sorted(set(FLAGS.arms) - set(claims.ARM_NAMES))
     if unknown:
-        raise cli.InputError(f"--arms: unknown arm(s) {', '.join(unknown)}; choose from "
-                             f"{','.join(claims.ARM_NAMES)}")
+        raise cli.InputError(
+            f"--arms: unknown arm(s) {', '.join(unknown)}; choose from {','.join(claims.ARM_NAMES)}"
+        )
     return [arm for arm in claims.ARMS if arm.name in FLAGS.arms or arm.name == claims.BASELINE]
 
 
 def machine() -> str:
     """CPU model, cores, ISA and oneDNN: where the figures were taken."""
     host = cpu.runtime_report()
-    return (f"{cpu.cpu_name()}, {len(os.sched_getaffinity(0))} cores "
-            f"({', '.join(host['cpu_isa'])}), oneDNN {'on' if host['onednn'] else 'off'}")
+    return (
+        f"{cpu.cpu_name()}, {len(os.sched_getaffinity(0))} cores "
+        f"({', '.join(host['cpu_isa'])}), oneDNN {'on' if host['onednn'] else 'off'}"
+    )
 
 
 @cli.exit_codes
@@ -83,16 +104,22 @@ def main(argv):
     num_classes = cifar_input.num_classes(FLAGS.dataset)
     if FLAGS.data_path:
         cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    label = FLAGS.label or (f"{FLAGS.dataset} ({FLAGS.data_path})" if FLAGS.data_path
-                            else f"{FLAGS.dataset} (tensorflow-datasets)")
+    label = FLAGS.label or (
+        f"{FLAGS.dataset} ({FLAGS.data_path})"
+        if FLAGS.data_path
+        else f"{FLAGS.dataset} (tensorflow-datasets)"
+    )
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
     train_cfg = claims.train_config(sweep)
     configs = {}
     for arm, seed in runs:  # a folder of other settings is refused before anything is written
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
-        configs[model_dir] = {"dataset": FLAGS.dataset, "seed": seed,
-                              **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
-                              "recipe": dataclasses.asdict(train_cfg)}
+        configs[model_dir] = {
+            "dataset": FLAGS.dataset,
+            "seed": seed,
+            **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
+            "recipe": dataclasses.asdict(train_cfg),
+        }
         run_log.check_resumable(model_dir, configs[model_dir])
 
     from resnet_noBN import speed
@@ -101,20 +128,28 @@ def main(argv):
     if not FLAGS.data_path:
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    header = (f"# The paper's claims, measured: {label}\n\n"
-              f"{sweep.num_residual_units} blocks per stage, stage widths "
-              f"{'/'.join(map(str, sweep.stage_widths))}, {sweep.train_steps} steps of batch "
-              f"{sweep.batch_size} (lr {sweep.learning_rate}, x0.1 at steps "
-              f"{', '.join(map(str, train_cfg.lr_boundaries))}), {sweep.seeds} seeds per arm; "
-              f"test error on the whole test split after the last step.\n"
-              f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
-              f"Command: `{command}`\n")
+    header = (
+        f"# The paper's claims, measured: {label}\n\n"
+        f"{sweep.num_residual_units} blocks per stage, stage widths "
+        f"{'/'.join(map(str, sweep.stage_widths))}, {sweep.train_steps} steps of batch "
+        f"{sweep.batch_size} (lr {sweep.learning_rate}, x0.1 at steps "
+        f"{', '.join(map(str, train_cfg.lr_boundaries))}), {sweep.seeds} seeds per arm; "
+        f"test error on the whole test split after the last step.\n"
+        f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
+        f"Command: `{command}`\n"
+    )
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     start = time.perf_counter()
-    todo = [(arm, seed) for arm, seed in runs
-            if claims.read_result(FLAGS.output_dir, arm.name, seed) is None]
-    print(f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
-          f"{len(runs) - len(todo)} already finished; {label}; {machine()}", flush=True)
+    todo = [
+        (arm, seed)
+        for arm, seed in runs
+        if claims.read_result(FLAGS.output_dir, arm.name, seed) is None
+    ]
+    print(
+        f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
+        f"{len(runs) - len(todo)} already finished; {label}; {machine()}",
+        flush=True,
+    )
     for i, (arm, seed) in enumerate(todo, 1):
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
@@ -122,24 +157,54 @@ def main(argv):
 
         def dataset_fn(split, global_batch, seed=seed):
             return distribute.per_replica_dataset(
-                cifar_input.build_dataset, FLAGS.dataset, split, global_batch=global_batch,
-                data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed)
+                cifar_input.build_dataset,
+                FLAGS.dataset,
+                split,
+                global_batch=global_batch,
+                data_path=FLAGS.data_path,
+                data_dir=FLAGS.data_dir,
+                seed=seed,
+            )
 
-        result = claims.train_one(arm, seed, sweep, model_dir, dataset_fn, num_classes,
-                                  print_fn=lambda line, tag=f"{arm.name}-seed{seed}":
-                                  print(f"  [{tag}] {line}", flush=True))
-        print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: " + (
-            f"diverged at step {result['final_step']}" if result["diverged"] else
-            f"test error {100 * result['test_error']:.2f}% in {result['wall_time_s']:.0f} s"),
-            flush=True)
+        result = claims.train_one(
+            arm,
+            seed,
+            sweep,
+            model_dir,
+            dataset_fn,
+            num_classes,
+            print_fn=lambda line, tag=f"{arm.name}-seed{seed}": print(
+                f"  [{tag}] {line}", flush=True
+            ),
+        )
+        outcome = (
+            f"diverged at step {result['final_step']}"
+            if result["diverged"]
+            else f"test error {100 * result['test_error']:.2f}% in {result['wall_time_s']:.0f} s"
+        )
+        print(
+            f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}",
+            flush=True,
+        )
         claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     print(claims.markdown_table(summary, sweep), flush=True)
-    print(json.dumps({"output_dir": FLAGS.output_dir, "runs": len(runs), "ran": len(todo),
-                      "wall_time_s": round(time.perf_counter() - start, 1),
-                      "arms": {name: {k: s[k] for k in ("mean", "sd", "diverged", "seeds")}
-                               | {"verdict": s["verdict"]["text"]}
-                               for name, s in summary.items()}}), flush=True)
+    print(
+        json.dumps(
+            {
+                "output_dir": FLAGS.output_dir,
+                "runs": len(runs),
+                "ran": len(todo),
+                "wall_time_s": round(time.perf_counter() - start, 1),
+                "arms": {
+                    name: {k: s[k] for k in ("mean", "sd", "diverged", "seeds")}
+                    | {"verdict": s["verdict"]["text"]}
+                    for name, s in summary.items()
+                },
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

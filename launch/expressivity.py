@@ -47,23 +47,31 @@ from resnet_noBN.theory import plotting  # noqa: E402
 from resnet_noBN.theory.expressivity import ExpressivityError  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "runs/expressivity",
-                    "Where expressivity.json and margins.png go.")
+flags.DEFINE_string(
+    "output_dir", "runs/expressivity", "Where expressivity.json and margins.png go."
+)
 flags.DEFINE_integer("seed", 0, "Seed of the data, labels, projection and surrogate labels.")
 flags.DEFINE_integer("num_classes", 10, "r, the number of (random) classes.")
 flags.DEFINE_integer("num_points", 5000, "n random points on the sphere (0: skip).")
 flags.DEFINE_integer("dim", 128, "d of the sphere points.")
 flags.DEFINE_integer("sphere_width", 96, "k, the width of the network for the sphere points.")
-flags.DEFINE_integer("num_images", 5170,
-                     "n images (0: skip); at most the number in --cifar_dir.")
+flags.DEFINE_integer("num_images", 5170, "n images (0: skip); at most the number in --cifar_dir.")
 flags.DEFINE_integer("image_width", 512, "k, the width of the network for the images.")
-flags.DEFINE_string("cifar_dir", None,
-                    "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
-                    "generated images are used when it is not given.")
-flags.DEFINE_bool("sweep", False, "Also sweep n: Lemma B.1's smallest width and the parameter "
-                  "count against n (minutes; see --sweep_sizes).")
-flags.DEFINE_string("sweep_sizes", "250,500,1000,2000,5000,10000,20000",
-                    "n of the sphere points of --sweep.")
+flags.DEFINE_string(
+    "cifar_dir",
+    None,
+    "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
+    "generated images are used when it is not given.",
+)
+flags.DEFINE_bool(
+    "sweep",
+    False,
+    "Also sweep n: Lemma B.1's smallest width and the parameter "
+    "count against n (minutes; see --sweep_sizes).",
+)
+flags.DEFINE_string(
+    "sweep_sizes", "250,500,1000,2000,5000,10000,20000", "n of the sphere points of --sweep."
+)
 flags.DEFINE_integer("sweep_images", 5170, "n of the CIFAR slice in --sweep (with --cifar_dir).")
 
 # Widths tried for Lemma B.1's hypotheses: 16 · 1.25^j, up to 8192.
@@ -79,8 +87,10 @@ def check_flags() -> list[int]:
         if getattr(FLAGS, name) < 0:
             raise cli.InputError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
     if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
-        raise cli.InputError(f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
-                             "cifar-10-batches-bin or leave it out (generated images)")
+        raise cli.InputError(
+            f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
+            "cifar-10-batches-bin or leave it out (generated images)"
+        )
     sizes = list(cli.int_list("sweep_sizes", FLAGS.sweep_sizes))
     if not sizes or min(sizes) < 2:
         raise cli.InputError(f"--sweep_sizes must be integers >= 2, got '{FLAGS.sweep_sizes}'")
@@ -100,8 +110,11 @@ def images(rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """(unit-norm image vectors, where they came from)."""
     if FLAGS.cifar_dir is not None:
         return cifar_images(FLAGS.num_images), f"CIFAR-10 train images from {FLAGS.cifar_dir}"
-    print(f"note: no --cifar_dir, so {FLAGS.num_images} generated 32x32x3 images stand in "
-          "for CIFAR-10", flush=True)
+    print(
+        f"note: no --cifar_dir, so {FLAGS.num_images} generated 32x32x3 images stand in "
+        "for CIFAR-10",
+        flush=True,
+    )
     pixels = ex.synthetic_images(FLAGS.num_images, rng)
     return ex.normalise_images(pixels), "generated images (no --cifar_dir given)"
 
@@ -112,12 +125,15 @@ def fit(name: str, X: np.ndarray, width_flag: str, rng: np.random.Generator) -> 
     r = FLAGS.num_classes
     width = getattr(FLAGS, width_flag)
     labels = ex.random_labels(n, r, rng)
-    print(f"{name}: n={n}, d={d}, k={width}, r={r}, {math.ceil(n / width)} residual blocks",
-          flush=True)
+    print(
+        f"{name}: n={n}, d={d}, k={width}, r={r}, {math.ceil(n / width)} residual blocks",
+        flush=True,
+    )
     start = time.perf_counter()
     try:
-        net = ex.build_network(X, labels, r, width, rng,
-                               progress=lambda line: print(line, flush=True))
+        net = ex.build_network(
+            X, labels, r, width, rng, progress=lambda line: print(line, flush=True)
+        )
     except ExpressivityError as e:
         raise cli.InputError(f"{name}: {e} (the width is --{width_flag})") from None
     built = time.perf_counter()
@@ -127,21 +143,30 @@ def fit(name: str, X: np.ndarray, width_flag: str, rng: np.random.Generator) -> 
     report = ex.fit_report(outputs, labels)
     numpy_report = ex.fit_report(net.forward(X), labels)
     result = {
-        "n": n, "d": d, "width": width, "num_classes": r, "residual_blocks": len(net.blocks),
-        "keras_accuracy": report["accuracy"], "keras_max_deviation": report["max_deviation"],
+        "n": n,
+        "d": d,
+        "width": width,
+        "num_classes": r,
+        "residual_blocks": len(net.blocks),
+        "keras_accuracy": report["accuracy"],
+        "keras_max_deviation": report["max_deviation"],
         "numpy_max_deviation": numpy_report["max_deviation"],
         "keras_count_params": int(model.count_params()),
         "formula_params": net.parameter_formula(),
         "n_log_n_plus_r2": n * math.log(n) + r * r,
         "smallest_relative_margin": min(net.margins),
         "margins": net.margins,
-        "build_seconds": built - start, "keras_seconds": done - built,
+        "build_seconds": built - start,
+        "keras_seconds": done - built,
     }
     result["params_over_n_log_n"] = result["keras_count_params"] / result["n_log_n_plus_r2"]
-    print(f"  Keras: {report['accuracy']:.2%} argmax correct, largest deviation from one-hot "
-          f"{report['max_deviation']:.2e}; {result['keras_count_params']:,} parameters "
-          f"(formula {result['formula_params']:,}; n log n + r^2 = "
-          f"{result['n_log_n_plus_r2']:,.0f}); {done - start:.1f} s", flush=True)
+    print(
+        f"  Keras: {report['accuracy']:.2%} argmax correct, largest deviation from one-hot "
+        f"{report['max_deviation']:.2e}; {result['keras_count_params']:,} parameters "
+        f"(formula {result['formula_params']:,}; n log n + r^2 = "
+        f"{result['n_log_n_plus_r2']:,.0f}); {done - start:.1f} s",
+        flush=True,
+    )
     return result
 
 
@@ -150,10 +175,12 @@ def precondition_errors(rng: np.random.Generator) -> dict:
     X = ex.sphere_points(200, 32, rng)
     labels = ex.random_labels(201, 10, rng)
     messages = {}
-    for case, points, width in (("duplicate_point", np.vstack([X, X[7]]), 64),
-                                ("width_too_small", X, 2)):
+    for case, points, width in (
+        ("duplicate_point", np.vstack([X, X[7]]), 64),
+        ("width_too_small", X, 2),
+    ):
         try:
-            ex.build_network(points, labels[:len(points)], 10, width, rng)
+            ex.build_network(points, labels[: len(points)], 10, width, rng)
             messages[case] = None
         except ExpressivityError as e:
             messages[case] = str(e)
@@ -164,8 +191,12 @@ def plot_margins(results: dict, path: str) -> str:
     """Smallest relative margin of Lemma B.1 per block: positive means the thresholds exist."""
     fig, (ax,) = plotting.figure(width=7.0)
     for name, result in results.items():
-        ax.semilogy(np.arange(1, result["residual_blocks"] + 1), result["margins"], ".-",
-                    label=f"{name} (n={result['n']}, k={result['width']})")
+        ax.semilogy(
+            np.arange(1, result["residual_blocks"] + 1),
+            result["margins"],
+            ".-",
+            label=f"{name} (n={result['n']}, k={result['width']})",
+        )
     ax.set_xlabel("residual block j")
     ax.set_ylabel("min_i (‖α_i‖² − max_{m≠i} ⟨α_i, h_m⟩) / ‖α_i‖²")
     ax.set_title("Lemma B.1: smallest relative margin per block\n(> 0: every threshold t_i exists)")
@@ -181,25 +212,39 @@ def lemma_b1(name: str, X: np.ndarray, width: int, seed: int) -> dict:
     A0, Q = ex.projection(X.shape[1], width, r, np.random.default_rng([seed, width]))
     at_width = ex.lemma_b1_conditions(X @ A0.T, Q)
     k, conditions = ex.smallest_lemma_width(X, r, LEMMA_WIDTHS, seed)
-    result = {"n": n, "d": X.shape[1], "width": width, "rho": at_width.rho,
-              "threshold": at_width.threshold, "hypotheses_hold": at_width.holds,
-              "failure": at_width.failure(), "smallest_width": k,
-              "rho_at_smallest_width": conditions.rho,
-              "threshold_at_smallest_width": conditions.threshold}
-    print(f"Lemma B.1 as stated, {name} (n={n}): at k={width}, rho = {at_width.rho:.4f}, "
-          f"hypotheses {'hold' if at_width.holds else 'fail: ' + at_width.failure()}; smallest "
-          f"k where they hold: {k}", flush=True)
+    result = {
+        "n": n,
+        "d": X.shape[1],
+        "width": width,
+        "rho": at_width.rho,
+        "threshold": at_width.threshold,
+        "hypotheses_hold": at_width.holds,
+        "failure": at_width.failure(),
+        "smallest_width": k,
+        "rho_at_smallest_width": conditions.rho,
+        "threshold_at_smallest_width": conditions.threshold,
+    }
+    print(
+        f"Lemma B.1 as stated, {name} (n={n}): at k={width}, rho = {at_width.rho:.4f}, "
+        f"hypotheses {'hold' if at_width.holds else 'fail: ' + at_width.failure()}; smallest "
+        f"k where they hold: {k}",
+        flush=True,
+    )
     if k is not None:
         labels = ex.random_labels(n, r, np.random.default_rng(seed))
-        net = ex.build_network(X, labels, r, k, np.random.default_rng([seed, k]),
-                               single_bias=True)
+        net = ex.build_network(X, labels, r, k, np.random.default_rng([seed, k]), single_bias=True)
         report = ex.fit_report(net.forward(X), labels)
-        result.update(single_bias_accuracy=report["accuracy"],
-                      single_bias_max_deviation=report["max_deviation"],
-                      params=net.parameter_formula())
-        print(f"  single bias -(1 - 2 rho) = {-net.threshold:.4f} at k={k}: "
-              f"{report['accuracy']:.2%} argmax correct, largest deviation "
-              f"{report['max_deviation']:.2e}", flush=True)
+        result.update(
+            single_bias_accuracy=report["accuracy"],
+            single_bias_max_deviation=report["max_deviation"],
+            params=net.parameter_formula(),
+        )
+        print(
+            f"  single bias -(1 - 2 rho) = {-net.threshold:.4f} at k={k}: "
+            f"{report['accuracy']:.2%} argmax correct, largest deviation "
+            f"{report['max_deviation']:.2e}",
+            flush=True,
+        )
     return result
 
 
@@ -216,17 +261,31 @@ def sweep(sizes: list[int], rng: np.random.Generator) -> dict:
         n, r = len(X), FLAGS.num_classes
         rho_data = ex.min_pairwise_distance(X)
         k, conditions = ex.smallest_lemma_width(X, r, LEMMA_WIDTHS, FLAGS.seed + n)
-        row = {"data": name, "n": n, "d": X.shape[1], "rho_data": rho_data, "width": k,
-               "rho_projected": conditions.rho, "log_n_over_rho2": math.log(n) / rho_data ** 2,
-               "n_log_n_plus_r2": n * math.log(n) + r * r}
+        row = {
+            "data": name,
+            "n": n,
+            "d": X.shape[1],
+            "rho_data": rho_data,
+            "width": k,
+            "rho_projected": conditions.rho,
+            "log_n_over_rho2": math.log(n) / rho_data**2,
+            "n_log_n_plus_r2": n * math.log(n) + r * r,
+        }
         if k is not None:
             ell = math.ceil(n / k)
             row["params"] = k * X.shape[1] + ell * (2 * k * k + k) + r * k + r * r + r
         rows.append(row)
-        print(f"  {name}, n={n}: data rho {rho_data:.3f}, smallest lemma width {k}, "
-              f"params {row.get('params')}; {time.perf_counter() - start:.1f} s", flush=True)
-    return {"rows": rows, **sweep_fits([r for r in rows if r["data"].startswith("sphere")
-                                         and r["width"] is not None])}
+        print(
+            f"  {name}, n={n}: data rho {rho_data:.3f}, smallest lemma width {k}, "
+            f"params {row.get('params')}; {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
+    return {
+        "rows": rows,
+        **sweep_fits(
+            [r for r in rows if r["data"].startswith("sphere") and r["width"] is not None]
+        ),
+    }
 
 
 def sweep_fits(rows: list[dict]) -> dict:
@@ -236,9 +295,11 @@ def sweep_fits(rows: list[dict]) -> dict:
     k = np.array([r["width"] for r in rows], float)
     params = np.array([r["params"] for r in rows], float)
     nlogn = np.array([r["n_log_n_plus_r2"] for r in rows])
-    return {"c_fit": float(x @ k / (x @ x)),
-            "width_loglog_slope": float(np.polyfit(np.log(x), np.log(k), 1)[0]),
-            "params_loglog_slope": float(np.polyfit(np.log(nlogn), np.log(params), 1)[0])}
+    return {
+        "c_fit": float(x @ k / (x @ x)),
+        "width_loglog_slope": float(np.polyfit(np.log(x), np.log(k), 1)[0]),
+        "params_loglog_slope": float(np.polyfit(np.log(nlogn), np.log(params), 1)[0]),
+    }
 
 
 def plot_sweep(result: dict, output_dir: str) -> list[str]:
@@ -249,8 +310,12 @@ def plot_sweep(result: dict, output_dir: str) -> list[str]:
     n = np.array([r["n"] for r in sphere])
     fig, (ax,) = plotting.figure(width=6.5)
     ax.semilogx(n, [r["width"] for r in sphere], "o-", label=sphere[0]["data"])
-    ax.semilogx(n, [result["c_fit"] * r["log_n_over_rho2"] for r in sphere], "--",
-                label=f"{result['c_fit']:.1f} · log n / ρ²")
+    ax.semilogx(
+        n,
+        [result["c_fit"] * r["log_n_over_rho2"] for r in sphere],
+        "--",
+        label=f"{result['c_fit']:.1f} · log n / ρ²",
+    )
     for r in other:
         ax.semilogx([r["n"]], [r["width"]], "s", label=f"{r['data']} (ρ = {r['rho_data']:.3f})")
     ax.set_xlabel("n")
@@ -260,8 +325,12 @@ def plot_sweep(result: dict, output_dir: str) -> list[str]:
     paths = [plotting.save(fig, os.path.join(output_dir, "sweep_width.png"))]
     fig, (ax,) = plotting.figure(width=6.5)
     x = np.array([r["n_log_n_plus_r2"] for r in sphere])
-    ax.loglog(x, [r["params"] for r in sphere], "o-",
-              label=f"{sphere[0]['data']}: slope {result['params_loglog_slope']:.3f}")
+    ax.loglog(
+        x,
+        [r["params"] for r in sphere],
+        "o-",
+        label=f"{sphere[0]['data']}: slope {result['params_loglog_slope']:.3f}",
+    )
     ax.loglog(x, x * sphere[-1]["params"] / x[-1], ":", label="slope 1 (∝ n log n + r²)")
     for r in other:
         ax.loglog([r["n_log_n_plus_r2"]], [r["params"]], "s", label=r["data"])
@@ -275,15 +344,22 @@ def plot_sweep(result: dict, output_dir: str) -> list[str]:
 
 def sweep_table(result: dict) -> str:
     """The sweep as a markdown table."""
-    lines = ["| data | n | d | ρ (data) | smallest k | ρ after projection | log n/ρ² | "
-             "params | n log n + r² |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| data | n | d | ρ (data) | smallest k | ρ after projection | log n/ρ² | "
+        "params | n log n + r² |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['data']} | {r['n']} | {r['d']} | {r['rho_data']:.3f} | "
-                     f"{r['width']} | {r['rho_projected']:.3f} | {r['log_n_over_rho2']:.2f} | "
-                     f"{r.get('params', '-')} | {r['n_log_n_plus_r2']:.0f} |")
-    lines.append(f"\nFit (sphere rows): k ≈ {result['c_fit']:.2f} · log n/ρ² (log-log slope of k "
-                 f"against log n/ρ²: {result['width_loglog_slope']:.3f}); parameters against "
-                 f"n log n + r²: log-log slope {result['params_loglog_slope']:.3f}.")
+        lines.append(
+            f"| {r['data']} | {r['n']} | {r['d']} | {r['rho_data']:.3f} | "
+            f"{r['width']} | {r['rho_projected']:.3f} | {r['log_n_over_rho2']:.2f} | "
+            f"{r.get('params', '-')} | {r['n_log_n_plus_r2']:.0f} |"
+        )
+    lines.append(
+        f"\nFit (sphere rows): k ≈ {result['c_fit']:.2f} · log n/ρ² (log-log slope of k "
+        f"against log n/ρ²: {result['width_loglog_slope']:.3f}); parameters against "
+        f"n log n + r²: log-log slope {result['params_loglog_slope']:.3f}."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -301,8 +377,7 @@ def main(argv):
     if FLAGS.num_images:
         X, source = images(rng)
         results["images"] = fit("images", X, "image_width", rng)
-    lemma = None if sphere is None else lemma_b1("sphere", sphere, FLAGS.sphere_width,
-                                                 FLAGS.seed)
+    lemma = None if sphere is None else lemma_b1("sphere", sphere, FLAGS.sphere_width, FLAGS.seed)
     errors = precondition_errors(rng)
     for case, message in errors.items():
         print(f"{case}: {message}")
@@ -315,18 +390,37 @@ def main(argv):
         print(f"Sweep of n = {sizes} ...", flush=True)
         sweep_result = sweep(sizes, rng)
         files += plot_sweep(sweep_result, FLAGS.output_dir)
-        for name, text in (("sweep.json", json.dumps(sweep_result, indent=1)),
-                           ("sweep.md", sweep_table(sweep_result))):
+        for name, text in (
+            ("sweep.json", json.dumps(sweep_result, indent=1)),
+            ("sweep.md", sweep_table(sweep_result)),
+        ):
             with open(os.path.join(FLAGS.output_dir, name), "w", encoding="utf-8") as f:
                 f.write(text)
             files.append(os.path.join(FLAGS.output_dir, name))
     json_path = os.path.join(FLAGS.output_dir, "expressivity.json")
     with open(json_path, "w", encoding="utf-8") as f:
-        json.dump({"image_source": source, "results": results, "precondition_errors": errors,
-                   "lemma_b1": lemma, "sweep": sweep_result}, f, indent=1)
+        json.dump(
+            {
+                "image_source": source,
+                "results": results,
+                "precondition_errors": errors,
+                "lemma_b1": lemma,
+                "sweep": sweep_result,
+            },
+            f,
+            indent=1,
+        )
     files.insert(0, json_path)
-    keys = ("n", "width", "keras_accuracy", "keras_max_deviation", "keras_count_params",
-            "formula_params", "params_over_n_log_n", "smallest_relative_margin")
+    keys = (
+        "n",
+        "width",
+        "keras_accuracy",
+        "keras_max_deviation",
+        "keras_count_params",
+        "formula_params",
+        "params_over_n_log_n",
+        "smallest_relative_margin",
+    )
     summary = {name: {k: result[k] for k in keys} for name, result in results.items()}
     summary["lemma_b1"] = lemma and {k: v for k, v in lemma.items() if k != "d"}
     if sweep_result:

@@ -24,30 +24,56 @@ from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.training import TrainConfig, exponential_learning_rate_schedule
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_path", None,
-                    "Folder of TFRecord shards train-NNNNN-of-MMMMM / validation-NNNNN-of-MMMMM "
-                    "(image/encoded JPEG, image/class/label int64). Default: read tfds "
-                    "imagenet2012 from --data_dir.")
-flags.DEFINE_string("data_dir", str(imagenet_input.DEFAULT_TFDS_DIR),
-                    "tensorflow-datasets directory; an unprepared imagenet2012 is prepared from "
-                    "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in "
-                    "<data_dir>/downloads/manual/.")
-flags.DEFINE_integer("label_offset", 1,
-                     "--data_path only: label = image/class/label - label_offset. 1 for the "
-                     "TF-slim / TPU converters (labels 1..1000), 0 for 0-based shards.")
-flags.DEFINE_enum("normalization", "per_image", list(imagenet_input.NORMALIZATIONS),
-                  "per_image: tf.image.per_image_standardization; mean_std: ImageNet RGB "
-                  "mean/std.")
-flags.DEFINE_integer("shuffle_buffer", imagenet_input.SHUFFLE_BUFFER,
-                     "Training records (JPEG bytes) in the shuffle buffer of each worker.")
+flags.DEFINE_string(
+    "data_path",
+    None,
+    "Folder of TFRecord shards train-NNNNN-of-MMMMM / validation-NNNNN-of-MMMMM "
+    "(image/encoded JPEG, image/class/label int64). Default: read tfds "
+    "imagenet2012 from --data_dir.",
+)
+flags.DEFINE_string(
+    "data_dir",
+    str(imagenet_input.DEFAULT_TFDS_DIR),
+    "tensorflow-datasets directory; an unprepared imagenet2012 is prepared from "
+    "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in "
+    "<data_dir>/downloads/manual/.",
+)
+flags.DEFINE_integer(
+    "label_offset",
+    1,
+    "--data_path only: label = image/class/label - label_offset. 1 for the "
+    "TF-slim / TPU converters (labels 1..1000), 0 for 0-based shards.",
+)
+flags.DEFINE_enum(
+    "normalization",
+    "per_image",
+    list(imagenet_input.NORMALIZATIONS),
+    "per_image: tf.image.per_image_standardization; mean_std: ImageNet RGB mean/std.",
+)
+flags.DEFINE_integer(
+    "shuffle_buffer",
+    imagenet_input.SHUFFLE_BUFFER,
+    "Training records (JPEG bytes) in the shuffle buffer of each worker.",
+)
 flags.DEFINE_float("epochs_per_decay", 2.0, "Epochs between learning-rate decays by --lr_decay.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/imagenet.")
 # The architecture (ResNet-34's layout by default) and the paper's ablations, then the recipe.
 cli.define_flags(ImageNetConfig, exclude=("num_classes", "stem_kernel", "data_format"))
-cli.define_train_flags(TrainConfig(
-    train_steps=700_000, batch_size=256, learning_rate=0.1, lr_boundaries=(), lr_decay=0.94,
-    momentum=0.9, weight_decay=1e-4, eval_every=10_000, checkpoint_every=5_000, log_every=100,
-    eval_batch_size=256))
+cli.define_train_flags(
+    TrainConfig(
+        train_steps=700_000,
+        batch_size=256,
+        learning_rate=0.1,
+        lr_boundaries=(),
+        lr_decay=0.94,
+        momentum=0.9,
+        weight_decay=1e-4,
+        eval_every=10_000,
+        checkpoint_every=5_000,
+        log_every=100,
+        eval_batch_size=256,
+    )
+)
 cli.define_runtime_flags()
 
 
@@ -63,8 +89,10 @@ def main(argv):
         return summary(model_cfg)
     train_cfg = cli.train_config_from_flags()
     if train_cfg.lr_boundaries:
-        raise cli.InputError("--lr_boundaries is not used by the ImageNet recipe (exponential "
-                             "decay): set --lr_decay and --epochs_per_decay instead")
+        raise cli.InputError(
+            "--lr_boundaries is not used by the ImageNet recipe (exponential "
+            "decay): set --lr_decay and --epochs_per_decay instead"
+        )
     if not FLAGS.epochs_per_decay > 0:
         raise cli.InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
     if FLAGS.shuffle_buffer < 1:
@@ -79,34 +107,54 @@ def main(argv):
     runtime = cli.start_runtime(train_cfg, model_dir)  # before the data checks: they run TF ops
     # file-based sharding needs a file per input pipeline: checked before anything is written
     if FLAGS.data_path:
-        imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines,
-                                       FLAGS.label_offset)
+        imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines, FLAGS.label_offset)
     else:
         imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
     cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
 
     def dataset_fn(split, global_batch):
         return distribute.per_replica_dataset(
-            imagenet_input.build_dataset, split, global_batch=global_batch,
-            data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, label_offset=FLAGS.label_offset,
-            image_size=model_cfg.image_size, normalization=FLAGS.normalization,
-            seed=runtime.seed, shuffle_buffer=FLAGS.shuffle_buffer)
+            imagenet_input.build_dataset,
+            split,
+            global_batch=global_batch,
+            data_path=FLAGS.data_path,
+            data_dir=FLAGS.data_dir,
+            label_offset=FLAGS.label_offset,
+            image_size=model_cfg.image_size,
+            normalization=FLAGS.normalization,
+            seed=runtime.seed,
+            shuffle_buffer=FLAGS.shuffle_buffer,
+        )
 
     schedule = exponential_learning_rate_schedule(
-        train_cfg.batch_size, imagenet_input.TRAIN_EXAMPLES, train_cfg.learning_rate,
-        train_cfg.lr_decay, FLAGS.epochs_per_decay)
-    trainer = cli.make_trainer(runtime, lambda: build_imagenet_model(model_cfg), train_cfg,
-                               model_dir, title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
-                               schedule=schedule, top5=True)
+        train_cfg.batch_size,
+        imagenet_input.TRAIN_EXAMPLES,
+        train_cfg.learning_rate,
+        train_cfg.lr_decay,
+        FLAGS.epochs_per_decay,
+    )
+    trainer = cli.make_trainer(
+        runtime,
+        lambda: build_imagenet_model(model_cfg),
+        train_cfg,
+        model_dir,
+        title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
+        schedule=schedule,
+        top5=True,
+    )
     try:
-        cli.train_and_report(trainer, dataset_fn("train", train_cfg.batch_size),
-                             dataset_fn("validation", train_cfg.eval_batch_size),
-                             dataset="imagenet2012")
+        cli.train_and_report(
+            trainer,
+            dataset_fn("train", train_cfg.batch_size),
+            dataset_fn("validation", train_cfg.eval_batch_size),
+            dataset="imagenet2012",
+        )
     except tf.errors.InvalidArgumentError as e:
         error = imagenet_input.label_error(e, FLAGS.label_offset)  # the in-graph label check
         if error is None:
             raise
         raise error from None
+
 
 if __name__ == "__main__":
     cli.run(main)

@@ -1,7 +1,8 @@
 """Run a real multi-process TensorFlow cluster on this machine (127.0.0.1, free ports).
 
     python launch/local_cluster.py --workers=2 -- launch/cifar.py --strategy=multi_worker ...
-    python launch/local_cluster.py --workers=2 --ps=1 -- launch/cifar.py --strategy=parameter_server ...
+    python launch/local_cluster.py --workers=2 --ps=1 -- \
+        launch/cifar.py --strategy=parameter_server ...
 
 Starts one process per task with its own ``TF_CONFIG``: N workers (worker 0 is the chief) for
 multi-worker training; with ``--ps=M``, a chief (the coordinator), N workers and M parameter
@@ -33,9 +34,13 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
 flags.DEFINE_integer("ps", 0, "Parameter servers (0: a multi-worker job without a chief task).")
-flags.DEFINE_float("kill_timeout", 30.0, "Seconds between SIGTERM and SIGKILL when stopping "
-                   "(the trainers save a checkpoint in that time; SLURM's and Kubernetes' "
-                   "default is 30 s too).")
+flags.DEFINE_float(
+    "kill_timeout",
+    30.0,
+    "Seconds between SIGTERM and SIGKILL when stopping "
+    "(the trainers save a checkpoint in that time; SLURM's and Kubernetes' "
+    "default is 30 s too).",
+)
 PREEMPTED = 3  # a trainer's exit status after saving a checkpoint on SIGTERM (resnet_noBN.cli)
 
 
@@ -81,11 +86,19 @@ class Job:
         self.spec, self.procs, self.threads = spec, {}, []
         for kind, index in tasks(spec):
             name = f"{kind}{index}"
-            env = dict(os.environ, PYTHONUNBUFFERED="1",
-                       TF_CONFIG=json.dumps({"cluster": spec,
-                                             "task": {"type": kind, "index": index}}))
-            proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            env = dict(
+                os.environ,
+                PYTHONUNBUFFERED="1",
+                TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": kind, "index": index}}),
+            )
+            proc = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             print(f"started {name} pid={proc.pid}", flush=True)
             thread = threading.Thread(target=_stream, args=(name, proc.stdout), daemon=True)
             thread.start()
@@ -93,7 +106,9 @@ class Job:
 
     def trainers(self) -> list[str]:
         """The tasks whose success is the job's: the chief with parameter servers, else workers."""
-        return ["chief0"] if "ps" in self.spec else [n for n in self.procs if n.startswith("worker")]
+        return (
+            ["chief0"] if "ps" in self.spec else [n for n in self.procs if n.startswith("worker")]
+        )
 
     def wait(self) -> int:
         """0 once every trainer exited 0; 3 once every trainer saved on a preemption (or
@@ -113,8 +128,9 @@ class Job:
                 return 0
             if preempted_at is None and PREEMPTED in trainers:
                 preempted_at = time.monotonic()
-            if preempted_at is not None and (None not in trainers or time.monotonic()
-                                             > preempted_at + FLAGS.kill_timeout):
+            if preempted_at is not None and (
+                None not in trainers or time.monotonic() > preempted_at + FLAGS.kill_timeout
+            ):
                 self.stop()
                 return self.status_after_stop()
             time.sleep(0.2)
@@ -139,8 +155,10 @@ class Job:
     def status_after_stop(self) -> int:
         """3 when every trainer saved a checkpoint and exited 3, else 130."""
         if all(self.procs[n].returncode == PREEMPTED for n in self.trainers()):
-            print("preempted: every trainer saved a checkpoint; rerun the same command to "
-                  "resume", flush=True)
+            print(
+                "preempted: every trainer saved a checkpoint; rerun the same command to resume",
+                flush=True,
+            )
             return PREEMPTED
         return 130
 
@@ -148,12 +166,17 @@ class Job:
 def main(argv):
     command = argv[1:]
     if not command:
-        print("error: no command: write it after --, e.g. `python launch/local_cluster.py "
-              "--workers=2 -- launch/cifar.py --strategy=multi_worker`", file=sys.stderr)
+        print(
+            "error: no command: write it after --, e.g. `python launch/local_cluster.py "
+            "--workers=2 -- launch/cifar.py --strategy=multi_worker`",
+            file=sys.stderr,
+        )
         sys.exit(2)
     if FLAGS.workers < 1 or FLAGS.ps < 0:
-        print(f"error: --workers must be >= 1 and --ps >= 0, got {FLAGS.workers} and {FLAGS.ps}",
-              file=sys.stderr)
+        print(
+            f"error: --workers must be >= 1 and --ps >= 0, got {FLAGS.workers} and {FLAGS.ps}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     # stopped itself (Ctrl-C, SIGTERM, a closed terminal): stop every task first, since each
     # runs in a session of its own and would outlive this process

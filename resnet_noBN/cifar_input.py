@@ -80,8 +80,18 @@ DATASETS = {
             "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
             "test": ("test_batch.bin",),
         },
-        class_names=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                     "ship", "truck"),
+        class_names=(
+            "airplane",
+            "automobile",
+            "bird",
+            "cat",
+            "deer",
+            "dog",
+            "frog",
+            "horse",
+            "ship",
+            "truck",
+        ),
     ),
     "cifar100": CifarSpec(
         title="CIFAR-100",
@@ -98,7 +108,8 @@ DATASETS = {
             "pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray "
             "road rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel "
             "streetcar sunflower sweet_pepper table tank telephone television tiger tractor "
-            "train trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()),
+            "train trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()
+        ),
     ),
 }
 
@@ -136,7 +147,8 @@ def _binary_files(dataset: str, data_path: str | os.PathLike) -> dict[str, list[
     folder = root / spec.folder if (root / spec.folder).is_dir() else root
     expected = [name for split in SPLITS for name in spec.files[split]]
     require_files(
-        folder, expected,
+        folder,
+        expected,
         f"--data_path must be the folder holding the {spec.title} binary files "
         f"({', '.join(expected)}) or its parent holding {spec.folder}/, or an image folder "
         "holding train/ and test/ (one folder per class)",
@@ -186,8 +198,10 @@ def num_records(dataset: str, data_path: str | os.PathLike, split: str) -> int:
     images = _image_files(dataset, data_path, split)
     if images is not None:
         return len(images[0])
-    return sum(os.path.getsize(f) for f in _binary_files(dataset, data_path)[split]
-               ) // _spec(dataset).record_bytes
+    return (
+        sum(os.path.getsize(f) for f in _binary_files(dataset, data_path)[split])
+        // _spec(dataset).record_bytes
+    )
 
 
 def decode_record(record: tf.Tensor, dataset: str) -> tuple[tf.Tensor, tf.Tensor]:
@@ -222,7 +236,8 @@ def prepare_tfds(
     archives = [info.filename for info in builder.url_infos.values()]
     if manual_dir is not None:
         require_files(
-            manual_dir, archives,
+            manual_dir,
+            archives,
             f"put the official archive there, under that name ({builder.info.homepage})",
             where=f"--manual_dir {manual_dir}",
         )
@@ -283,7 +298,8 @@ def read_records(
         if shard:
             paths, labels = paths[shard[1] :: shard[0]], labels[shard[1] :: shard[0]]
         return tf.data.Dataset.from_tensor_slices(
-            image_folder.decode(tuple(paths), tuple(labels), IMAGE_SIZE))
+            image_folder.decode(tuple(paths), tuple(labels), IMAGE_SIZE)
+        )
     if data_path is not None:
         spec = _spec(dataset)
         files = _binary_files(dataset, data_path)[split]
@@ -310,8 +326,9 @@ def read_records(
 def augment(images: tf.Tensor, seed: tf.Tensor, pad: int = 2) -> tf.Tensor:
     """Training augmentation of a uint8 batch [B, 32, 32, 3], before standardisation.
 
-    As in the original (Section 4, "standard data augmentation"), for EACH image: zero-pad to (32 + 2·pad)², a random 32×32
-    crop (offsets uniform in 0..2·pad), a random left-right flip; pad=0: the flip only. The crop
+    As in the original (Section 4, "standard data augmentation"), for EACH image: zero-pad to
+    (32 + 2·pad)², a random 32×32 crop (offsets uniform in 0..2·pad), a random left-right flip;
+    pad=0: the flip only. The crop
     and flip are one gather of rows and (maybe reversed) columns per image: TF's
     `stateless_random_crop` would crop the whole batch at one offset. Stateless: the same `seed`
     (int [2]) gives the same output.

@@ -46,23 +46,63 @@ class Arm:
 
 BASELINE = "hardt_ma"
 ARMS = (
-    Arm(BASELINE, {}, "the paper's network",
-        "baseline: sigma = 1/(k^2 c), fixed random projection, identity shortcuts", None),
-    Arm("standard", {"init": "standard"}, "init sigma = 1/(k sqrt c)",
-        '"this substantially smaller weight initialization helped training" (Sec. 4)', True),
-    Arm("he", {"init": "he"}, "init sigma = sqrt(2/(k^2 c)), the original code's",
-        "the same claim against the original code's He init", True),
-    Arm("trainable_head", {"head": "trainable"}, "last layer trained",
-        'fixed random projection "slightly improved test error" (Sec. 4)', True),
-    Arm("no_identity", {"identity": False}, "no identity shortcuts (a plain chain)",
-        "identity matters: the title claim (Sec. 1-2)", True),
-    Arm("leaky_relu", {"relu_leakiness": 0.1}, "leaky ReLU 0.1, the original code's",
-        "no claim: the paper uses ReLU", None),
-    Arm("conv_bias", {"conv_bias": True}, "a bias on every convolution",
-        "no claim: Table 1 counts kernels only", None),
-    Arm("batch_norm", {"norm": "batch", "init": "he"}, "the original unit: BN, ReLU, conv, BN, "
-        "ReLU, conv (He init)", '"difficult to train a model with batch normalization of this '
-        'size without significant overfitting" (Sec. 4)', True),
+    Arm(
+        BASELINE,
+        {},
+        "the paper's network",
+        "baseline: sigma = 1/(k^2 c), fixed random projection, identity shortcuts",
+        None,
+    ),
+    Arm(
+        "standard",
+        {"init": "standard"},
+        "init sigma = 1/(k sqrt c)",
+        '"this substantially smaller weight initialization helped training" (Sec. 4)',
+        True,
+    ),
+    Arm(
+        "he",
+        {"init": "he"},
+        "init sigma = sqrt(2/(k^2 c)), the original code's",
+        "the same claim against the original code's He init",
+        True,
+    ),
+    Arm(
+        "trainable_head",
+        {"head": "trainable"},
+        "last layer trained",
+        'fixed random projection "slightly improved test error" (Sec. 4)',
+        True,
+    ),
+    Arm(
+        "no_identity",
+        {"identity": False},
+        "no identity shortcuts (a plain chain)",
+        "identity matters: the title claim (Sec. 1-2)",
+        True,
+    ),
+    Arm(
+        "leaky_relu",
+        {"relu_leakiness": 0.1},
+        "leaky ReLU 0.1, the original code's",
+        "no claim: the paper uses ReLU",
+        None,
+    ),
+    Arm(
+        "conv_bias",
+        {"conv_bias": True},
+        "a bias on every convolution",
+        "no claim: Table 1 counts kernels only",
+        None,
+    ),
+    Arm(
+        "batch_norm",
+        {"norm": "batch", "init": "he"},
+        "the original unit: BN, ReLU, conv, BN, ReLU, conv (He init)",
+        '"difficult to train a model with batch normalization of this '
+        'size without significant overfitting" (Sec. 4)',
+        True,
+    ),
 )
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 
@@ -82,8 +122,15 @@ class Sweep:
     seeds: int = 3
 
 
-QUICK = Sweep(num_residual_units=1, train_steps=6, batch_size=16, eval_every=3, log_every=2,
-              eval_batch_size=100, seeds=2)
+QUICK = Sweep(
+    num_residual_units=1,
+    train_steps=6,
+    batch_size=16,
+    eval_every=3,
+    log_every=2,
+    eval_batch_size=100,
+    seeds=2,
+)
 
 
 def train_config(sweep: Sweep):
@@ -91,21 +138,30 @@ def train_config(sweep: Sweep):
     from resnet_noBN.training import TrainConfig
 
     steps = sweep.train_steps
-    return TrainConfig(train_steps=steps, batch_size=sweep.batch_size,
-                       learning_rate=sweep.learning_rate,
-                       lr_boundaries=tuple(sorted({max(1, steps // 2), max(2, 5 * steps // 6)})),
-                       eval_every=sweep.eval_every, checkpoint_every=sweep.eval_every,
-                       log_every=sweep.log_every, max_checkpoints=1,
-                       eval_batch_size=sweep.eval_batch_size)
+    return TrainConfig(
+        train_steps=steps,
+        batch_size=sweep.batch_size,
+        learning_rate=sweep.learning_rate,
+        lr_boundaries=tuple(sorted({max(1, steps // 2), max(2, 5 * steps // 6)})),
+        eval_every=sweep.eval_every,
+        checkpoint_every=sweep.eval_every,
+        log_every=sweep.log_every,
+        max_checkpoints=1,
+        eval_batch_size=sweep.eval_batch_size,
+    )
 
 
 def model_config(arm: Arm, sweep: Sweep, num_classes: int):
     from resnet_noBN.model import ModelConfig
 
     widths = sweep.stage_widths
-    return ModelConfig(num_classes=num_classes, num_residual_units=sweep.num_residual_units,
-                       stage_widths=widths, stage_strides=(1,) + (2,) * (len(widths) - 1),
-                       **arm.changes)
+    return ModelConfig(
+        num_classes=num_classes,
+        num_residual_units=sweep.num_residual_units,
+        stage_widths=widths,
+        stage_strides=(1,) + (2,) * (len(widths) - 1),
+        **arm.changes,
+    )
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:
@@ -121,8 +177,9 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
         return json.load(f)
 
 
-def train_one(arm: Arm, seed: int, sweep: Sweep, model_dir: str, dataset_fn, num_classes: int,
-              print_fn=print) -> dict:
+def train_one(
+    arm: Arm, seed: int, sweep: Sweep, model_dir: str, dataset_fn, num_classes: int, print_fn=print
+) -> dict:
     """Train one (arm, seed) to the end, resuming from ``model_dir``'s checkpoint; writes and
     returns its result. A run whose loss stops being finite is a result (``diverged``), not an
     error: its curves up to that point stay in ``model_dir``."""
@@ -136,12 +193,22 @@ def train_one(arm: Arm, seed: int, sweep: Sweep, model_dir: str, dataset_fn, num
     keras.utils.set_random_seed(seed)
     cfg = train_config(sweep)
     model_cfg = model_config(arm, sweep, num_classes)
-    trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(model_cfg), cfg,
-                      model_dir, title=f"{arm.name}, seed {seed}")
+    trainer = Trainer(
+        tf.distribute.get_strategy(),
+        lambda: build_cifar_model(model_cfg),
+        cfg,
+        model_dir,
+        title=f"{arm.name}, seed {seed}",
+    )
     try:
-        result = {**trainer.train(dataset_fn("train", cfg.batch_size),
-                                  dataset_fn("test", cfg.eval_batch_size), print_fn=print_fn),
-                  "diverged": False}
+        result = {
+            **trainer.train(
+                dataset_fn("train", cfg.batch_size),
+                dataset_fn("test", cfg.eval_batch_size),
+                print_fn=print_fn,
+            ),
+            "diverged": False,
+        }
     except TrainingDiverged as e:
         print_fn(f"diverged: {e}")
         result = {"final_step": trainer.step, "diverged": True, "why": str(e)}
@@ -160,10 +227,13 @@ def arm_summary(results: list[dict], num_classes: int) -> dict:
     """
     chance = 100.0 * (1 - 1 / num_classes)
     errors = [chance if r["diverged"] else 100.0 * r["test_error"] for r in results]
-    return {"seeds": [r["seed"] for r in results], "test_errors": errors,
-            "diverged": sum(r["diverged"] for r in results),
-            "mean": statistics.fmean(errors),
-            "sd": statistics.stdev(errors) if len(errors) > 1 else None}
+    return {
+        "seeds": [r["seed"] for r in results],
+        "test_errors": errors,
+        "diverged": sum(r["diverged"] for r in results),
+        "mean": statistics.fmean(errors),
+        "sd": statistics.stdev(errors) if len(errors) > 1 else None,
+    }
 
 
 def verdict(arm: Arm, summary: dict, baseline: dict) -> dict:
@@ -174,26 +244,45 @@ def verdict(arm: Arm, summary: dict, baseline: dict) -> dict:
     gap = summary["mean"] - baseline["mean"]
     seeded = len(summary["test_errors"]) > 1 and len(baseline["test_errors"]) > 1
     clear = abs(gap) > summary["sd"] + baseline["sd"] if seeded else None
-    size = {True: "gap > seed spread", False: "gap within seed spread",
-            None: "one seed: spread unknown"}[clear]
+    size = {
+        True: "gap > seed spread",
+        False: "gap within seed spread",
+        None: "one seed: spread unknown",
+    }[clear]
     if arm.paper_expects_worse is None:
-        way = "no claim: " + ("worse than" if gap > 0 else "better than" if gap < 0
-                              else "the same as") + " the baseline"
+        way = (
+            "no claim: "
+            + ("worse than" if gap > 0 else "better than" if gap < 0 else "the same as")
+            + " the baseline"
+        )
     else:
         way = "paper's direction holds" if gap > 0 else "paper's direction does not hold"
-    return {"gap": gap, "holds": None if arm.paper_expects_worse is None else gap > 0,
-            "exceeds_spread": clear, "text": f"{way}; {size}"}
+    return {
+        "gap": gap,
+        "holds": None if arm.paper_expects_worse is None else gap > 0,
+        "exceeds_spread": clear,
+        "text": f"{way}; {size}",
+    }
 
 
 def summarize(output_dir: str, sweep: Sweep, num_classes: int) -> dict:
     """Per arm: the finished seeds' summary and the verdict against the baseline."""
-    found = {arm.name: [r for seed in range(sweep.seeds)
-                        if (r := read_result(output_dir, arm.name, seed)) is not None]
-             for arm in ARMS}
-    summaries = {name: arm_summary(results, num_classes)
-                 for name, results in found.items() if results}
-    return {name: {**s, "verdict": verdict(arm, s, summaries.get(BASELINE))}
-            for arm in ARMS if (s := summaries.get(name := arm.name))}
+    found = {
+        arm.name: [
+            r
+            for seed in range(sweep.seeds)
+            if (r := read_result(output_dir, arm.name, seed)) is not None
+        ]
+        for arm in ARMS
+    }
+    summaries = {
+        name: arm_summary(results, num_classes) for name, results in found.items() if results
+    }
+    return {
+        name: {**s, "verdict": verdict(arm, s, summaries.get(BASELINE))}
+        for arm in ARMS
+        if (s := summaries.get(name := arm.name))
+    }
 
 
 def _fmt(value: float | None) -> str:
@@ -202,17 +291,21 @@ def _fmt(value: float | None) -> str:
 
 def markdown_table(summary: dict, sweep: Sweep) -> str:
     """The claims table: one row per arm."""
-    lines = ["| arm | change from the paper's network | the paper | test error % (mean ± sd) "
-             "| seeds (diverged) | gap to baseline (pp) | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| arm | change from the paper's network | the paper | test error % (mean ± sd) "
+        "| seeds (diverged) | gap to baseline (pp) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for arm in ARMS:
         if arm.name not in summary:
             continue
         s = summary[arm.name]
         gap = s["verdict"]["gap"]
-        lines.append(f"| `{arm.name}` | {arm.what} | {arm.claim} | {_fmt(s['mean'])} ± "
-                     f"{_fmt(s['sd'])} | {len(s['seeds'])}/{sweep.seeds} ({s['diverged']}) | "
-                     f"{'-' if gap is None else f'{gap:+.2f}'} | {s['verdict']['text']} |")
+        lines.append(
+            f"| `{arm.name}` | {arm.what} | {arm.claim} | {_fmt(s['mean'])} ± "
+            f"{_fmt(s['sd'])} | {len(s['seeds'])}/{sweep.seeds} ({s['diverged']}) | "
+            f"{'-' if gap is None else f'{gap:+.2f}'} | {s['verdict']['text']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -224,8 +317,12 @@ def _band(records_by_seed: list[list[dict]], key: str, scale: float):
             if key in r and math.isfinite(r[key]):
                 by_step.setdefault(r["step"], []).append(scale * r[key])
     steps = sorted(by_step)
-    return (steps, [statistics.fmean(by_step[s]) for s in steps],
-            [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps])
+    return (
+        steps,
+        [statistics.fmean(by_step[s]) for s in steps],
+        [min(by_step[s]) for s in steps],
+        [max(by_step[s]) for s in steps],
+    )
 
 
 def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
@@ -243,24 +340,36 @@ def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
             continue
         colour = plt.get_cmap("tab10")(i)
         drawn = False
-        for ax, name, key, scale in ((loss_ax, run_log.TRAIN_FILE, "loss", 1.0),
-                                     (error_ax, run_log.METRICS_FILE, "test_error", 100.0)):
-            steps, mean, low, high = _band([run_log.read_metrics(d, name) for d in dirs], key,
-                                           scale)
+        for ax, name, key, scale in (
+            (loss_ax, run_log.TRAIN_FILE, "loss", 1.0),
+            (error_ax, run_log.METRICS_FILE, "test_error", 100.0),
+        ):
+            steps, mean, low, high = _band(
+                [run_log.read_metrics(d, name) for d in dirs], key, scale
+            )
             if steps:
                 ax.plot(steps, mean, "-", color=colour, label=arm.name)
                 ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
                 drawn = True
-        diverged = [r["final_step"] for seed in range(sweep.seeds)
-                    if (r := read_result(output_dir, arm.name, seed)) and r["diverged"]]
+        diverged = [
+            r["final_step"]
+            for seed in range(sweep.seeds)
+            if (r := read_result(output_dir, arm.name, seed)) and r["diverged"]
+        ]
         if diverged and not drawn:  # no finite point to draw: say so in the legend
-            error_ax.plot([], [], ":", color=colour,
-                          label=f"{arm.name}: diverged (loss NaN) by step {max(diverged)}")
+            error_ax.plot(
+                [],
+                [],
+                ":",
+                color=colour,
+                label=f"{arm.name}: diverged (loss NaN) by step {max(diverged)}",
+            )
     loss_ax.set_ylabel("training loss (cross-entropy + weight decay)")
     error_ax.set_ylabel("test error (%), whole test split")
     for ax in (loss_ax, error_ax):
-        ax.set_xlabel("step (batch 128)" if sweep.batch_size == 128
-                      else f"step (batch {sweep.batch_size})")
+        ax.set_xlabel(
+            "step (batch 128)" if sweep.batch_size == 128 else f"step (batch {sweep.batch_size})"
+        )
         ax.grid(alpha=0.3)
     error_ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
@@ -269,8 +378,7 @@ def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str,
-                 title: str) -> dict:
+def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:
     """``claims.md`` (``header`` and the table), ``claims.json`` and the curves' PNG, from the
     runs finished so far; returns the summary."""
     summary = summarize(output_dir, sweep, num_classes)

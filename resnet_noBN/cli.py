@@ -21,8 +21,13 @@ from resnet_noBN.flag_config import int_list as int_list  # the launchers' cli.i
 from resnet_noBN.flag_config import validated as validated  # and cli.validated
 from resnet_noBN.model import param_counts
 from resnet_noBN.preemption import Preempted
-from resnet_noBN.training import (CheckpointError, TrainConfig, Trainer, TrainingDiverged,
-                                  trainer_for)
+from resnet_noBN.training import (
+    CheckpointError,
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    trainer_for,
+)
 
 FLAGS = flags.FLAGS
 PREEMPTED = 3  # the exit status after a preemption's checkpoint: rerun to resume
@@ -39,35 +44,61 @@ def define_train_flags(defaults: TrainConfig) -> None:
     """The flags of :class:`TrainConfig`, with the given defaults (the paper's recipe), and
     --scale_lr."""
     define_flags(defaults)
-    flags.DEFINE_bool("scale_lr", False,
-                      f"Linear scaling rule: multiply --learning_rate by --batch_size / "
-                      f"{defaults.batch_size} (the paper's batch), for a larger global batch. "
-                      "--train_steps and --lr_boundaries are not rescaled.")
+    flags.DEFINE_bool(
+        "scale_lr",
+        False,
+        f"Linear scaling rule: multiply --learning_rate by --batch_size / "
+        f"{defaults.batch_size} (the paper's batch), for a larger global batch. "
+        "--train_steps and --lr_boundaries are not rescaled.",
+    )
 
 
 def define_runtime_flags() -> None:
     """Where and how a launcher runs: strategy, cluster, seed, precision, XLA, threads."""
-    flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
-                      "tf.distribute strategy; see resnet_noBN/distribute.py and the README "
-                      "(batch semantics).")
-    flags.DEFINE_enum("cluster_resolver", "tf_config", list(distribute.RESOLVERS),
-                      "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
-                      "SLURM step's variables.")
-    flags.DEFINE_integer("seed", None, "Seed of the weights, data order and augmentation "
-                         "(default: the seed of the run being resumed, recorded in its "
-                         "config.json, else drawn at random; printed either way).")
-    flags.DEFINE_bool("summary_only", False,
-                      "Print the layer table and parameter counts, and exit without data.")
-    flags.DEFINE_enum("precision", "float32", list(speed.PRECISIONS),
-                      "mixed_bfloat16: bfloat16 compute, float32 weights and updates.")
+    flags.DEFINE_enum(
+        "strategy",
+        "default",
+        list(distribute.STRATEGIES),
+        "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch semantics).",
+    )
+    flags.DEFINE_enum(
+        "cluster_resolver",
+        "tf_config",
+        list(distribute.RESOLVERS),
+        "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
+        "SLURM step's variables.",
+    )
+    flags.DEFINE_integer(
+        "seed",
+        None,
+        "Seed of the weights, data order and augmentation "
+        "(default: the seed of the run being resumed, recorded in its "
+        "config.json, else drawn at random; printed either way).",
+    )
+    flags.DEFINE_bool(
+        "summary_only", False, "Print the layer table and parameter counts, and exit without data."
+    )
+    flags.DEFINE_enum(
+        "precision",
+        "float32",
+        list(speed.PRECISIONS),
+        "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
+    )
     flags.DEFINE_bool("jit_compile", False, "Compile each replica's forward/backward with XLA.")
-    flags.DEFINE_integer("intra_op_threads", None,
-                         "Threads within an op (default: all cores on a CPU-only host, else TF's).")
-    flags.DEFINE_integer("inter_op_threads", None,
-                         "Ops run at once (default: 1 on a CPU-only host, else TF's).")
-    flags.DEFINE_bool("deterministic", False,
-                      "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
-                      "GPUs too (slower there; a CPU run is deterministic without it).")
+    flags.DEFINE_integer(
+        "intra_op_threads",
+        None,
+        "Threads within an op (default: all cores on a CPU-only host, else TF's).",
+    )
+    flags.DEFINE_integer(
+        "inter_op_threads", None, "Ops run at once (default: 1 on a CPU-only host, else TF's)."
+    )
+    flags.DEFINE_bool(
+        "deterministic",
+        False,
+        "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
+        "GPUs too (slower there; a CPU run is deterministic without it).",
+    )
 
 
 def train_config_from_flags() -> TrainConfig:
@@ -75,8 +106,9 @@ def train_config_from_flags() -> TrainConfig:
     overrides = {}
     if FLAGS.scale_lr:
         # the launcher's default batch is the paper's, which its learning rate is tuned for
-        overrides["learning_rate"] = FLAGS.learning_rate * (FLAGS.batch_size
-                                                            / FLAGS["batch_size"].default)
+        overrides["learning_rate"] = FLAGS.learning_rate * (
+            FLAGS.batch_size / FLAGS["batch_size"].default
+        )
     return config_from_flags(TrainConfig, **overrides)
 
 
@@ -90,14 +122,24 @@ def start_runtime(train_cfg: TrainConfig, model_dir: str) -> distribute.Runtime:
     if seed is None:
         seed = run_log.read_config(model_dir).get(run_log.SEED_KEY)
     return distribute.start_runtime(
-        FLAGS.strategy, FLAGS.cluster_resolver,
+        FLAGS.strategy,
+        FLAGS.cluster_resolver,
         batch_sizes={name: getattr(train_cfg, name) for name in ("batch_size", "eval_batch_size")},
-        seed=seed, precision=FLAGS.precision, intra_op_threads=FLAGS.intra_op_threads,
-        inter_op_threads=FLAGS.inter_op_threads, deterministic=FLAGS.deterministic)
+        seed=seed,
+        precision=FLAGS.precision,
+        intra_op_threads=FLAGS.intra_op_threads,
+        inter_op_threads=FLAGS.inter_op_threads,
+        deterministic=FLAGS.deterministic,
+    )
 
 
-def begin_run(runtime: distribute.Runtime, label: str, train_cfg: TrainConfig, model_dir: str,
-              run_config: dict) -> None:
+def begin_run(
+    runtime: distribute.Runtime,
+    label: str,
+    train_cfg: TrainConfig,
+    model_dir: str,
+    run_config: dict,
+) -> None:
     """The chief records ``run_config`` in ``model_dir``; every task prints where it runs.
 
     ``config.json`` also records, under ``runtime``, the CPU path (oneDNN on or not, and why;
@@ -105,20 +147,35 @@ def begin_run(runtime: distribute.Runtime, label: str, train_cfg: TrainConfig, m
     """
     host = cpu.runtime_report()
     if runtime.is_chief:
-        run_log.record_config(model_dir, {**run_config, run_log.SEED_KEY: runtime.seed,
-                                          run_log.RUNTIME_KEY: host})
-    print(f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
-          f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
-          f"seed {runtime.seed}, model_dir {model_dir}", flush=True)
-    print(f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}; CPU "
-          f"{', '.join(host['cpu_isa']) or 'extensions unknown'}", flush=True)
+        run_log.record_config(
+            model_dir, {**run_config, run_log.SEED_KEY: runtime.seed, run_log.RUNTIME_KEY: host}
+        )
+    print(
+        f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
+        f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
+        f"seed {runtime.seed}, model_dir {model_dir}",
+        flush=True,
+    )
+    print(
+        f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}; CPU "
+        f"{', '.join(host['cpu_isa']) or 'extensions unknown'}",
+        flush=True,
+    )
 
 
-def make_trainer(runtime: distribute.Runtime, build_model, train_cfg: TrainConfig, model_dir: str,
-                 **kwargs) -> Trainer:
+def make_trainer(
+    runtime: distribute.Runtime, build_model, train_cfg: TrainConfig, model_dir: str, **kwargs
+) -> Trainer:
     """A :class:`Trainer` for this runtime (XLA as --jit_compile says)."""
-    return trainer_for(runtime.strategy, build_model, train_cfg, model_dir,
-                       is_chief=runtime.is_chief, jit_compile=FLAGS.jit_compile, **kwargs)
+    return trainer_for(
+        runtime.strategy,
+        build_model,
+        train_cfg,
+        model_dir,
+        is_chief=runtime.is_chief,
+        jit_compile=FLAGS.jit_compile,
+        **kwargs,
+    )
 
 
 def train_and_report(trainer: Trainer, train_fn, eval_fn, **report) -> dict:
@@ -156,8 +213,7 @@ def exit_codes(main):
     def wrapped(argv):
         try:
             if len(argv) > 1:
-                raise InputError(f"unexpected arguments {argv[1:]}; flags are written "
-                                 "--name=value")
+                raise InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
             return main(argv)
         except (InputError, DataError, CheckpointError) as e:
             print(f"error: {e}", file=sys.stderr)

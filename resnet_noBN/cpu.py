@@ -20,11 +20,26 @@ from pathlib import Path
 
 ENV = "TF_ENABLE_ONEDNN_OPTS"
 # The extensions that decide TF's oneDNN default, bfloat16 arithmetic, and the FLOP rates.
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
-             "amx_bf16", "amx_int8")
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 # Where TensorFlow itself turns oneDNN on when TF_ENABLE_ONEDNN_OPTS is unset (x86 Linux).
-TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
-                           "amx_int8")
+TF_ONEDNN_DEFAULT_FLAGS = (
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -50,8 +65,10 @@ def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> set[str]:
 def cpu_name(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
     """'<model name> (family F model M)': which CPU a figure was taken on."""
     fields = cpu_fields(cpuinfo)
-    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')} "
-            f"model {fields.get('model', '?')})")
+    return (
+        f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')} "
+        f"model {fields.get('model', '?')})"
+    )
 
 
 def isa(flags: set[str] | None = None) -> dict[str, bool]:
@@ -75,8 +92,9 @@ def has_native_bf16(flags: set[str] | None = None) -> bool:
     return any(name in flags for name in NATIVE_BF16_FLAGS)
 
 
-def onednn_decision(environ: dict, flags: set[str], machine: str,
-                    tensorflow_loaded: bool) -> tuple[str | None, str]:
+def onednn_decision(
+    environ: dict, flags: set[str], machine: str, tensorflow_loaded: bool
+) -> tuple[str | None, str]:
     """(the value to give TF_ENABLE_ONEDNN_OPTS, or None to leave it; the reason, one phrase).
 
     The user's own setting always wins; so does TensorFlow's default off x86 and when
@@ -89,10 +107,15 @@ def onednn_decision(environ: dict, flags: set[str], machine: str,
     if tensorflow_loaded:
         return None, "TensorFlow was imported before resnet_noBN: TensorFlow's default"
     if tf_would_enable_onednn(flags):
-        return "1", ("resnet_noBN's default on x86 (TensorFlow would enable it too: the CPU has "
-                     + ", ".join(n.upper() for n in TF_ONEDNN_DEFAULT_FLAGS if n in flags) + ")")
-    return "1", ("resnet_noBN's default on x86 (TensorFlow alone would not: the CPU has no "
-                 "AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX)")
+        return "1", (
+            "resnet_noBN's default on x86 (TensorFlow would enable it too: the CPU has "
+            + ", ".join(n.upper() for n in TF_ONEDNN_DEFAULT_FLAGS if n in flags)
+            + ")"
+        )
+    return "1", (
+        "resnet_noBN's default on x86 (TensorFlow alone would not: the CPU has no "
+        "AVX512_VNNI, AVX512_BF16, AVX-VNNI or AMX)"
+    )
 
 
 ONEDNN_REASON = ""
@@ -101,8 +124,9 @@ ONEDNN_REASON = ""
 def default_onednn() -> str:
     """Set ``TF_ENABLE_ONEDNN_OPTS=1`` on x86 unless the user set it; returns the reason."""
     global ONEDNN_REASON
-    value, ONEDNN_REASON = onednn_decision(os.environ, cpu_flags(), platform.machine(),
-                                           "tensorflow" in sys.modules)
+    value, ONEDNN_REASON = onednn_decision(
+        os.environ, cpu_flags(), platform.machine(), "tensorflow" in sys.modules
+    )
     if value is not None:
         os.environ[ENV] = value
     return ONEDNN_REASON
@@ -117,13 +141,18 @@ def onednn_enabled() -> bool:
 
 def runtime_report() -> dict:
     """What config.json and the run banner say about the CPU path: oneDNN on or not, and why."""
-    return {"onednn": onednn_enabled(), "onednn_reason": ONEDNN_REASON,
-            "cpu_isa": [name for name, present in isa().items() if present]}
+    return {
+        "onednn": onednn_enabled(),
+        "onednn_reason": ONEDNN_REASON,
+        "cpu_isa": [name for name, present in isa().items() if present],
+    }
 
 
 def bf16_warning(flags: set[str] | None = None, has_gpu: bool = False) -> str | None:
     """One line for ``--precision=mixed_bfloat16`` on a CPU that must emulate bfloat16."""
     if has_gpu or has_native_bf16(flags):
         return None
-    return ("warning: this CPU has neither AVX512_BF16 nor AMX, so bfloat16 is emulated: "
-            "--precision=mixed_bfloat16 will be slower than float32 here")
+    return (
+        "warning: this CPU has neither AVX512_BF16 nor AMX, so bfloat16 is emulated: "
+        "--precision=mixed_bfloat16 will be slower than float32 here"
+    )

@@ -46,32 +46,43 @@ def parse_tf_config(strategy: str) -> dict:
     """``TF_CONFIG`` as a dict, checked for what ``strategy`` needs (ClusterError otherwise)."""
     text = os.environ.get("TF_CONFIG")
     if not text:
-        raise ClusterError(f"--strategy={strategy} needs TF_CONFIG (the cluster and this task); "
-                           "set it, use --cluster_resolver=slurm under SLURM, or start a local "
-                           "job with launch/local_cluster.py")
+        raise ClusterError(
+            f"--strategy={strategy} needs TF_CONFIG (the cluster and this task); "
+            "set it, use --cluster_resolver=slurm under SLURM, or start a local "
+            "job with launch/local_cluster.py"
+        )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise ClusterError(f"TF_CONFIG is not valid JSON ({e.msg} at character {e.pos})") from None
     cluster, task = config.get("cluster"), config.get("task")
     if not isinstance(cluster, dict) or not cluster:
-        raise ClusterError('TF_CONFIG has no "cluster" entry: add {"cluster": {"worker": '
-                           '["host:port", ...]}}')
+        raise ClusterError(
+            'TF_CONFIG has no "cluster" entry: add {"cluster": {"worker": ["host:port", ...]}}'
+        )
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise ClusterError('TF_CONFIG has no "task" entry with "type" and "index": add '
-                           '{"task": {"type": "worker", "index": 0}}')
+        raise ClusterError(
+            'TF_CONFIG has no "task" entry with "type" and "index": add '
+            '{"task": {"type": "worker", "index": 0}}'
+        )
     kind, index = task["type"], task["index"]
     if kind not in cluster:
-        raise ClusterError(f'TF_CONFIG task type "{kind}" is not in its cluster '
-                           f'({", ".join(cluster)}): add it or fix the task type')
+        raise ClusterError(
+            f'TF_CONFIG task type "{kind}" is not in its cluster '
+            f"({', '.join(cluster)}): add it or fix the task type"
+        )
     if not isinstance(index, int) or not 0 <= index < len(cluster[kind]):
-        raise ClusterError(f'TF_CONFIG task index {index} is out of range: the cluster has '
-                           f'{len(cluster[kind])} "{kind}" task(s)')
+        raise ClusterError(
+            f"TF_CONFIG task index {index} is out of range: the cluster has "
+            f'{len(cluster[kind])} "{kind}" task(s)'
+        )
     if strategy == "parameter_server":
         missing = [k for k in ("chief", "worker", "ps") if not cluster.get(k)]
         if missing:
-            raise ClusterError(f"--strategy=parameter_server needs chief, worker and ps tasks in "
-                               f"TF_CONFIG's cluster; it lacks {', '.join(missing)}")
+            raise ClusterError(
+                f"--strategy=parameter_server needs chief, worker and ps tasks in "
+                f"TF_CONFIG's cluster; it lacks {', '.join(missing)}"
+            )
     elif not (cluster.get("worker") or cluster.get("chief")):
         raise ClusterError('TF_CONFIG\'s cluster has no "worker" task: list the workers')
     return config
@@ -84,8 +95,10 @@ def check_port_free(address: str, who: str) -> None:
         try:
             s.bind(("", port))
         except OSError:
-            raise ClusterError(f"port {port} of {who} ({address}) is in use: stop what holds it "
-                               "or give this task another port in TF_CONFIG") from None
+            raise ClusterError(
+                f"port {port} of {who} ({address}) is in use: stop what holds it "
+                "or give this task another port in TF_CONFIG"
+            ) from None
 
 
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
@@ -106,11 +119,14 @@ class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolv
 def slurm_resolver() -> tf.distribute.cluster_resolver.SlurmClusterResolver:
     """The cluster of this SLURM step, one worker per task."""
     from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import (
-        expand_tasks_per_node)
+        expand_tasks_per_node,
+    )
 
     if "SLURM_PROCID" not in os.environ:
-        raise ClusterError("--cluster_resolver=slurm outside a SLURM step (no SLURM_PROCID): "
-                           "launch with srun, or use TF_CONFIG")
+        raise ClusterError(
+            "--cluster_resolver=slurm outside a SLURM step (no SLURM_PROCID): "
+            "launch with srun, or use TF_CONFIG"
+        )
     if os.environ.get("CUDA_VISIBLE_DEVICES", "") == "" and not _has_nvidia_smi():
         tasks = expand_tasks_per_node(os.environ.get("SLURM_STEP_TASKS_PER_NODE", "1"))
         return _CpuSlurmClusterResolver(max(tasks))
@@ -133,8 +149,9 @@ def make_strategy(name: str, resolver: str = "tf_config"):
     if name not in STRATEGIES:
         raise ClusterError(f"--strategy={name} is unknown; choose one of {', '.join(STRATEGIES)}")
     if resolver not in RESOLVERS:
-        raise ClusterError(f"--cluster_resolver={resolver} is unknown; choose one of "
-                           f"{', '.join(RESOLVERS)}")
+        raise ClusterError(
+            f"--cluster_resolver={resolver} is unknown; choose one of {', '.join(RESOLVERS)}"
+        )
     if name == "default":
         return tf.distribute.get_strategy(), None
     if name == "mirrored":
@@ -144,12 +161,14 @@ def make_strategy(name: str, resolver: str = "tf_config"):
     else:
         config = parse_tf_config(name)
         task = config["task"]
-        check_port_free(config["cluster"][task["type"]][task["index"]],
-                        f"{task['type']} {task['index']}")
+        check_port_free(
+            config["cluster"][task["type"]][task["index"]], f"{task['type']} {task['index']}"
+        )
         cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=cluster_resolver), cluster_resolver
+            cluster_resolver=cluster_resolver
+        ), cluster_resolver
     if cluster_resolver.task_type in ("worker", "ps"):
         _serve(cluster_resolver)
     return tf.distribute.experimental.ParameterServerStrategy(cluster_resolver), cluster_resolver
@@ -157,12 +176,14 @@ def make_strategy(name: str, resolver: str = "tf_config"):
 
 def _serve(cluster_resolver) -> None:
     """Run this worker's or parameter server's TF server until the job is stopped."""
-    print(f"{cluster_resolver.task_type} {cluster_resolver.task_id}: serving the chief",
-          flush=True)
+    print(f"{cluster_resolver.task_type} {cluster_resolver.task_id}: serving the chief", flush=True)
     server = tf.distribute.Server(
-        cluster_resolver.cluster_spec(), job_name=cluster_resolver.task_type,
-        task_index=cluster_resolver.task_id, protocol=cluster_resolver.rpc_layer or "grpc",
-        start=True)
+        cluster_resolver.cluster_spec(),
+        job_name=cluster_resolver.task_type,
+        task_index=cluster_resolver.task_id,
+        protocol=cluster_resolver.rpc_layer or "grpc",
+        start=True,
+    )
     server.join()
 
 
@@ -172,8 +193,11 @@ def is_chief(cluster_resolver) -> bool:
         return True
     if cluster_resolver.task_type == "chief":
         return True
-    return (cluster_resolver.task_type == "worker" and cluster_resolver.task_id == 0
-            and "chief" not in cluster_resolver.cluster_spec().as_dict())
+    return (
+        cluster_resolver.task_type == "worker"
+        and cluster_resolver.task_id == 0
+        and "chief" not in cluster_resolver.cluster_spec().as_dict()
+    )
 
 
 def input_pipelines(strategy: tf.distribute.Strategy, cluster_resolver) -> int:
@@ -196,9 +220,16 @@ def per_replica_dataset(build, *args, global_batch: int, **kwargs):
     ``build(*args, <per-replica batch>, input_context=..., **kwargs)``, each input pipeline
     building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``). Keywords given
     to ``dataset_fn`` (the trainer's ``start_step``) are passed on to ``build``."""
+
     def fn(input_context: tf.distribute.InputContext, **more):
-        return build(*args, input_context.get_per_replica_batch_size(global_batch),
-                     input_context=input_context, **kwargs, **more)
+        return build(
+            *args,
+            input_context.get_per_replica_batch_size(global_batch),
+            input_context=input_context,
+            **kwargs,
+            **more,
+        )
+
     return fn
 
 
@@ -208,11 +239,14 @@ def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
     elsewhere. One all-reduce: the chief's replicas contribute the seed, the others 0."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return seed
-    workers = max(1, sum(len(tasks) for tasks in
-                         strategy.cluster_resolver.cluster_spec().as_dict().values()))
-    total = tf.function(lambda v: strategy.reduce(
-        tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(v,)), axis=None))(
-        tf.constant(seed if chief else 0, tf.int64))
+    workers = max(
+        1, sum(len(tasks) for tasks in strategy.cluster_resolver.cluster_spec().as_dict().values())
+    )
+    total = tf.function(
+        lambda v: strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(v,)), axis=None
+        )
+    )(tf.constant(seed if chief else 0, tf.int64))
     return int(total) // (strategy.num_replicas_in_sync // workers)
 
 
@@ -226,10 +260,17 @@ class Runtime:
     seed: int
 
 
-def start_runtime(strategy: str = "default", cluster_resolver: str = "tf_config", *,
-                  batch_sizes: dict[str, int], seed: int | None = None,
-                  precision: str = "float32", intra_op_threads: int | None = None,
-                  inter_op_threads: int | None = None, deterministic: bool = False) -> Runtime:
+def start_runtime(
+    strategy: str = "default",
+    cluster_resolver: str = "tf_config",
+    *,
+    batch_sizes: dict[str, int],
+    seed: int | None = None,
+    precision: str = "float32",
+    intra_op_threads: int | None = None,
+    inter_op_threads: int | None = None,
+    deterministic: bool = False,
+) -> Runtime:
     """Threads and precision, then the strategy (before any other TensorFlow op), then seeds.
 
     ``batch_sizes``: the global batches the replicas must split evenly, by flag name. ``seed``:
@@ -241,9 +282,11 @@ def start_runtime(strategy: str = "default", cluster_resolver: str = "tf_config"
     parameter server of a parameter-server job never returns: it serves the chief.
     """
     default_intra, default_inter = speed.default_threads()
-    speed.configure(precision,
-                    default_intra if intra_op_threads is None else intra_op_threads,
-                    default_inter if inter_op_threads is None else inter_op_threads)
+    speed.configure(
+        precision,
+        default_intra if intra_op_threads is None else intra_op_threads,
+        default_inter if inter_op_threads is None else inter_op_threads,
+    )
     try:
         distribution, resolver = make_strategy(strategy, cluster_resolver)
     except ClusterError as e:
@@ -251,8 +294,10 @@ def start_runtime(strategy: str = "default", cluster_resolver: str = "tf_config"
     replicas = distribution.num_replicas_in_sync
     for name, size in batch_sizes.items():
         if size % replicas:
-            raise InputError(f"--{name}={size} is not divisible by the {replicas} replicas; use "
-                             f"a multiple of {replicas}")
+            raise InputError(
+                f"--{name}={size} is not divisible by the {replicas} replicas; use "
+                f"a multiple of {replicas}"
+            )
     seed = random.randrange(2**31) if seed is None else seed
     chief = is_chief(resolver)
     seed = chief_seed(distribution, seed, chief)

@@ -59,8 +59,10 @@ def define_flags(defaults, exclude: tuple[str, ...] = ()) -> None:
     fields = [f for f in dataclasses.fields(cls) if f.name not in exclude]
     for field in fields:
         if "help" not in field.metadata:
-            raise ValueError(f"{cls.__name__}.{field.name} has no help: give it "
-                             'metadata={"help": ...} or exclude it from the flags')
+            raise ValueError(
+                f"{cls.__name__}.{field.name} has no help: give it "
+                'metadata={"help": ...} or exclude it from the flags'
+            )
         _define(field.name, types[field.name], getattr(instance, field.name), field.metadata)
     _FLAG_FIELDS[cls] = tuple(f.name for f in fields)
 

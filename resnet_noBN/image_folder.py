@@ -38,8 +38,9 @@ def find_root(data_path: str | os.PathLike) -> Path | None:
     return children[0] if len(children) == 1 else None
 
 
-def list_split(root: Path, split: str, class_names: tuple[str, ...],
-               title: str) -> tuple[list[str], list[int]]:
+def list_split(
+    root: Path, split: str, class_names: tuple[str, ...], title: str
+) -> tuple[list[str], list[int]]:
     """(image paths, label ids) of one split, class by class in label order, files sorted.
 
     DataError (one line) for a missing split folder, class folders that are not the data set's
@@ -47,35 +48,49 @@ def list_split(root: Path, split: str, class_names: tuple[str, ...],
     """
     folder = root / split
     if not folder.is_dir():
-        raise DataError(f"image folder {root} lacks {split}/: an image-folder --data_path holds "
-                        f"{'/ and '.join(SPLITS)}/, each with one folder per class")
+        raise DataError(
+            f"image folder {root} lacks {split}/: an image-folder --data_path holds "
+            f"{'/ and '.join(SPLITS)}/, each with one folder per class"
+        )
     found = {c.name for c in folder.iterdir() if c.is_dir()}
-    unknown, missing = sorted(found - set(class_names)), [c for c in class_names
-                                                          if c not in found]
+    unknown, missing = sorted(found - set(class_names)), [c for c in class_names if c not in found]
     if unknown or missing:
         raise DataError(
             f"{folder} has class folders that are not {title}'s"
-            + (f" (unknown: {', '.join(unknown[:5])}{'...' if len(unknown) > 5 else ''})"
-               if unknown else "")
-            + (f" (missing: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})"
-               if missing else "")
+            + (
+                f" (unknown: {', '.join(unknown[:5])}{'...' if len(unknown) > 5 else ''})"
+                if unknown
+                else ""
+            )
+            + (
+                f" (missing: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})"
+                if missing
+                else ""
+            )
             + f"; name them as {title}'s classes ({', '.join(class_names[:3])}, ...) or pick "
-            "the matching --dataset")
+            "the matching --dataset"
+        )
     paths, labels = [], []
     for label, name in enumerate(class_names):
-        files = sorted(str(f) for f in (folder / name).iterdir()
-                       if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+        files = sorted(
+            str(f)
+            for f in (folder / name).iterdir()
+            if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file()
+        )
         if not files:
-            raise DataError(f"{folder / name} holds no image ({', '.join(IMAGE_SUFFIXES)}): "
-                            "every class needs at least one")
+            raise DataError(
+                f"{folder / name} holds no image ({', '.join(IMAGE_SUFFIXES)}): "
+                "every class needs at least one"
+            )
         paths += files
         labels += [label] * len(files)
     return paths, labels
 
 
 @functools.lru_cache(maxsize=2)  # a training and a test split
-def decode(paths: tuple[str, ...], labels: tuple[int, ...], image_size: int
-           ) -> tuple[np.ndarray, np.ndarray]:
+def decode(
+    paths: tuple[str, ...], labels: tuple[int, ...], image_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 images [N, size, size, 3], int32 labels [N]): every file decoded once, in order.
 
     Kept for the process (read-only arrays), so runs in one process (``launch/claims.py``)
@@ -86,13 +101,16 @@ def decode(paths: tuple[str, ...], labels: tuple[int, ...], image_size: int
 
     def read(path):
         image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        tf.debugging.assert_equal(tf.shape(image)[:2], [image_size, image_size],
-                                  message="wrong image size")
+        tf.debugging.assert_equal(
+            tf.shape(image)[:2], [image_size, image_size], message="wrong image size"
+        )
         return tf.ensure_shape(image, [image_size, image_size, 3])
 
-    dataset = (tf.data.Dataset.from_tensor_slices(list(paths))
-               .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-               .batch(_DECODE_BATCH))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(list(paths))
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .batch(_DECODE_BATCH)
+    )
     images, iterator = [], iter(dataset)
     while True:
         try:
@@ -101,9 +119,10 @@ def decode(paths: tuple[str, ...], labels: tuple[int, ...], image_size: int
             break
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
             start = len(images) * _DECODE_BATCH
-            raise _first_bad_file(paths[start:start + _DECODE_BATCH], read, image_size) from e
-    images = (np.concatenate(images) if images
-              else np.zeros([0, image_size, image_size, 3], np.uint8))
+            raise _first_bad_file(paths[start : start + _DECODE_BATCH], read, image_size) from e
+    images = (
+        np.concatenate(images) if images else np.zeros([0, image_size, image_size, 3], np.uint8)
+    )
     labels = np.asarray(labels, np.int32)
     images.flags.writeable = labels.flags.writeable = False
     return images, labels
@@ -117,7 +136,10 @@ def _first_bad_file(paths: list[str], read, image_size: int) -> DataError:
         try:
             read(tf.constant(path))
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
-            why = ("not " + f"{image_size}x{image_size}" if "wrong image size" in str(e)
-                   else "not a readable JPEG or PNG image")
+            why = (
+                "not " + f"{image_size}x{image_size}"
+                if "wrong image size" in str(e)
+                else "not a readable JPEG or PNG image"
+            )
             return DataError(f"{path}: {why}; replace or remove the file")
     return DataError(f"one of {paths[0]} ... {paths[-1]} could not be decoded")

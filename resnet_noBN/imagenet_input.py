@@ -72,11 +72,22 @@ LABEL_ERROR = "ImageNet label out of range"  # marks the in-graph label check's 
 SHUFFLE_BUFFER = 10_000  # JPEG records (~110 kB each: ~1.1 GB per worker)
 
 _SHARD = re.compile(r"^(train|validation)-(\d+)-of-(\d+)$")
-_FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-             "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
 
-__all__ = ["DEFAULT_TFDS_DIR", "DataError", "build_dataset", "check_data_path", "eval_crop",
-           "normalize", "read_records", "tfds_builder", "train_crop"]
+__all__ = [
+    "DEFAULT_TFDS_DIR",
+    "DataError",
+    "build_dataset",
+    "check_data_path",
+    "eval_crop",
+    "normalize",
+    "read_records",
+    "tfds_builder",
+    "train_crop",
+]
 
 
 # ----------------------------------------------------------------------------- sources
@@ -89,8 +100,9 @@ def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
     return builder.is_prepared()
 
 
-def tfds_builder(data_dir: str | os.PathLike | None = None,
-                 num_input_pipelines: int = 1) -> tfds.core.DatasetBuilder:
+def tfds_builder(
+    data_dir: str | os.PathLike | None = None, num_input_pipelines: int = 1
+) -> tfds.core.DatasetBuilder:
     """The prepared ``imagenet2012`` builder in ``data_dir``, preparing it if the tars are there.
 
     Not prepared and a tar missing -> DataError, one line naming both files and the folder.
@@ -102,21 +114,30 @@ def tfds_builder(data_dir: str | os.PathLike | None = None,
         _prepare(builder, data_dir)
     for split in SPLITS:
         if split in builder.info.splits:  # (absent under tfds.testing.mock_data)
-            _check_shardable(builder.info.splits[split].num_shards, split,
-                             f"tfds {TFDS_NAME} in {data_dir}", num_input_pipelines)
+            _check_shardable(
+                builder.info.splits[split].num_shards,
+                split,
+                f"tfds {TFDS_NAME} in {data_dir}",
+                num_input_pipelines,
+            )
     return builder
 
 
 def _prepare(builder: tfds.core.DatasetBuilder, data_dir: Path) -> None:
     manual = manual_dir(data_dir)
-    require_files(manual, MANUAL_FILES,
-                  f"{TFDS_NAME} is not prepared in {data_dir}, and ImageNet is a manual download: "
-                  f"put {' and '.join(MANUAL_FILES)} (https://image-net.org/download-images) "
-                  "there, or pass --data_path (a folder of train-*-of-* / validation-*-of-* "
-                  "TFRecord shards)", where=f"{manual}/")
+    require_files(
+        manual,
+        MANUAL_FILES,
+        f"{TFDS_NAME} is not prepared in {data_dir}, and ImageNet is a manual download: "
+        f"put {' and '.join(MANUAL_FILES)} (https://image-net.org/download-images) "
+        "there, or pass --data_path (a folder of train-*-of-* / validation-*-of-* "
+        "TFRecord shards)",
+        where=f"{manual}/",
+    )
     print(f"preparing {TFDS_NAME} in {data_dir} from {manual}/ (hours, ~150 GB) ...", flush=True)
     builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(manual)))
+        download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(manual))
+    )
 
 
 def shard_files(data_path: str | os.PathLike, split: str) -> list[str]:
@@ -125,20 +146,29 @@ def shard_files(data_path: str | os.PathLike, split: str) -> list[str]:
     check_split(split, SPLITS)
     root = Path(data_path)
     if not root.is_dir():
-        raise DataError(f"--data_path {root} is not a folder: point it at the folder of "
-                        "train-NNNNN-of-MMMMM and validation-NNNNN-of-MMMMM TFRecord shards")
-    shards = sorted((int(m[2]), int(m[3]), p.name) for p in root.iterdir()
-                    if (m := _SHARD.match(p.name)) and m[1] == split)
+        raise DataError(
+            f"--data_path {root} is not a folder: point it at the folder of "
+            "train-NNNNN-of-MMMMM and validation-NNNNN-of-MMMMM TFRecord shards"
+        )
+    shards = sorted(
+        (int(m[2]), int(m[3]), p.name)
+        for p in root.iterdir()
+        if (m := _SHARD.match(p.name)) and m[1] == split
+    )
     if not shards:
-        raise DataError(f"--data_path {root} holds no {split}-NNNNN-of-MMMMM files: it must be "
-                        "the folder of train-*-of-* and validation-*-of-* TFRecord shards")
+        raise DataError(
+            f"--data_path {root} holds no {split}-NNNNN-of-MMMMM files: it must be "
+            "the folder of train-*-of-* and validation-*-of-* TFRecord shards"
+        )
     totals = {total for _, total, _ in shards}
     indices = [index for index, _, _ in shards]
     if len(totals) > 1 or indices != list(range(max(totals))):
-        raise DataError(f"--data_path {root} holds {len(shards)} {split} shards, not the "
-                        f"complete set of {split}-00000-of-{max(totals):05d} .. "
-                        f"{split}-{max(totals) - 1:05d}-of-{max(totals):05d}: copy the "
-                        "missing shards")
+        raise DataError(
+            f"--data_path {root} holds {len(shards)} {split} shards, not the "
+            f"complete set of {split}-00000-of-{max(totals):05d} .. "
+            f"{split}-{max(totals) - 1:05d}-of-{max(totals):05d}: copy the "
+            "missing shards"
+        )
     if any(os.path.getsize(root / name) == 0 for _, _, name in shards):
         raise DataError(f"--data_path {root} holds an empty {split} shard: copy it again")
     return [str(root / name) for _, _, name in shards]
@@ -150,11 +180,16 @@ def _check_shardable(num_files: int, split: str, where: str, num_pipelines: int)
             f"{where} has {num_files} {split} file(s) but the job runs {num_pipelines} input "
             f"pipelines (one per worker): file-based sharding needs at least one file per "
             f"pipeline; re-shard the {split} split into >= {num_pipelines} files or use fewer "
-            "workers")
+            "workers"
+        )
 
 
-def check_data_path(data_path: str | os.PathLike, num_input_pipelines: int = 1,
-                    label_offset: int = 1, sample: int = 500) -> dict[str, list[str]]:
+def check_data_path(
+    data_path: str | os.PathLike,
+    num_input_pipelines: int = 1,
+    label_offset: int = 1,
+    sample: int = 500,
+) -> dict[str, list[str]]:
     """Validates ``--data_path`` before anything runs; returns split -> shard files.
 
     Checks both splits' shards (:func:`shard_files`), that each has at least
@@ -164,29 +199,36 @@ def check_data_path(data_path: str | os.PathLike, num_input_pipelines: int = 1,
     """
     files = {split: shard_files(data_path, split) for split in SPLITS}
     for split in SPLITS:
-        _check_shardable(len(files[split]), split, f"--data_path {data_path}",
-                         num_input_pipelines)
+        _check_shardable(len(files[split]), split, f"--data_path {data_path}", num_input_pipelines)
     for split in SPLITS:
         try:
-            labels = [int(tf.io.parse_single_example(r, _FEATURES)["image/class/label"])
-                      for r in tf.data.TFRecordDataset(files[split][0]).take(sample)]
+            labels = [
+                int(tf.io.parse_single_example(r, _FEATURES)["image/class/label"])
+                for r in tf.data.TFRecordDataset(files[split][0]).take(sample)
+            ]
         except tf.errors.OpError as e:
-            raise DataError(f"{files[split][0]} is not a TFRecord file of tf.train.Examples with "
-                            f"image/encoded and image/class/label ({type(e).__name__})") from None
-        bad = [label for label in labels
-               if not label_offset <= label < label_offset + NUM_CLASSES]
+            raise DataError(
+                f"{files[split][0]} is not a TFRecord file of tf.train.Examples with "
+                f"image/encoded and image/class/label ({type(e).__name__})"
+            ) from None
+        bad = [label for label in labels if not label_offset <= label < label_offset + NUM_CLASSES]
         if bad:
             raise DataError(_label_message(bad[0], label_offset, files[split][0]))
     return files
 
 
 def _label_message(label, label_offset: int, where: str) -> str:
-    hint = ("the shards look 0-based: pass --label_offset=0" if label_offset == 1 and label == 0
-            else "the shards look 1-based (TF-slim/TPU converters): pass --label_offset=1"
-            if label_offset == 0 and label == NUM_CLASSES else
-            "these are not ILSVRC 2012 class labels")
-    return (f"{LABEL_ERROR}: {where} holds label {label}, outside {label_offset}.."
-            f"{label_offset + NUM_CLASSES - 1} (--label_offset={label_offset}); {hint}")
+    hint = (
+        "the shards look 0-based: pass --label_offset=0"
+        if label_offset == 1 and label == 0
+        else "the shards look 1-based (TF-slim/TPU converters): pass --label_offset=1"
+        if label_offset == 0 and label == NUM_CLASSES
+        else "these are not ILSVRC 2012 class labels"
+    )
+    return (
+        f"{LABEL_ERROR}: {where} holds label {label}, outside {label_offset}.."
+        f"{label_offset + NUM_CLASSES - 1} (--label_offset={label_offset}); {hint}"
+    )
 
 
 def label_error(error: Exception, label_offset: int) -> DataError | None:
@@ -203,16 +245,22 @@ def _parse(record, label_offset: int):
     label = stored - label_offset
     check = tf.debugging.Assert(
         tf.logical_and(label >= 0, label < NUM_CLASSES),
-        [f"{LABEL_ERROR}: stored label minus --label_offset={label_offset} outside 0..999",
-         stored])
+        [f"{LABEL_ERROR}: stored label minus --label_offset={label_offset} outside 0..999", stored],
+    )
     with tf.control_dependencies([check]):
         return example["image/encoded"], tf.cast(label, tf.int32)
 
 
-def read_records(split: str, *, data_path: str | os.PathLike | None = None,
-                 data_dir: str | os.PathLike | None = None, label_offset: int = 1,
-                 input_context: tf.distribute.InputContext | None = None,
-                 shuffle_files: bool = False, seed: int | None = None) -> tf.data.Dataset:
+def read_records(
+    split: str,
+    *,
+    data_path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    label_offset: int = 1,
+    input_context: tf.distribute.InputContext | None = None,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+) -> tf.data.Dataset:
     """(JPEG bytes, int32 label 0..999) of one split ("train" / "validation"), unbatched.
 
     ``data_path``: the TFRecord shards (labels minus ``label_offset``); else tfds
@@ -231,14 +279,21 @@ def read_records(split: str, *, data_path: str | os.PathLike | None = None,
             names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
         records = names.interleave(
             lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20),
-            cycle_length=min(16, len(files)), num_parallel_calls=tf.data.AUTOTUNE)
+            cycle_length=min(16, len(files)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
         return records.map(lambda r: _parse(r, label_offset), num_parallel_calls=tf.data.AUTOTUNE)
     builder = tfds_builder(data_dir, n)
-    read_config = tfds.ReadConfig(shuffle_seed=seed, try_autocache=False,
-                                  input_context=input_context if n > 1 else None)
-    records = builder.as_dataset(split=split, as_supervised=True, shuffle_files=shuffle_files,
-                                 decoders={"image": tfds.decode.SkipDecoding()},
-                                 read_config=read_config)
+    read_config = tfds.ReadConfig(
+        shuffle_seed=seed, try_autocache=False, input_context=input_context if n > 1 else None
+    )
+    records = builder.as_dataset(
+        split=split,
+        as_supervised=True,
+        shuffle_files=shuffle_files,
+        decoders={"image": tfds.decode.SkipDecoding()},
+        read_config=read_config,
+    )
     return records.map(lambda image, label: (image, tf.cast(label, tf.int32)))
 
 
@@ -248,9 +303,15 @@ def sample_crop(image_shape: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.
     [2]) with area 8%..100% and aspect ratio (w/h) 3/4..4/3, or the whole image if 10 attempts
     fail (``sample_distorted_bounding_box``, the whole image as the "object")."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        image_shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
-        seed=seed, min_object_covered=0.0, aspect_ratio_range=CROP_ASPECT,
-        area_range=CROP_AREA, max_attempts=10, use_image_if_no_bounding_boxes=True)
+        image_shape,
+        bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+        seed=seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=CROP_ASPECT,
+        area_range=CROP_AREA,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
     return begin[:2], size[:2]
 
 
@@ -280,8 +341,9 @@ def eval_crop(jpeg: tf.Tensor, image_size: int = IMAGE_SIZE) -> tf.Tensor:
     new = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), image_size)
     image = tf.image.resize(image, new, method="bilinear")
     top, left = (new[0] - image_size) // 2, (new[1] - image_size) // 2
-    return tf.ensure_shape(image[top:top + image_size, left:left + image_size],
-                           [image_size, image_size, 3])
+    return tf.ensure_shape(
+        image[top : top + image_size, left : left + image_size], [image_size, image_size, 3]
+    )
 
 
 def normalize(image: tf.Tensor, normalization: str = "per_image") -> tf.Tensor:
@@ -290,16 +352,26 @@ def normalize(image: tf.Tensor, normalization: str = "per_image") -> tf.Tensor:
         return tf.image.per_image_standardization(image)
     if normalization == "mean_std":
         return (image - tf.constant(MEAN_RGB)) / tf.constant(STDDEV_RGB)
-    raise DataError(f"--normalization={normalization} is unknown; choose one of "
-                    f"{', '.join(NORMALIZATIONS)}")
+    raise DataError(
+        f"--normalization={normalization} is unknown; choose one of {', '.join(NORMALIZATIONS)}"
+    )
 
 
-def build_dataset(split: str, batch_size: int, *, data_path: str | os.PathLike | None = None,
-                  data_dir: str | os.PathLike | None = None, label_offset: int = 1,
-                  image_size: int = IMAGE_SIZE, normalization: str = "per_image",
-                  train: bool | None = None, seed: int | None = None, start_step: int = 0,
-                  input_context: tf.distribute.InputContext | None = None,
-                  shuffle_buffer: int = SHUFFLE_BUFFER) -> tf.data.Dataset:
+def build_dataset(
+    split: str,
+    batch_size: int,
+    *,
+    data_path: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    label_offset: int = 1,
+    image_size: int = IMAGE_SIZE,
+    normalization: str = "per_image",
+    train: bool | None = None,
+    seed: int | None = None,
+    start_step: int = 0,
+    input_context: tf.distribute.InputContext | None = None,
+    shuffle_buffer: int = SHUFFLE_BUFFER,
+) -> tf.data.Dataset:
     """Batches (float32 images [B, S, S, 3], int32 labels [B]) of ``split``.
 
     ``batch_size`` is per input pipeline (pass ``input_context.get_per_replica_batch_size``).
@@ -313,26 +385,36 @@ def build_dataset(split: str, batch_size: int, *, data_path: str | os.PathLike |
     """
     check_split(split, SPLITS)
     if batch_size < 1 or shuffle_buffer < 1:
-        raise DataError(f"batch_size and shuffle_buffer must be >= 1, got {batch_size} and "
-                        f"{shuffle_buffer}")
+        raise DataError(
+            f"batch_size and shuffle_buffer must be >= 1, got {batch_size} and {shuffle_buffer}"
+        )
     if normalization not in NORMALIZATIONS:
         normalize(tf.zeros([1, 1, 3]), normalization)  # raises the DataError
     train = split == "train" if train is None else train
     if train and start_step and seed is not None:
         seed = int(np.random.SeedSequence([seed, start_step]).generate_state(1)[0])
-    records = read_records(split, data_path=data_path, data_dir=data_dir,
-                           label_offset=label_offset, input_context=input_context,
-                           shuffle_files=train, seed=seed)
+    records = read_records(
+        split,
+        data_path=data_path,
+        data_dir=data_dir,
+        label_offset=label_offset,
+        input_context=input_context,
+        shuffle_files=train,
+        seed=seed,
+    )
     if train:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         seeds = tf.data.Dataset.random(seed=seed).batch(2)
         examples = tf.data.Dataset.zip((records.repeat(), seeds)).map(
             lambda record, element_seed: (
                 normalize(train_crop(record[0], element_seed, image_size), normalization),
-                record[1]),
-            num_parallel_calls=tf.data.AUTOTUNE)
+                record[1],
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     else:
         examples = records.map(
             lambda jpeg, label: (normalize(eval_crop(jpeg, image_size), normalization), label),
-            num_parallel_calls=tf.data.AUTOTUNE)
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     return examples.batch(batch_size, drop_remainder=train).prefetch(tf.data.AUTOTUNE)

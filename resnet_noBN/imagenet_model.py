@@ -1,4 +1,4 @@
-"""The paper's ImageNet network: an all-convolutional ResNet-34 without batch norm (arXiv:1611.04231, Section 4).
+"""The paper's ImageNet network (arXiv:1611.04231, Section 4): a ResNet-34 without batch norm.
 
 Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
@@ -73,8 +73,17 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import (BlockConfig, ModelConfig, check_head, conv, he_stddev,
-                               image_input, pool_and_project, residual_stages, same_field)
+from resnet_noBN.model import (
+    BlockConfig,
+    ModelConfig,
+    check_head,
+    conv,
+    he_stddev,
+    image_input,
+    pool_and_project,
+    residual_stages,
+    same_field,
+)
 
 DOWNSAMPLES = ("block", "conv")
 
@@ -92,20 +101,31 @@ class ImageNetConfig:
     """
 
     num_classes: int = 1000
-    image_size: int = dataclasses.field(default=224, metadata={
-        "help": "Side of the square training/evaluation crops (evaluation resizes the shorter "
-                "side to image_size * 256 / 224 first)."})
-    stem_filters: int = dataclasses.field(default=64, metadata={
-        "help": "Channels of the 7x7 stride-2 stem convolution."})
+    image_size: int = dataclasses.field(
+        default=224,
+        metadata={
+            "help": "Side of the square training/evaluation crops (evaluation resizes the shorter "
+            "side to image_size * 256 / 224 first)."
+        },
+    )
+    stem_filters: int = dataclasses.field(
+        default=64, metadata={"help": "Channels of the 7x7 stride-2 stem convolution."}
+    )
     stem_kernel: int = 7
-    stage_units: tuple[int, ...] = dataclasses.field(default=(3, 4, 6, 3), metadata={
-        "help": "Residual blocks per stage."})
-    stage_widths: tuple[int, ...] = dataclasses.field(default=(64, 128, 256, 512), metadata={
-        "help": "Channels of each stage."})
-    downsample: str = dataclasses.field(default="block", metadata={
-        "choices": DOWNSAMPLES,
-        "help": "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first block; "
-                "conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN)."})
+    stage_units: tuple[int, ...] = dataclasses.field(
+        default=(3, 4, 6, 3), metadata={"help": "Residual blocks per stage."}
+    )
+    stage_widths: tuple[int, ...] = dataclasses.field(
+        default=(64, 128, 256, 512), metadata={"help": "Channels of each stage."}
+    )
+    downsample: str = dataclasses.field(
+        default="block",
+        metadata={
+            "choices": DOWNSAMPLES,
+            "help": "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first "
+            "block; conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).",
+        },
+    )
     init: str = same_field(BlockConfig, "init")
     head: str = same_field(ModelConfig, "head")
     shortcut: str = same_field(BlockConfig, "shortcut")
@@ -117,7 +137,7 @@ class ImageNetConfig:
         """Stride of each stage's first block: 2 everywhere, the first stage's only if it
         replaces the max-pool (``downsample="block"``)."""
         first = 2 if self.downsample == "block" else 1
-        return ((first,) + (2,) * (len(self.stage_widths) - 1))[:len(self.stage_widths)]
+        return ((first,) + (2,) * (len(self.stage_widths) - 1))[: len(self.stage_widths)]
 
     @property
     def block(self) -> BlockConfig:
@@ -126,17 +146,21 @@ class ImageNetConfig:
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible architecture."""
         if self.downsample not in DOWNSAMPLES:
-            raise ValueError(f"--downsample={self.downsample} is unknown; choose one of "
-                             f"{', '.join(DOWNSAMPLES)}")
+            raise ValueError(
+                f"--downsample={self.downsample} is unknown; choose one of {', '.join(DOWNSAMPLES)}"
+            )
         if len(self.stage_units) != len(self.stage_widths):
             raise ValueError(
                 f"--stage_units has {len(self.stage_units)} stages but --stage_widths has "
-                f"{len(self.stage_widths)}; give one width per stage")
+                f"{len(self.stage_widths)}; give one width per stage"
+            )
         if not self.stage_units or any(u < 1 for u in self.stage_units):
             raise ValueError(f"--stage_units must be >= 1 each, got {self.stage_units}")
         if self.stem_filters < 1 or self.stem_kernel < 1:
-            raise ValueError(f"--stem_filters and the stem kernel must be >= 1, got "
-                             f"{self.stem_filters} and {self.stem_kernel}")
+            raise ValueError(
+                f"--stem_filters and the stem kernel must be >= 1, got "
+                f"{self.stem_filters} and {self.stem_kernel}"
+            )
         if self.image_size < 8:
             raise ValueError(f"--image_size must be >= 8, got {self.image_size}")
         check_head(self.num_classes, self.head)
@@ -155,13 +179,23 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
     cfg.validate()
     block = cfg.block
     inputs, x = image_input(cfg.image_size, block.data_format)
-    x = conv(x, cfg.stem_filters, cfg.stem_kernel, 2, he_stddev(cfg.stem_kernel, cfg.stem_filters),
-             block, name="stem_conv")
+    x = conv(
+        x,
+        cfg.stem_filters,
+        cfg.stem_kernel,
+        2,
+        he_stddev(cfg.stem_kernel, cfg.stem_filters),
+        block,
+        name="stem_conv",
+    )
     if cfg.downsample == "conv":
         x = keras.layers.ReLU(name="stem_relu")(x)
-        x = conv(x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block,
-                 name="stem_downsample")
-    x = residual_stages(x, cfg.stem_filters, cfg.stage_units, cfg.stage_widths, cfg.stage_strides,
-                        block)
-    return keras.Model(inputs, pool_and_project(x, block, cfg.num_classes, cfg.head),
-                       name="resnet_noBN_imagenet")
+        x = conv(
+            x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block, name="stem_downsample"
+        )
+    x = residual_stages(
+        x, cfg.stem_filters, cfg.stage_units, cfg.stage_widths, cfg.stage_strides, block
+    )
+    return keras.Model(
+        inputs, pool_and_project(x, block, cfg.num_classes, cfg.head), name="resnet_noBN_imagenet"
+    )

@@ -24,8 +24,9 @@ def check_split(split: str, splits: tuple[str, ...]) -> None:
         raise DataError(f"unknown split {split!r}; known: {', '.join(splits)}")
 
 
-def require_files(folder: str | os.PathLike, names: Iterable[str], fix: str,
-                  where: str | None = None) -> None:
+def require_files(
+    folder: str | os.PathLike, names: Iterable[str], fix: str, where: str | None = None
+) -> None:
     """DataError ``"<where> lacks a, b: <fix>"`` (one line) unless each of ``names`` is a file in
     ``folder``; ``where`` (default: the folder) names it the way the user gave it."""
     missing = [name for name in names if not (Path(folder) / name).is_file()]

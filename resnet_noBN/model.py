@@ -79,46 +79,83 @@ class BlockConfig:
     says what it switches.
     """
 
-    init: str = dataclasses.field(default="hardt_ma", metadata={
-        "choices": INITS,
-        "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
-                "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
-                "original code's)."})
-    shortcut: str = dataclasses.field(default="pool_pad", metadata={
-        "choices": SHORTCUTS,
-        "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection."})
-    conv_bias: bool = dataclasses.field(default=False, metadata={
-        "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
-                "gives the 13.59M of the paper's text)."})
-    relu_leakiness: float = dataclasses.field(default=0.0, metadata={
-        "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
-                "resnet_main.py's leaky ReLU."})
-    identity: bool = dataclasses.field(default=True, metadata={
-        "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
-                "chain (the paper's title claim)."})
-    norm: str = dataclasses.field(default="none", metadata={
-        "choices": NORMS,
-        "help": "batch: the original code's pre-activation unit with batch norm restored (BN, "
-                "ReLU, conv, BN, ReLU, conv), the baseline the paper departs from; use with "
-                "--init=he."})
-    data_format: str = dataclasses.field(default="channels_last", metadata={
-        "choices": LAYOUTS,
-        "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
-                "kernels need channels_last). The input pipeline always yields NHWC."})
+    init: str = dataclasses.field(
+        default="hardt_ma",
+        metadata={
+            "choices": INITS,
+            "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
+            "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
+            "original code's).",
+        },
+    )
+    shortcut: str = dataclasses.field(
+        default="pool_pad",
+        metadata={
+            "choices": SHORTCUTS,
+            "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.",
+        },
+    )
+    conv_bias: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
+            "gives the 13.59M of the paper's text)."
+        },
+    )
+    relu_leakiness: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
+            "resnet_main.py's leaky ReLU."
+        },
+    )
+    identity: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
+            "chain (the paper's title claim)."
+        },
+    )
+    norm: str = dataclasses.field(
+        default="none",
+        metadata={
+            "choices": NORMS,
+            "help": "batch: the original code's pre-activation unit with batch norm restored (BN, "
+            "ReLU, conv, BN, ReLU, conv), the baseline the paper departs from; use with "
+            "--init=he.",
+        },
+    )
+    data_format: str = dataclasses.field(
+        default="channels_last",
+        metadata={
+            "choices": LAYOUTS,
+            "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
+            "kernels need channels_last). The input pipeline always yields NHWC.",
+        },
+    )
 
     @classmethod
     def of(cls, network_config) -> BlockConfig:
         """The block switches of a network's config; those it has no field for keep their
         defaults (ImageNet: ``relu_leakiness``, ``identity``, ``norm``)."""
-        return cls(**{field.name: getattr(network_config, field.name)
-                      for field in dataclasses.fields(cls) if hasattr(network_config, field.name)})
+        return cls(
+            **{
+                field.name: getattr(network_config, field.name)
+                for field in dataclasses.fields(cls)
+                if hasattr(network_config, field.name)
+            }
+        )
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the fix) for an unknown switch."""
         if not 0 <= self.relu_leakiness < 1:
             raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
-        for name, allowed in (("init", INITS), ("shortcut", SHORTCUTS), ("norm", NORMS),
-                              ("data_format", LAYOUTS)):
+        for name, allowed in (
+            ("init", INITS),
+            ("shortcut", SHORTCUTS),
+            ("norm", NORMS),
+            ("data_format", LAYOUTS),
+        ):
             _check_choice(name, getattr(self, name), allowed)
 
     def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
@@ -132,7 +169,8 @@ class BlockConfig:
                 raise ValueError(
                     f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
                     "half on each side, so widths must not shrink and must grow by an even "
-                    "number); change --stage_widths or use --shortcut=projection")
+                    "number); change --stage_widths or use --shortcut=projection"
+                )
 
 
 def check_head(num_classes: int, head: str) -> None:
@@ -156,15 +194,20 @@ class ModelConfig(BlockConfig):
     """
 
     num_classes: int = 10
-    num_residual_units: int = dataclasses.field(default=9, metadata={
-        "help": "Residual blocks per stage."})
-    init_filters: int = dataclasses.field(default=16, metadata={
-        "help": "Channels of the first, standard convolution."})
-    stage_widths: tuple[int, ...] = dataclasses.field(default=(64, 128, 256), metadata={
-        "help": "Channels of each stage."})
+    num_residual_units: int = dataclasses.field(
+        default=9, metadata={"help": "Residual blocks per stage."}
+    )
+    init_filters: int = dataclasses.field(
+        default=16, metadata={"help": "Channels of the first, standard convolution."}
+    )
+    stage_widths: tuple[int, ...] = dataclasses.field(
+        default=(64, 128, 256), metadata={"help": "Channels of each stage."}
+    )
     stage_strides: tuple[int, ...] = (1, 2, 2)
-    head: str = dataclasses.field(default="random", metadata={
-        "choices": HEADS, "help": "Last layer: fixed random projection or trained."})
+    head: str = dataclasses.field(
+        default="random",
+        metadata={"choices": HEADS, "help": "Last layer: fixed random projection or trained."},
+    )
 
     @property
     def block(self) -> BlockConfig:
@@ -174,12 +217,12 @@ class ModelConfig(BlockConfig):
         """Raise ValueError (one line, naming the fix) for an impossible architecture."""
         super().validate()
         if self.num_residual_units < 1:
-            raise ValueError(
-                f"--num_residual_units must be >= 1, got {self.num_residual_units}")
+            raise ValueError(f"--num_residual_units must be >= 1, got {self.num_residual_units}")
         if len(self.stage_widths) != len(self.stage_strides):
             raise ValueError(
                 f"--stage_widths has {len(self.stage_widths)} stages but there are "
-                f"{len(self.stage_strides)} stage strides; give one width per stage")
+                f"{len(self.stage_strides)} stage strides; give one width per stage"
+            )
         check_head(self.num_classes, self.head)
         self.check_widths(self.init_filters, self.stage_widths)
 
@@ -191,17 +234,31 @@ def same_field(config_cls, name: str):
     return dataclasses.field(default=field.default, metadata=field.metadata)
 
 
-def conv(x, filters: int, kernel_size: int, strides: int, stddev: float, block: BlockConfig,
-         name: str, use_bias: bool | None = None):
+def conv(
+    x,
+    filters: int,
+    kernel_size: int,
+    strides: int,
+    stddev: float,
+    block: BlockConfig,
+    name: str,
+    use_bias: bool | None = None,
+):
     """A SAME-padded convolution with a N(0, stddev^2) kernel (the original ``_conv``).
 
     ``use_bias`` defaults to ``block.conv_bias``.
     """
     return keras.layers.Conv2D(
-        filters, kernel_size, strides=strides, padding="same",
+        filters,
+        kernel_size,
+        strides=strides,
+        padding="same",
         use_bias=block.conv_bias if use_bias is None else use_bias,
         kernel_initializer=keras.initializers.RandomNormal(stddev=stddev),
-        bias_initializer="zeros", data_format=block.data_format, name=name)(x)
+        bias_initializer="zeros",
+        data_format=block.data_format,
+        name=name,
+    )(x)
 
 
 @keras.saving.register_keras_serializable(package="resnet_noBN")
@@ -225,8 +282,12 @@ class ZeroPadChannels(keras.layers.Layer):
         return tuple(shape)
 
     def get_config(self):
-        return {**super().get_config(), "before": self.before, "after": self.after,
-                "data_format": self.data_format}
+        return {
+            **super().get_config(),
+            "before": self.before,
+            "after": self.after,
+            "data_format": self.data_format,
+        }
 
 
 def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str):
@@ -240,16 +301,30 @@ def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockCon
     if in_filters == out_filters and strides == 1:
         return x
     if block.shortcut == "projection":
-        return conv(x, out_filters, 1, strides, he_stddev(1, out_filters), block,
-                    name=f"{name}_projection", use_bias=False)
+        return conv(
+            x,
+            out_filters,
+            1,
+            strides,
+            he_stddev(1, out_filters),
+            block,
+            name=f"{name}_projection",
+            use_bias=False,
+        )
     if strides > 1:
-        x = keras.layers.AveragePooling2D(strides, strides, padding="valid",
-                                          data_format=block.data_format, name=f"{name}_pool",
-                                          dtype=STREAM)(x)
+        x = keras.layers.AveragePooling2D(
+            strides,
+            strides,
+            padding="valid",
+            data_format=block.data_format,
+            name=f"{name}_pool",
+            dtype=STREAM,
+        )(x)
     if out_filters > in_filters:
         pad = (out_filters - in_filters) // 2
-        x = ZeroPadChannels(pad, out_filters - in_filters - pad, block.data_format,
-                            name=f"{name}_pad", dtype=STREAM)(x)
+        x = ZeroPadChannels(
+            pad, out_filters - in_filters - pad, block.data_format, name=f"{name}_pad", dtype=STREAM
+        )(x)
     return x
 
 
@@ -264,8 +339,15 @@ def batch_norm(x, block: BlockConfig, name: str):
     return keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=0.001, name=name)(x)
 
 
-def residual_block(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig,
-                   name: str, activate_before_residual: bool = False):
+def residual_block(
+    x,
+    in_filters: int,
+    out_filters: int,
+    strides: int,
+    block: BlockConfig,
+    name: str,
+    activate_before_residual: bool = False,
+):
     """x + C2(ReLU(C1(x))) (Section 4): no batch norm, one ReLU; C1 may have stride 2, C2 has
     stride 1.
 
@@ -287,7 +369,8 @@ def residual_block(x, in_filters: int, out_filters: int, strides: int, block: Bl
     if not block.identity:
         return y
     return keras.layers.Add(name=f"{name}_add", dtype=STREAM)(
-        [shortcut(x, in_filters, out_filters, strides, block, name), y])
+        [shortcut(x, in_filters, out_filters, strides, block, name), y]
+    )
 
 
 def projection_head(x, num_classes: int, trainable: bool):
@@ -301,22 +384,39 @@ def projection_head(x, num_classes: int, trainable: bool):
     """
     fan_in = x.shape[-1]
     return keras.layers.Dense(
-        num_classes, use_bias=False, trainable=trainable, name="projection", dtype=STREAM,
-        kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)))(x)
+        num_classes,
+        use_bias=False,
+        trainable=trainable,
+        name="projection",
+        dtype=STREAM,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)),
+    )(x)
 
 
-def residual_stages(x, in_filters: int, stage_units: tuple[int, ...],
-                    stage_widths: tuple[int, ...], stage_strides: tuple[int, ...],
-                    block: BlockConfig):
+def residual_stages(
+    x,
+    in_filters: int,
+    stage_units: tuple[int, ...],
+    stage_widths: tuple[int, ...],
+    stage_strides: tuple[int, ...],
+    block: BlockConfig,
+):
     """The residual stages: stage s has ``stage_units[s]`` blocks of ``stage_widths[s]``
     channels, its first block with stride ``stage_strides[s]`` (Table 1: 9, 9, 9 blocks of
     64, 128, 256 channels, strides 1, 2, 2)."""
     for stage, (units, width, strides) in enumerate(
-            zip(stage_units, stage_widths, stage_strides), start=1):
+        zip(stage_units, stage_widths, stage_strides), start=1
+    ):
         for unit in range(units):
-            x = residual_block(x, in_filters, width, strides if unit == 0 else 1, block,
-                               name=f"stage{stage}_unit{unit}",
-                               activate_before_residual=stage == 1 and unit == 0)
+            x = residual_block(
+                x,
+                in_filters,
+                width,
+                strides if unit == 0 else 1,
+                block,
+                name=f"stage{stage}_unit{unit}",
+                activate_before_residual=stage == 1 and unit == 0,
+            )
             in_filters = width
     return x
 
@@ -327,8 +427,9 @@ def pool_and_project(x, block: BlockConfig, num_classes: int, head: str):
     With ``block.norm == "batch"``, first the original's last BN and ReLU (its ``unit_last``)."""
     if block.norm == "batch":
         x = activation(batch_norm(x, block, "final_bn"), block, "final_relu")
-    x = keras.layers.GlobalAveragePooling2D(data_format=block.data_format, name="global_pool",
-                                            dtype=STREAM)(x)
+    x = keras.layers.GlobalAveragePooling2D(
+        data_format=block.data_format, name="global_pool", dtype=STREAM
+    )(x)
     return projection_head(x, num_classes, trainable=head == "trainable")
 
 
@@ -350,10 +451,17 @@ def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
     block = cfg.block
     inputs, x = image_input(32, block.data_format)
     x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), block, name="init_conv")
-    x = residual_stages(x, cfg.init_filters, (cfg.num_residual_units,) * len(cfg.stage_widths),
-                        cfg.stage_widths, cfg.stage_strides, block)
-    return keras.Model(inputs, pool_and_project(x, block, cfg.num_classes, cfg.head),
-                       name="resnet_noBN_cifar")
+    x = residual_stages(
+        x,
+        cfg.init_filters,
+        (cfg.num_residual_units,) * len(cfg.stage_widths),
+        cfg.stage_widths,
+        cfg.stage_strides,
+        block,
+    )
+    return keras.Model(
+        inputs, pool_and_project(x, block, cfg.num_classes, cfg.head), name="resnet_noBN_cifar"
+    )
 
 
 def decayed_weights(model: keras.Model) -> list:
@@ -362,8 +470,11 @@ def decayed_weights(model: keras.Model) -> list:
     As the original code's ``_decay``, which decays the variables named ``DW`` (kernels, not
     biases); a fixed head is not a parameter, so it is not decayed.
     """
-    return [layer.kernel for layer in model.layers
-            if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) and layer.trainable]
+    return [
+        layer.kernel
+        for layer in model.layers
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) and layer.trainable
+    ]
 
 
 def weight_decay_loss(model: keras.Model, rate: float) -> tf.Tensor:

@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -28,8 +28,13 @@ class Preempted(RuntimeError):
 
 
 @contextlib.contextmanager
-def guard(strategy: tf.distribute.Strategy, checkpoint_dir: str, save_fn: Callable[[], None],
-          message: Callable[[], str], print_fn=print):
+def guard(
+    strategy: tf.distribute.Strategy,
+    checkpoint_dir: str,
+    save_fn: Callable[[], None],
+    message: Callable[[], str],
+    print_fn=print,
+):
     """The handler for one training loop, which calls ``handler.run(fn, *args)`` per call.
 
     SIGTERM and SIGINT (Ctrl-C; a second one aborts with KeyboardInterrupt) print a line and go
@@ -49,10 +54,15 @@ def guard(strategy: tf.distribute.Strategy, checkpoint_dir: str, save_fn: Callab
 
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
         None if is_parameter_server(strategy) else strategy.cluster_resolver,
-        tf.train.CheckpointManager(tf.train.Checkpoint(), os.path.join(
-            checkpoint_dir, "preemption-handler-restores-nothing"), max_to_keep=1),
+        tf.train.CheckpointManager(
+            tf.train.Checkpoint(),
+            os.path.join(checkpoint_dir, "preemption-handler-restores-nothing"),
+            max_to_keep=1,
+        ),
         termination_config=tf.distribute.experimental.TerminationConfig(
-            exit_fn=exit_fn, grace_period=0, save_fn=save_fn))
+            exit_fn=exit_fn, grace_period=0, save_fn=save_fn
+        ),
+    )
     catch = signal.getsignal(signal.SIGTERM)  # the handler's own
     received = []
 
@@ -60,9 +70,11 @@ def guard(strategy: tf.distribute.Strategy, checkpoint_dir: str, save_fn: Callab
         if signum == signal.SIGINT and received:
             raise KeyboardInterrupt
         received.append(signum)
-        print_fn(f"{signal.Signals(signum).name} received: saving a checkpoint at the end of "
-                 "the next call, then exiting"
-                 + (" (Ctrl-C again to abort)" if signum == signal.SIGINT else ""))
+        print_fn(
+            f"{signal.Signals(signum).name} received: saving a checkpoint at the end of "
+            "the next call, then exiting"
+            + (" (Ctrl-C again to abort)" if signum == signal.SIGINT else "")
+        )
         catch(signal.SIGTERM, frame)
 
     for sig in previous:

@@ -57,8 +57,12 @@ def plot_error_curve(records: list[dict], path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(steps, [100 * r["test_error"] for r in records], "o-", label="test error")
     if all("train_precision" in r for r in records):
-        ax.plot(steps, [100 * (1 - r["train_precision"]) for r in records], "s--",
-                label="train error (recent batches)")
+        ax.plot(
+            steps,
+            [100 * (1 - r["train_precision"]) for r in records],
+            "s--",
+            label="train error (recent batches)",
+        )
     ax.set_xlabel("step (one gradient update)")
     ax.set_ylabel("top-1 error (%)")
     ax.set_title(title)
@@ -94,11 +98,15 @@ class RunLog:
         """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
         if not self.enabled:
             return
-        self._write(self._eval_writer, record["step"],
-                    {k: v for k, v in record.items() if k in ("test_error", "test_precision")})
+        self._write(
+            self._eval_writer,
+            record["step"],
+            {k: v for k, v in record.items() if k in ("test_error", "test_precision")},
+        )
         _append(os.path.join(self.model_dir, METRICS_FILE), record)
-        plot_error_curve(read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE),
-                         self.title)
+        plot_error_curve(
+            read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title
+        )
 
     def best_test_error(self) -> float | None:
         """The lowest test error over the evaluations in ``metrics.jsonl`` (None if none).
@@ -129,12 +137,16 @@ def check_resumable(model_dir: str, run_config: dict, absent: dict | None = None
     if not saved:
         return
     run_config = json.loads(json.dumps(run_config))  # as saved: tuples are lists
-    changed = [f"{k}={saved.get(k, absent.get(k))!r} there, {v!r} now"
-               for k, v in run_config.items()
-               if k not in (RUNTIME_KEY, SEED_KEY) and saved.get(k, absent.get(k)) != v]
+    changed = [
+        f"{k}={saved.get(k, absent.get(k))!r} there, {v!r} now"
+        for k, v in run_config.items()
+        if k not in (RUNTIME_KEY, SEED_KEY) and saved.get(k, absent.get(k)) != v
+    ]
     if changed:
-        raise InputError(f"--model_dir {model_dir} holds a run of another model "
-                         f"({'; '.join(changed)}); use a new --model_dir or the same flags")
+        raise InputError(
+            f"--model_dir {model_dir} holds a run of another model "
+            f"({'; '.join(changed)}); use a new --model_dir or the same flags"
+        )
 
 
 def read_config(model_dir: str) -> dict:
@@ -154,5 +166,6 @@ def record_config(model_dir: str, run_config: dict) -> None:
         with open(os.path.join(model_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
             json.dump(run_config, f, indent=2, sort_keys=True)
     except OSError as e:
-        raise InputError(f"--model_dir {model_dir} cannot be written ({e.strerror}); pick a "
-                         "writable folder") from None
+        raise InputError(
+            f"--model_dir {model_dir} cannot be written ({e.strerror}); pick a writable folder"
+        ) from None

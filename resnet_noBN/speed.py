@@ -23,12 +23,14 @@ from resnet_noBN import cpu
 PRECISIONS = ("float32", "mixed_bfloat16")
 
 
-def configure(precision: str = "float32", intra_op_threads: int = 0,
-              inter_op_threads: int = 0) -> None:
+def configure(
+    precision: str = "float32", intra_op_threads: int = 0, inter_op_threads: int = 0
+) -> None:
     """Set the Keras dtype policy and TF's thread pools (0 = TF's default for that pool)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"--precision={precision} is unknown; choose one of "
-                         f"{', '.join(PRECISIONS)}")
+        raise ValueError(
+            f"--precision={precision} is unknown; choose one of {', '.join(PRECISIONS)}"
+        )
     if precision == "mixed_bfloat16":
         warning = cpu.bf16_warning(has_gpu=bool(tf.config.list_physical_devices("GPU")))
         if warning:

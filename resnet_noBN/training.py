@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -46,33 +46,57 @@ class TrainConfig:
     """The recipe of arXiv:1611.04231 Section 4 (the original ``resnet_main.py``); each field is
     a flag of the launchers, its ``help`` the flag's."""
 
-    train_steps: int = dataclasses.field(default=60_000, metadata={
-        "help": "Number of updates to train for."})
-    batch_size: int = dataclasses.field(default=128, metadata={
-        "help": "GLOBAL batch size, split evenly over all replicas of all workers."})
-    learning_rate: float = dataclasses.field(default=0.05, metadata={
-        "help": "Initial learning rate."})
-    lr_boundaries: tuple[int, ...] = dataclasses.field(default=(30_000, 50_000), metadata={
-        "help": "Steps at which the learning rate is multiplied by --lr_decay."})
-    lr_decay: float = dataclasses.field(default=0.1, metadata={
-        "help": "Learning-rate factor at each boundary."})
+    train_steps: int = dataclasses.field(
+        default=60_000, metadata={"help": "Number of updates to train for."}
+    )
+    batch_size: int = dataclasses.field(
+        default=128,
+        metadata={"help": "GLOBAL batch size, split evenly over all replicas of all workers."},
+    )
+    learning_rate: float = dataclasses.field(
+        default=0.05, metadata={"help": "Initial learning rate."}
+    )
+    lr_boundaries: tuple[int, ...] = dataclasses.field(
+        default=(30_000, 50_000),
+        metadata={"help": "Steps at which the learning rate is multiplied by --lr_decay."},
+    )
+    lr_decay: float = dataclasses.field(
+        default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
+    )
     momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})
-    weight_decay: float = dataclasses.field(default=1e-4, metadata={
-        "help": "Decay rate r of the loss term r * sum ||W||^2 / 2 over conv kernels."})
-    eval_every: int = dataclasses.field(default=2_000, metadata={
-        "help": "Evaluate on the whole test split every this many steps (and at the end)."})
-    checkpoint_every: int = dataclasses.field(default=1_000, metadata={
-        "help": "Write a checkpoint every this many steps (and at the end)."})
-    log_every: int = dataclasses.field(default=100, metadata={
-        "help": "Print progress every this many steps."})
+    weight_decay: float = dataclasses.field(
+        default=1e-4,
+        metadata={"help": "Decay rate r of the loss term r * sum ||W||^2 / 2 over conv kernels."},
+    )
+    eval_every: int = dataclasses.field(
+        default=2_000,
+        metadata={
+            "help": "Evaluate on the whole test split every this many steps (and at the end)."
+        },
+    )
+    checkpoint_every: int = dataclasses.field(
+        default=1_000,
+        metadata={"help": "Write a checkpoint every this many steps (and at the end)."},
+    )
+    log_every: int = dataclasses.field(
+        default=100, metadata={"help": "Print progress every this many steps."}
+    )
     max_checkpoints: int = dataclasses.field(default=5, metadata={"help": "Checkpoints kept."})
-    eval_batch_size: int = dataclasses.field(default=500, metadata={
-        "help": "GLOBAL batch size of the evaluation."})
+    eval_batch_size: int = dataclasses.field(
+        default=500, metadata={"help": "GLOBAL batch size of the evaluation."}
+    )
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible recipe."""
-        for name in ("train_steps", "batch_size", "eval_every", "checkpoint_every", "log_every",
-                     "max_checkpoints", "eval_batch_size"):
+        for name in (
+            "train_steps",
+            "batch_size",
+            "eval_every",
+            "checkpoint_every",
+            "log_every",
+            "max_checkpoints",
+            "eval_batch_size",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         if not self.learning_rate > 0:
@@ -85,8 +109,10 @@ class TrainConfig:
             raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
         bounds = self.lr_boundaries
         if any(b <= 0 for b in bounds) or any(b >= a for b, a in zip(bounds, bounds[1:])):
-            raise ValueError(f"--lr_boundaries must be positive and strictly increasing, got "
-                             f"{','.join(map(str, bounds))}")
+            raise ValueError(
+                f"--lr_boundaries must be positive and strictly increasing, got "
+                f"{','.join(map(str, bounds))}"
+            )
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:
@@ -97,14 +123,19 @@ def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.Learn
     after ``step > boundary``, hence the boundaries minus one. The optimizer evaluates it at its
     ``iterations`` counter, which the checkpoint saves, so a resumed run continues the schedule.
     """
-    values = [cfg.learning_rate * cfg.lr_decay ** i for i in range(len(cfg.lr_boundaries) + 1)]
+    values = [cfg.learning_rate * cfg.lr_decay**i for i in range(len(cfg.lr_boundaries) + 1)]
     return keras.optimizers.schedules.PiecewiseConstantDecay(
-        [b - 1 for b in cfg.lr_boundaries], values)
+        [b - 1 for b in cfg.lr_boundaries], values
+    )
 
 
 def exponential_learning_rate_schedule(
-        batch_size: int, train_examples: int, learning_rate: float = 0.1, decay: float = 0.94,
-        epochs_per_decay: float = 2.0) -> keras.optimizers.schedules.ExponentialDecay:
+    batch_size: int,
+    train_examples: int,
+    learning_rate: float = 0.1,
+    decay: float = 0.94,
+    epochs_per_decay: float = 2.0,
+) -> keras.optimizers.schedules.ExponentialDecay:
     """lr(step) = learning_rate * decay^floor(step / decay_steps): 0.1 x 0.94 every 2 epochs,
     the ImageNet recipe (arXiv:1611.04231, Section 4).
 
@@ -113,8 +144,9 @@ def exponential_learning_rate_schedule(
     (10,009 at 256).
     """
     decay_steps = max(1, int(epochs_per_decay * train_examples / batch_size))
-    return keras.optimizers.schedules.ExponentialDecay(learning_rate, decay_steps, decay,
-                                                       staircase=True)
+    return keras.optimizers.schedules.ExponentialDecay(
+        learning_rate, decay_steps, decay, staircase=True
+    )
 
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
@@ -138,10 +170,18 @@ class Trainer:
     :class:`ParameterServerTrainer` under parameter servers.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, build_model: Callable[[], keras.Model],
-                 cfg: TrainConfig, model_dir: str, is_chief: bool = True, title: str = "",
-                 schedule: keras.optimizers.schedules.LearningRateSchedule | None = None,
-                 top5: bool = False, jit_compile: bool = False):
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        build_model: Callable[[], keras.Model],
+        cfg: TrainConfig,
+        model_dir: str,
+        is_chief: bool = True,
+        title: str = "",
+        schedule: keras.optimizers.schedules.LearningRateSchedule | None = None,
+        top5: bool = False,
+        jit_compile: bool = False,
+    ):
         self.strategy, self.cfg, self.model_dir, self.is_chief = strategy, cfg, model_dir, is_chief
         self.top5 = top5
         self.restored_from = None  # the checkpoint restore() resumed from
@@ -149,19 +189,27 @@ class Trainer:
         with strategy.scope():
             self.model = build_model()
             self.optimizer = keras.optimizers.SGD(
-                learning_rate=schedule or learning_rate_schedule(cfg), momentum=cfg.momentum)
+                learning_rate=schedule or learning_rate_schedule(cfg), momentum=cfg.momentum
+            )
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
         self._checkpoint_dir = model_dir if is_chief else _scratch_dir(model_dir, strategy)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir,
-                                                  max_to_keep=cfg.max_checkpoints)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self._checkpoint_dir, max_to_keep=cfg.max_checkpoints
+        )
         self.log = RunLog(model_dir, title, enabled=is_chief)
-        self._loss_and_grads = tf.function(self._loss_and_grads_fn, jit_compile=True) \
-            if jit_compile else self._loss_and_grads_fn
+        self._loss_and_grads = (
+            tf.function(self._loss_and_grads_fn, jit_compile=True)
+            if jit_compile
+            else self._loss_and_grads_fn
+        )
         self._run_steps = tf.function(self._run_steps_fn)
         self._eval_batch = tf.function(self._eval_batch_fn)
-        self._mean_over_replicas = tf.function(lambda value: strategy.reduce(
-            tf.distribute.ReduceOp.MEAN, strategy.run(tf.identity, args=(value,)), axis=None))
+        self._mean_over_replicas = tf.function(
+            lambda value: strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, strategy.run(tf.identity, args=(value,)), axis=None
+            )
+        )
 
     # ----------------------------------------------------------------- compiled steps
     @property
@@ -174,14 +222,17 @@ class Trainer:
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(images, training=True), tf.float32)
             per_example = keras.losses.sparse_categorical_crossentropy(
-                labels, logits, from_logits=True)
+                labels, logits, from_logits=True
+            )
             xent = tf.nn.compute_average_loss(per_example, global_batch_size=self.cfg.batch_size)
             decay = tf.nn.scale_regularization_loss(
-                weight_decay_loss(self.model, self.cfg.weight_decay))
+                weight_decay_loss(self.model, self.cfg.weight_decay)
+            )
             loss = xent + decay
         grads = tape.gradient(loss, self.model.trainable_variables)
-        correct = tf.reduce_sum(tf.cast(
-            tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
+        correct = tf.reduce_sum(
+            tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+        )
         return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)]), grads
 
     def _replica_step(self, images, labels):
@@ -208,16 +259,20 @@ class Trainer:
         and TF 2.21's oneDNN conv2d returns a wrong shape for an empty batch: such a share counts
         zeros.
         """
+
         def count():
             logits = tf.cast(self.model(images, training=False), tf.float32)
             ks = (1, 5) if self.top5 else (1,)
             top = tf.math.top_k(logits, k=ks[-1]).indices  # equal values: lower index first
             hits = [tf.reduce_any(tf.equal(top[:, :k], labels[:, None]), axis=1) for k in ks]
-            return tf.stack([tf.reduce_sum(tf.cast(h, tf.int64)) for h in hits]
-                            + [tf.size(labels, out_type=tf.int64)])
+            return tf.stack(
+                [tf.reduce_sum(tf.cast(h, tf.int64)) for h in hits]
+                + [tf.size(labels, out_type=tf.int64)]
+            )
 
-        return tf.cond(tf.size(labels) > 0, count,
-                       lambda: tf.zeros([3 if self.top5 else 2], tf.int64))
+        return tf.cond(
+            tf.size(labels) > 0, count, lambda: tf.zeros([3 if self.top5 else 2], tf.int64)
+        )
 
     def _eval_batch_fn(self, batch):
         """:meth:`_replica_eval` of one distributed batch, summed over replicas."""
@@ -236,15 +291,19 @@ class Trainer:
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
             except (tf.errors.OpError, ValueError, IndexError) as e:
-                print_fn(f"warning: checkpoint {path} cannot be restored ("
-                         f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}); "
-                         "trying the one before it")
+                print_fn(
+                    f"warning: checkpoint {path} cannot be restored ("
+                    f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}); "
+                    "trying the one before it"
+                )
                 continue
             self.restored_from = path
             return self.step
         if paths:
-            raise CheckpointError(f"no checkpoint in {self.model_dir} can be restored (tried "
-                                  f"{', '.join(paths)}); move them away to start afresh")
+            raise CheckpointError(
+                f"no checkpoint in {self.model_dir} can be restored (tried "
+                f"{', '.join(paths)}); move them away to start afresh"
+            )
         return self.step
 
     def evaluate(self, dataset_fn: Callable) -> dict:
@@ -260,8 +319,9 @@ class Trainer:
 
     def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
         """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
-        loss_sum, correct, count = (float(v) for v in
-                                    self._run_steps(iterator, tf.constant(num_steps)).numpy())
+        loss_sum, correct, count = (
+            float(v) for v in self._run_steps(iterator, tf.constant(num_steps)).numpy()
+        )
         return loss_sum, correct, count
 
     def save(self) -> None:
@@ -293,12 +353,25 @@ class Trainer:
         throughput = _Throughput()
         last_eval = None
         steps_per_call = 1  # the first call also traces and compiles
-        with preemption.guard(self.strategy, self._checkpoint_dir, self._save_if_new,
-                              self._preempted_message, print_fn) as handler:
+        with preemption.guard(
+            self.strategy,
+            self._checkpoint_dir,
+            self._save_if_new,
+            self._preempted_message,
+            print_fn,
+        ) as handler:
             while step < cfg.train_steps:
-                num_steps = min(cfg.train_steps, step + steps_per_call,
-                                *(_next_multiple(step, every) for every in
-                                  (cfg.log_every, cfg.eval_every, cfg.checkpoint_every))) - step
+                num_steps = (
+                    min(
+                        cfg.train_steps,
+                        step + steps_per_call,
+                        *(
+                            _next_multiple(step, every)
+                            for every in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every)
+                        ),
+                    )
+                    - step
+                )
                 t0 = time.perf_counter()
                 loss_sum, correct, count = handler.run(self.run_steps, iterator, num_steps)
                 seconds = time.perf_counter() - t0
@@ -308,9 +381,11 @@ class Trainer:
                 steps_per_call = self._steps_per_call(num_steps, seconds)
                 done = step >= cfg.train_steps
                 if step % cfg.log_every == 0 or done:
-                    print_fn(f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
-                             f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
-                             f"{scalars['images_per_sec']:.1f} images/s")
+                    print_fn(
+                        f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
+                        f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
+                        f"{scalars['images_per_sec']:.1f} images/s"
+                    )
                     self.log.train(step, scalars)
                 if step % cfg.checkpoint_every == 0 or done:
                     self.save()
@@ -327,10 +402,14 @@ class Trainer:
             raise TrainingDiverged(
                 f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
                 f"({tf.train.latest_checkpoint(self.model_dir) or 'none yet'}) is the last "
-                "good one; lower --learning_rate or check the input data")
-        return {"loss": loss, "precision": correct / count,
-                "learning_rate": float(self.optimizer.learning_rate.numpy()),
-                "images_per_sec": num_steps * self.cfg.batch_size / seconds}
+                "good one; lower --learning_rate or check the input data"
+            )
+        return {
+            "loss": loss,
+            "precision": correct / count,
+            "learning_rate": float(self.optimizer.learning_rate.numpy()),
+            "images_per_sec": num_steps * self.cfg.batch_size / seconds,
+        }
 
     def _steps_per_call(self, num_steps: int, seconds: float) -> int:
         """The next call's length in steps, about :data:`SECONDS_PER_CALL`; the mean of every
@@ -339,8 +418,10 @@ class Trainer:
         return max(1, round(float(self._mean_over_replicas(tf.constant(proposal)))))
 
     def _preempted_message(self) -> str:
-        return (f"preempted at step {self.step}: a checkpoint of that step is in "
-                f"{self.model_dir}; rerun the same command to resume")
+        return (
+            f"preempted at step {self.step}: a checkpoint of that step is in "
+            f"{self.model_dir}; rerun the same command to resume"
+        )
 
     def _save_if_new(self) -> None:
         """:meth:`save`, unless the latest checkpoint is already of this step."""
@@ -349,24 +430,29 @@ class Trainer:
 
     def _evaluate_and_log(self, eval_fn, step, scalars, print_fn) -> dict:
         result = self.evaluate(eval_fn)
-        record = {"step": step, **result,
-                  **{f"train_{k}" if k in ("loss", "precision") else k: v
-                     for k, v in scalars.items()}}
-        print_fn(f"step {step:>7d}  test error {result['test_error']:.4f} "
-                 f"({result['test_examples']} images)")
+        record = {
+            "step": step,
+            **result,
+            **{f"train_{k}" if k in ("loss", "precision") else k: v for k, v in scalars.items()},
+        }
+        print_fn(
+            f"step {step:>7d}  test error {result['test_error']:.4f} "
+            f"({result['test_examples']} images)"
+        )
         self.log.evaluation(record)
         return record
 
     def _summary(self, last_eval: dict, wall_seconds: float, throughput: _Throughput) -> dict:
         """What :meth:`train` returns (the launchers' one line of JSON)."""
         best = self.log.best_test_error()
-        return {"final_step": self.step,
-                **{k: v for k, v in last_eval.items() if k.startswith("test_")},
-                "best_test_error_over_evaluations": last_eval["test_error"] if best is None
-                else best,
-                "weights_sha256": self.weights_digest(),
-                "wall_time_s": round(wall_seconds, 3),
-                "images_per_sec": throughput.rate()}
+        return {
+            "final_step": self.step,
+            **{k: v for k, v in last_eval.items() if k.startswith("test_")},
+            "best_test_error_over_evaluations": last_eval["test_error"] if best is None else best,
+            "weights_sha256": self.weights_digest(),
+            "wall_time_s": round(wall_seconds, 3),
+            "images_per_sec": throughput.rate(),
+        }
 
     def weights_digest(self) -> str:
         """SHA-256 of every weight's bytes: equal on all workers of a synchronous job."""
@@ -399,12 +485,17 @@ class ParameterServerTrainer(Trainer):
 
     def distribute(self, dataset_fn: Callable):
         """One input pipeline per worker."""
-        return iter(self.coordinator.create_per_worker_dataset(
-            self.strategy.distribute_datasets_from_function(dataset_fn)))
+        return iter(
+            self.coordinator.create_per_worker_dataset(
+                self.strategy.distribute_datasets_from_function(dataset_fn)
+            )
+        )
 
     def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
-        results = [self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
-                   for _ in range(num_steps)]
+        results = [
+            self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
+            for _ in range(num_steps)
+        ]
         self.coordinator.join()
         loss_sum, correct, count = (float(v) for v in np.sum([r.fetch() for r in results], 0))
         return loss_sum, correct, count
@@ -436,8 +527,11 @@ class _Throughput:
 def _errors(totals: np.ndarray, top5: bool) -> dict:
     """Evaluation counts [top-1 correct, (top-5 correct,) examples] as error rates."""
     correct, count = int(totals[0]), int(totals[-1])
-    result = {"test_error": 1.0 - correct / count, "test_precision": correct / count,
-              "test_examples": count}
+    result = {
+        "test_error": 1.0 - correct / count,
+        "test_precision": correct / count,
+        "test_examples": count,
+    }
     if top5:
         result["test_top5_error"] = 1.0 - int(totals[1]) / count
     return result

@@ -13,7 +13,8 @@ import tensorflow as tf  # noqa: E402  (after the log level)
 # must run before TensorFlow initialises its devices, hence at conftest import.
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
-    _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+)
 
 
 CIFAR_SLICES_ENV = "RESNET_NOBN_CIFAR_SLICES"
@@ -21,10 +22,13 @@ CIFAR_SLICES_ENV = "RESNET_NOBN_CIFAR_SLICES"
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--cifar_slices", metavar="PATH", default=os.environ.get(CIFAR_SLICES_ENV),
+        "--cifar_slices",
+        metavar="PATH",
+        default=os.environ.get(CIFAR_SLICES_ENV),
         help="A folder holding real CIFAR data in the official binary layout "
-             "(cifar-10-batches-bin/, cifar-100-binary/), read by the tests on real images; "
-             f"default ${CIFAR_SLICES_ENV}. Those tests are skipped without it.")
+        "(cifar-10-batches-bin/, cifar-100-binary/), read by the tests on real images; "
+        f"default ${CIFAR_SLICES_ENV}. Those tests are skipped without it.",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +82,8 @@ def write_cifar():
             labels = rng.integers(0, spec.num_classes, n)
             label_bytes = np.stack([labels // 5, labels] if spec.label_bytes == 2 else [labels], 1)
             records = np.concatenate(
-                [label_bytes.astype(np.uint8), images.transpose(0, 3, 1, 2).reshape(n, -1)], 1)
+                [label_bytes.astype(np.uint8), images.transpose(0, 3, 1, 2).reshape(n, -1)], 1
+            )
             for name, file_records in zip(names, np.split(records, len(names))):
                 (folder / name).write_bytes(file_records.tobytes())
             written[split] = images, labels
@@ -113,8 +118,10 @@ def write_image_tree():
                     (folder / f"{i:04d}.{fmt}").write_bytes(encode(image).numpy())
                 by_label[spec.class_names.index(name)] = images
             labels = sorted(by_label)
-            written[split] = (np.concatenate([by_label[k] for k in labels]),
-                              np.repeat(labels, per_class))
+            written[split] = (
+                np.concatenate([by_label[k] for k in labels]),
+                np.repeat(labels, per_class),
+            )
         return written
 
     return write

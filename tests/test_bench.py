@@ -37,24 +37,31 @@ def test_paper_model_flops():
     assert flops["train_flops_per_image"] == 3 * flops["forward_flops_per_image"]
     # the 1x1 projection shortcuts add 3 convs: 16->64 at 32x32, 64->128 and 128->256 strided
     projection = throughput.model_flops(**throughput.MODELS["paper"], shortcut="projection")
-    assert (projection["conv_flops_per_image"] - flops["conv_flops_per_image"]
-            == 2 * (16 * 64 * 1024 + 64 * 128 * 256 + 128 * 256 * 64))
+    assert projection["conv_flops_per_image"] - flops["conv_flops_per_image"] == 2 * (
+        16 * 64 * 1024 + 64 * 128 * 256 + 128 * 256 * 64
+    )
 
 
-@pytest.mark.parametrize("cfg", [PAPER, SMALL, ModelConfig(**throughput.MODELS["small"],
-                                                           data_format="channels_first")])
+@pytest.mark.parametrize(
+    "cfg", [PAPER, SMALL, ModelConfig(**throughput.MODELS["small"], data_format="channels_first")]
+)
 def test_analytic_flops_match_the_keras_layers(cfg):
     model = build_cifar_model(cfg)
-    assert throughput.keras_model_flops(model) == throughput.model_flops(
-        **{f: getattr(cfg, f) for f in throughput.MODELS["paper"]})["forward_flops_per_image"]
+    assert (
+        throughput.keras_model_flops(model)
+        == throughput.model_flops(**{f: getattr(cfg, f) for f in throughput.MODELS["paper"]})[
+            "forward_flops_per_image"
+        ]
+    )
 
 
 def test_cpu_flops_per_cycle():
     zen4 = {"avx2", "fma", "avx512f", "avx512_bf16"}
     assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, zen4)[:2] == (32, 64)
     assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x1A, zen4)[:2] == (64, 128)
-    assert throughput.cpu_flops_per_cycle("GenuineIntel", 6, {"avx2", "fma", "avx512f",
-                                                              "amx_bf16"})[:2] == (64, 1024)
+    assert throughput.cpu_flops_per_cycle(
+        "GenuineIntel", 6, {"avx2", "fma", "avx512f", "amx_bf16"}
+    )[:2] == (64, 1024)
     assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, {"avx2", "fma"})[:2] == (32, 32)
 
 
@@ -87,6 +94,7 @@ def test_summarize():
 def twin():
     pytest.importorskip("torch")
     import torch_twin
+
     return torch_twin
 
 
@@ -113,8 +121,11 @@ def test_torch_twin_computes_the_keras_function(twin):
     net = twin.HardtMaNet(**twin.model_kwargs("small"), init="he", conv_bias=True)
     keras_convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     torch_convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
-    assert [c.name for c in keras_convs][:3] == ["init_conv", "stage1_unit0_conv1",
-                                                 "stage1_unit0_conv2"]
+    assert [c.name for c in keras_convs][:3] == [
+        "init_conv",
+        "stage1_unit0_conv1",
+        "stage1_unit0_conv2",
+    ]
     with torch.no_grad():
         for k, t in zip(keras_convs, torch_convs, strict=True):
             t.weight.copy_(torch.from_numpy(np.transpose(k.kernel.numpy(), (3, 2, 0, 1))))
@@ -151,9 +162,21 @@ def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
 def _run_bench(args, tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "throughput.py"), "--model=small", "--batch_size=8",
-         "--steps=2", "--warmup=1", f"--output={out}", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=600)
+        [
+            sys.executable,
+            str(BENCH / "throughput.py"),
+            "--model=small",
+            "--batch_size=8",
+            "--steps=2",
+            "--warmup=1",
+            f"--output={out}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert json.loads(out.read_text()) == last
@@ -163,42 +186,66 @@ def _run_bench(args, tmp_path):
 def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
     throughput.write_random_cifar10(tmp_path / "cifar-10-batches-bin", records_per_file=16)
     profile = tmp_path / "profile"
-    result = _run_bench([f"--data_path={tmp_path / 'cifar-10-batches-bin'}", "--chunk_steps=2",
-                         "--eval_batches=1", "--eval_batch_size=16", "--input_batches=2",
-                         "--no-measure_matmul", f"--profile_dir={profile}",
-                         "--profile_steps=1"], tmp_path)
+    result = _run_bench(
+        [
+            f"--data_path={tmp_path / 'cifar-10-batches-bin'}",
+            "--chunk_steps=2",
+            "--eval_batches=1",
+            "--eval_batch_size=16",
+            "--input_batches=2",
+            "--no-measure_matmul",
+            f"--profile_dir={profile}",
+            "--profile_steps=1",
+        ],
+        tmp_path,
+    )
     traces = list(profile.glob("plugins/profile/*/*.xplane.pb"))
     assert len(traces) == 1 and traces[0].stat().st_size > 0  # what TensorBoard's Profile reads
     assert result["profile_dir"] == str(profile)
     assert result["model"] == "small" and result["batch_size"] == 8
     assert result["train_s_per_step"]["n"] == 2
-    assert result["train_s_per_step"]["min"] <= result["train_s_per_step"]["median"] \
+    assert (
+        result["train_s_per_step"]["min"]
+        <= result["train_s_per_step"]["median"]
         <= result["train_s_per_step"]["max"]
-    for key in ("train_images_per_s", "chunk_s_per_step", "eval_images_per_s",
-                "input_images_per_s", "first_step_s", "peak_host_rss_mib", "train_flops_per_s"):
+    )
+    for key in (
+        "train_images_per_s",
+        "chunk_s_per_step",
+        "eval_images_per_s",
+        "input_images_per_s",
+        "first_step_s",
+        "peak_host_rss_mib",
+        "train_flops_per_s",
+    ):
         assert result[key] > 0, key
     assert result["keras_forward_flops_per_image"] == result["forward_flops_per_image"]
-    assert result["trainable_params"] == param_counts(build_cifar_model(SMALL))[
-        "trainable_params"]
+    assert result["trainable_params"] == param_counts(build_cifar_model(SMALL))["trainable_params"]
     assert result["data_source"] == "--data_path" and not result["synthetic"]
     if result["peak_flops_per_s"]:
         assert result["mfu"] == pytest.approx(
-            result["train_flops_per_s"] / result["peak_flops_per_s"], rel=1e-3)
+            result["train_flops_per_s"] / result["peak_flops_per_s"], rel=1e-3
+        )
         assert result["chunk_mfu"] == pytest.approx(
-            result["train_flops_per_image"] * result["chunk_images_per_s"]
-            / result["peak_flops_per_s"], rel=1e-3)
+            result["train_flops_per_image"]
+            * result["chunk_images_per_s"]
+            / result["peak_flops_per_s"],
+            rel=1e-3,
+        )
 
 
 def test_benchmark_synthetic_compared_with_torch(tmp_path):
     pytest.importorskip("torch")
-    result = _run_bench(["--synthetic", "--compare_torch", "--eval_batches=0",
-                         "--input_batches=0"], tmp_path)
+    result = _run_bench(
+        ["--synthetic", "--compare_torch", "--eval_batches=0", "--input_batches=0"], tmp_path
+    )
     assert result["synthetic"] and "eval_images_per_s" not in result
     assert result["matmul_flops_per_s"] > 0
     compare = result["compare"]
     assert compare["same_param_count"]
     assert compare["tf_over_torch"] == pytest.approx(
-        compare["tf_s_per_step"] / compare["torch_s_per_step"], rel=2e-2)
+        compare["tf_s_per_step"] / compare["torch_s_per_step"], rel=2e-2
+    )
     assert result["torch"]["timed_steps"] == 2 and result["torch"]["batch_size"] == 8
 
 

@@ -27,8 +27,9 @@ def arrays(dataset):
 
 
 def context(pipelines, index):
-    return tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index,
-                                      num_replicas_in_sync=pipelines)
+    return tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=index, num_replicas_in_sync=pipelines
+    )
 
 
 @pytest.fixture
@@ -67,7 +68,8 @@ def test_check_data_path_accepts_the_folder_or_its_parent(cifar10):
     root, _ = cifar10
     folder = root / "cifar-10-batches-bin"
     expected = [str(folder / f"data_batch_{i}.bin") for i in range(1, 6)] + [
-        str(folder / "test_batch.bin")]
+        str(folder / "test_batch.bin")
+    ]
     assert cifar_input.check_data_path("cifar10", root) == expected
     assert cifar_input.check_data_path("cifar10", folder) == expected
 
@@ -116,12 +118,18 @@ def test_augment_crops_and_flips_each_image_of_the_batch_on_its_own(pad):
         dy = source[i, 16, 16, 0] - 17 + pad
         flip = source[i, 16, 16, 1] < source[i, 16, 15, 1]
         dx = (source[i, 16, 15, 1] if flip else source[i, 16, 16, 1]) - 17 + pad
-        expected = padded[i, dy:dy + 32, dx:dx + 32][:, ::-1 if flip else 1]
+        expected = padded[i, dy : dy + 32, dx : dx + 32][:, :: -1 if flip else 1]
         np.testing.assert_array_equal(out[i], expected)
         kinds.append((dy, dx, flip))
     # Uniform over the (2·pad + 1)² offsets × 2 flips: a chi-square far below a 5-sigma bound.
-    counts = np.array([kinds.count((dy, dx, f)) for dy in range(2 * pad + 1)
-                       for dx in range(2 * pad + 1) for f in (False, True)])
+    counts = np.array(
+        [
+            kinds.count((dy, dx, f))
+            for dy in range(2 * pad + 1)
+            for dx in range(2 * pad + 1)
+            for f in (False, True)
+        ]
+    )
     dof = counts.size - 1
     chi2 = ((counts - n / counts.size) ** 2 / (n / counts.size)).sum()
     assert chi2 < dof + 5 * np.sqrt(2 * dof), (chi2, counts)
@@ -139,7 +147,9 @@ def test_training_batches_shapes_ranges_and_repeatability(cifar10):
 
     batches = first_batches(seed=7)
     assert cifar_input.build_dataset("cifar10", "train", 8, data_path=root).element_spec == (
-        tf.TensorSpec([8, 32, 32, 3], tf.float32), tf.TensorSpec([8], tf.int32))
+        tf.TensorSpec([8, 32, 32, 3], tf.float32),
+        tf.TensorSpec([8], tf.int32),
+    )
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
     np.testing.assert_allclose(images.mean(axis=(1, 2, 3)), 0, atol=1e-4)
@@ -160,8 +170,9 @@ def test_training_stream_is_a_function_of_seed_and_step(cifar10, start_step):
     root, _ = cifar10
 
     def batches(start, count):
-        ds = cifar_input.build_dataset("cifar10", "train", 4, data_path=root, seed=5,
-                                       start_step=start)
+        ds = cifar_input.build_dataset(
+            "cifar10", "train", 4, data_path=root, seed=5, start_step=start
+        )
         return list(ds.take(count).as_numpy_iterator())
 
     uninterrupted = batches(0, start_step + 6)
@@ -183,28 +194,41 @@ def test_evaluation_is_one_ordered_pass_with_a_partial_last_batch(cifar10):
     np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), written["train"][1])
 
 
-@pytest.mark.parametrize("split,pipelines,by_file", [
-    ("train", 2, True), ("train", 5, True), ("train", 6, False), ("test", 2, False)])
+@pytest.mark.parametrize(
+    "split,pipelines,by_file",
+    [("train", 2, True), ("train", 5, True), ("train", 6, False), ("test", 2, False)],
+)
 def test_sharding_gives_disjoint_shards_covering_the_split(cifar10, split, pipelines, by_file):
     root, written = cifar10
-    shards = [arrays(cifar_input.read_records("cifar10", split, data_path=root,
-                                              input_context=context(pipelines, i)))[0]
-              for i in range(pipelines)]
+    shards = [
+        arrays(
+            cifar_input.read_records(
+                "cifar10", split, data_path=root, input_context=context(pipelines, i)
+            )
+        )[0]
+        for i in range(pipelines)
+    ]
     all_images = written[split][0]
     keys = [{image.tobytes() for image in shard} for shard in shards]
     assert sum(len(k) for k in keys) == len(all_images)  # disjoint ...
     assert set().union(*keys) == {image.tobytes() for image in all_images}  # ... and covering
     # By file: pipeline i reads files i, i + n, ...; by record: records i, i + n, ...
-    files = [all_images[3 * f:3 * f + 3] for f in range(5 if split == "train" else 1)]
-    expected_first = (np.concatenate(files[::pipelines]) if by_file else all_images[::pipelines])
+    files = [all_images[3 * f : 3 * f + 3] for f in range(5 if split == "train" else 1)]
+    expected_first = np.concatenate(files[::pipelines]) if by_file else all_images[::pipelines]
     np.testing.assert_array_equal(shards[0], expected_first)
 
 
 def test_evaluation_with_input_context_covers_the_split(cifar10):
     root, _ = cifar10
-    counts = [sum(len(labels) for _, labels in cifar_input.build_dataset(
-        "cifar10", "test", 2, data_path=root, input_context=context(2, i)).as_numpy_iterator())
-        for i in range(2)]
+    counts = [
+        sum(
+            len(labels)
+            for _, labels in cifar_input.build_dataset(
+                "cifar10", "test", 2, data_path=root, input_context=context(2, i)
+            ).as_numpy_iterator()
+        )
+        for i in range(2)
+    ]
     assert counts == [2, 1]
 
 
@@ -215,8 +239,9 @@ def test_tfds_reading_with_mock_data(tmp_path, dataset, monkeypatch):
     with tfds.testing.mock_data(num_examples=10):
         train = cifar_input.build_dataset(dataset, "train", 4, data_dir=tmp_path, seed=1)
         images, labels = next(iter(train))
-        evaluation = list(cifar_input.build_dataset(dataset, "test", 4, data_dir=tmp_path)
-                          .as_numpy_iterator())
+        evaluation = list(
+            cifar_input.build_dataset(dataset, "test", 4, data_dir=tmp_path).as_numpy_iterator()
+        )
     assert images.shape == (4, 32, 32, 3) and images.dtype == tf.float32
     assert labels.shape == (4,) and labels.dtype == tf.int32
     np.testing.assert_allclose(tf.reduce_mean(images, axis=(1, 2, 3)), 0, atol=1e-4)
@@ -229,8 +254,15 @@ def test_tfds_reading_with_mock_data(tmp_path, dataset, monkeypatch):
 def test_tfds_download_offline_is_a_one_line_data_error(tmp_path):
     with pytest.raises(DataError) as e:
         cifar_input.build_dataset("cifar10", "train", 8, data_dir=tmp_path)
-    one_line(e, "downloading cifar10", "failed (ConnectionError)", "appears offline",
-             "--data_path", "--data_dir", "python data/prepare.py cifar10 --manual_dir")
+    one_line(
+        e,
+        "downloading cifar10",
+        "failed (ConnectionError)",
+        "appears offline",
+        "--data_path",
+        "--data_dir",
+        "python data/prepare.py cifar10 --manual_dir",
+    )
     assert isinstance(e.value.__cause__, requests.exceptions.ConnectionError)
 
 
@@ -251,6 +283,7 @@ def test_real_cifar100_and_training_batch(cifar_slices):
     raw = np.fromfile(folder / "test.bin", np.uint8).reshape(-1, 3074)
     assert len(labels) == 916 and labels.max() <= 99 and raw[:, 0].max() <= 19
     np.testing.assert_array_equal(labels, raw[:, 1])
-    images, labels = next(iter(cifar_input.build_dataset("cifar100", "train", 32,
-                                                         data_path=cifar_slices, seed=0)))
+    images, labels = next(
+        iter(cifar_input.build_dataset("cifar100", "train", 32, data_path=cifar_slices, seed=0))
+    )
     assert images.shape == (32, 32, 32, 3) and labels.shape == (32,)

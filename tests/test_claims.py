@@ -14,9 +14,13 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def run_claims(*args):
-    return subprocess.run([sys.executable, str(REPO / "launch/claims.py"), *args],
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch/claims.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +32,9 @@ def image_tree(tmp_path_factory, write_image_tree):
 
 def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, image_tree):
     out = tmp_path / "claims"
-    proc = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}",
-                      "--label=tiny tree")
+    proc = run_claims(
+        "--quick", f"--data_path={image_tree}", f"--output_dir={out}", "--label=tiny tree"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["runs"] == result["ran"] == 16
@@ -49,17 +54,24 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
     for arm in claims.ARM_NAMES:
         run = out / "runs" / f"{arm}-seed1"
         assert json.loads((run / claims.RESULT_FILE).read_text())["final_step"] == 6
-        assert [json.loads(line)["step"] for line in
-                (run / "train.jsonl").read_text().splitlines()] == [2, 4, 6]
-        assert [json.loads(line)["step"] for line in
-                (run / "metrics.jsonl").read_text().splitlines()] == [3, 6]
+        assert [
+            json.loads(line)["step"] for line in (run / "train.jsonl").read_text().splitlines()
+        ] == [2, 4, 6]
+        assert [
+            json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+        ] == [3, 6]
     # seeds are shared by the arms: the same seed gives the baseline the same weights and data
-    digests = {json.loads((out / "runs" / f"hardt_ma-seed{s}" / claims.RESULT_FILE).read_text()
-                          )["weights_sha256"] for s in (0, 1)}
+    digests = {
+        json.loads((out / "runs" / f"hardt_ma-seed{s}" / claims.RESULT_FILE).read_text())[
+            "weights_sha256"
+        ]
+        for s in (0, 1)
+    }
     assert len(digests) == 2
 
-    again = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}",
-                       "--label=tiny tree")
+    again = run_claims(
+        "--quick", f"--data_path={image_tree}", f"--output_dir={out}", "--label=tiny tree"
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "16 already finished" in again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["ran"] == 0
@@ -67,8 +79,14 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
 
 def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, image_tree):
     out = tmp_path / "claims"
-    proc = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}",
-                      "--arms=hardt_ma", "--seeds=1", "--learning_rate=1e12")
+    proc = run_claims(
+        "--quick",
+        f"--data_path={image_tree}",
+        f"--output_dir={out}",
+        "--arms=hardt_ma",
+        "--seeds=1",
+        "--learning_rate=1e12",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     arm = json.loads(proc.stdout.strip().splitlines()[-1])["arms"]["hardt_ma"]
     assert arm["diverged"] == 1 and arm["mean"] == pytest.approx(90.0)
@@ -77,22 +95,34 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
     result = json.loads((out / "runs/hardt_ma-seed0" / claims.RESULT_FILE).read_text())
     assert result["diverged"] and "training diverged" in result["why"]
 
-    other = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}",
-                       "--arms=hardt_ma", "--seeds=1")
+    other = run_claims(
+        "--quick",
+        f"--data_path={image_tree}",
+        f"--output_dir={out}",
+        "--arms=hardt_ma",
+        "--seeds=1",
+    )
     assert other.returncode == 2
-    assert other.stderr.strip().splitlines()[-1].startswith(
-        f"error: --model_dir {out}/runs/hardt_ma-seed0 holds a run of another model "
-        "(recipe=")
+    assert (
+        other.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: --model_dir {out}/runs/hardt_ma-seed0 holds a run of another model (recipe="
+        )
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--arms=hardt_ma,resnet"], "error: --arms: unknown arm(s) resnet; choose from hardt_ma,"),
-    (["--seeds=0"], "error: --seeds must be >= 1, got 0"),
-    (["--train_steps=1"], "error: --train_steps must be >= 2, got 1"),
-    (["--learning_rate=0"], "error: --learning_rate must be positive, got 0.0"),
-    (["--data_path=/nonexistent"], "error: --data_path /nonexistent is not a folder"),
-    (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--arms=hardt_ma,resnet"], "error: --arms: unknown arm(s) resnet; choose from hardt_ma,"),
+        (["--seeds=0"], "error: --seeds must be >= 1, got 0"),
+        (["--train_steps=1"], "error: --train_steps must be >= 2, got 1"),
+        (["--learning_rate=0"], "error: --learning_rate must be positive, got 0.0"),
+        (["--data_path=/nonexistent"], "error: --data_path /nonexistent is not a folder"),
+        (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, image_tree, args, message):
     out = tmp_path / "claims"
     proc = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}", *args)
@@ -122,8 +152,9 @@ def test_a_diverged_seed_counts_as_chance_and_verdicts_weigh_the_spread():
     assert v["holds"] is False and v["exceeds_spread"] is False
     assert v["text"] == "paper's direction does not hold; gap within seed spread"
     v = claims.verdict(arms["leaky_relu"], worse, base)
-    assert v["holds"] is None and v["text"] == ("no claim: worse than the baseline; "
-                                                "gap > seed spread")
+    assert v["holds"] is None and v["text"] == (
+        "no claim: worse than the baseline; gap > seed spread"
+    )
     one = claims.arm_summary([result(0, 0.5)], 10)
     assert one["sd"] is None
     assert claims.verdict(arms["he"], one, base)["text"].endswith("one seed: spread unknown")
@@ -133,8 +164,16 @@ def test_the_budgeted_recipe_keeps_the_papers_proportions():
     cfg = claims.train_config(claims.Sweep())
     assert cfg.train_steps == 300 and cfg.lr_boundaries == (150, 250)  # 30k, 50k of 60k
     assert (cfg.batch_size, cfg.learning_rate, cfg.momentum, cfg.weight_decay) == (
-        128, 0.05, 0.9, 1e-4)
+        128,
+        0.05,
+        0.9,
+        1e-4,
+    )
     model = claims.model_config(claims.ARMS[-1], claims.Sweep(), 10)
     assert (model.num_residual_units, model.stage_widths, model.norm, model.init) == (
-        9, (16, 32, 64), "batch", "he")
+        9,
+        (16, 32, 64),
+        "batch",
+        "he",
+    )
     assert claims.train_config(claims.QUICK).lr_boundaries == (3, 5)

@@ -16,8 +16,10 @@ SAPPHIRE_RAPIDS = ZEN4 | {"amx_tile", "amx_bf16", "amx_int8"}
 
 def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 fma\n\n"
-                    "processor\t: 1\nflags\t\t: fpu\n")
+    info.write_text(
+        "processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 fma\n\n"
+        "processor\t: 1\nflags\t\t: fpu\n"
+    )
     assert cpu.cpu_flags(info) == {"fpu", "avx2", "fma"}
     assert cpu.cpu_flags(tmp_path / "absent") == set()
     assert cpu.cpu_name(info) == "X (family ? model ?)"
@@ -26,8 +28,9 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     assert cpu.isa({"avx2", "fma"}) == {name: name in ("avx2", "fma") for name in cpu.ISA_FLAGS}
 
 
-@pytest.mark.parametrize("flags, tf_alone", [(ZEN3, False), (ZEN4, True),
-                                             (SAPPHIRE_RAPIDS, True), (set(), False)])
+@pytest.mark.parametrize(
+    "flags, tf_alone", [(ZEN3, False), (ZEN4, True), (SAPPHIRE_RAPIDS, True), (set(), False)]
+)
 def test_onednn_is_turned_on_on_every_x86_cpu(flags, tf_alone):
     value, reason = cpu.onednn_decision({}, flags, "x86_64", tensorflow_loaded=False)
     assert value == "1" and reason.startswith("resnet_noBN's default on x86")
@@ -35,12 +38,25 @@ def test_onednn_is_turned_on_on_every_x86_cpu(flags, tf_alone):
     assert ("TensorFlow would enable it too" in reason) is tf_alone
 
 
-@pytest.mark.parametrize("environ, machine, loaded, why", [
-    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "x86_64", False, "TF_ENABLE_ONEDNN_OPTS=0 set by the user"),
-    ({"TF_ENABLE_ONEDNN_OPTS": "1"}, "x86_64", False, "TF_ENABLE_ONEDNN_OPTS=1 set by the user"),
-    ({}, "aarch64", False, "not an x86 CPU (aarch64): TensorFlow's default"),
-    ({}, "x86_64", True, "TensorFlow was imported before resnet_noBN: TensorFlow's default"),
-])
+@pytest.mark.parametrize(
+    "environ, machine, loaded, why",
+    [
+        (
+            {"TF_ENABLE_ONEDNN_OPTS": "0"},
+            "x86_64",
+            False,
+            "TF_ENABLE_ONEDNN_OPTS=0 set by the user",
+        ),
+        (
+            {"TF_ENABLE_ONEDNN_OPTS": "1"},
+            "x86_64",
+            False,
+            "TF_ENABLE_ONEDNN_OPTS=1 set by the user",
+        ),
+        ({}, "aarch64", False, "not an x86 CPU (aarch64): TensorFlow's default"),
+        ({}, "x86_64", True, "TensorFlow was imported before resnet_noBN: TensorFlow's default"),
+    ],
+)
 def test_the_users_setting_and_tensorflows_default_are_left_alone(environ, machine, loaded, why):
     assert cpu.onednn_decision(environ, ZEN3, machine, loaded) == (None, why)
 
@@ -56,10 +72,17 @@ def _report(env_value):
     env = {k: v for k, v in os.environ.items() if k != cpu.ENV}
     if env_value is not None:
         env[cpu.ENV] = env_value
-    code = ("import json, os, resnet_noBN.cpu as c, tensorflow; "
-            "print(json.dumps({**c.runtime_report(), 'env': os.environ.get(c.ENV)}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=dict(env, TF_CPP_MIN_LOG_LEVEL="2"))
+    code = (
+        "import json, os, resnet_noBN.cpu as c, tensorflow; "
+        "print(json.dumps({**c.runtime_report(), 'env': os.environ.get(c.ENV)}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(env, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

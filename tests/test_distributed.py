@@ -16,8 +16,14 @@ from resnet_noBN import distribute
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-SMALL = ["--num_residual_units=1", "--stage_widths=16,32,64", "--batch_size=16",
-         "--eval_batch_size=20", "--log_every=5", "--seed=1"]
+SMALL = [
+    "--num_residual_units=1",
+    "--stage_widths=16,32,64",
+    "--batch_size=16",
+    "--eval_batch_size=20",
+    "--log_every=5",
+    "--seed=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +41,20 @@ def job_env(tmp_path):
 
 def local_cluster(tmp_path, cluster_args, launcher_args, **kwargs):
     return subprocess.run(
-        [sys.executable, str(REPO / "launch/local_cluster.py"), *cluster_args, "--",
-         str(REPO / "launch/cifar.py"), *launcher_args], capture_output=True, text=True,
-        env=job_env(tmp_path), timeout=300, **kwargs)
+        [
+            sys.executable,
+            str(REPO / "launch/local_cluster.py"),
+            *cluster_args,
+            "--",
+            str(REPO / "launch/cifar.py"),
+            *launcher_args,
+        ],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=300,
+        **kwargs,
+    )
 
 
 def final_lines(stdout: str) -> dict[str, dict]:
@@ -52,10 +69,19 @@ def final_lines(stdout: str) -> dict[str, dict]:
 
 def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar_bin):
     model_dir = tmp_path / "run"
-    proc = local_cluster(tmp_path, ["--workers=2"],
-                         ["--strategy=multi_worker", f"--data_path={cifar_bin}",
-                          f"--model_dir={model_dir}", "--train_steps=10",
-                          "--checkpoint_every=5", "--eval_every=10", *SMALL])
+    proc = local_cluster(
+        tmp_path,
+        ["--workers=2"],
+        [
+            "--strategy=multi_worker",
+            f"--data_path={cifar_bin}",
+            f"--model_dir={model_dir}",
+            "--train_steps=10",
+            "--checkpoint_every=5",
+            "--eval_every=10",
+            *SMALL,
+        ],
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     results = final_lines(proc.stdout)
     assert set(results) == {"worker0", "worker1"}
@@ -65,19 +91,37 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
     assert "2 replica(s) x 2 input pipeline(s)" in proc.stdout
     # the chief's files only: one checkpoint series, one metrics file; no leftover temp dirs
     assert sorted(p.name for p in model_dir.iterdir()) == [
-        "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index",
-        "ckpt-5.data-00000-of-00001", "ckpt-5.index", "config.json", "eval",
-        "metrics.jsonl", "test_error.png", "train", "train.jsonl"]
+        "checkpoint",
+        "ckpt-10.data-00000-of-00001",
+        "ckpt-10.index",
+        "ckpt-5.data-00000-of-00001",
+        "ckpt-5.index",
+        "config.json",
+        "eval",
+        "metrics.jsonl",
+        "test_error.png",
+        "train",
+        "train.jsonl",
+    ]
     assert len((model_dir / "metrics.jsonl").read_text().splitlines()) == 1
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_parameter_servers_advance_the_step_by_the_steps_scheduled(tmp_path, cifar_bin):
     model_dir = tmp_path / "ps_run"
-    proc = local_cluster(tmp_path, ["--workers=2", "--ps=1"],
-                         ["--strategy=parameter_server", f"--data_path={cifar_bin}",
-                          f"--model_dir={model_dir}", "--train_steps=15",
-                          "--checkpoint_every=15", "--eval_every=15", *SMALL])
+    proc = local_cluster(
+        tmp_path,
+        ["--workers=2", "--ps=1"],
+        [
+            "--strategy=parameter_server",
+            f"--data_path={cifar_bin}",
+            f"--model_dir={model_dir}",
+            "--train_steps=15",
+            "--checkpoint_every=15",
+            "--eval_every=15",
+            *SMALL,
+        ],
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     results = final_lines(proc.stdout)
     assert list(results) == ["chief0"]  # workers and the ps only serve
@@ -92,13 +136,30 @@ def test_parameter_servers_advance_the_step_by_the_steps_scheduled(tmp_path, cif
 def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin):
     """SIGKILL worker 1 mid-run; the job stops; rerun: it resumes at the last checkpoint."""
     model_dir = tmp_path / "run"
-    args = ["--strategy=multi_worker", f"--data_path={cifar_bin}", f"--model_dir={model_dir}",
-            "--checkpoint_every=10", "--eval_every=100000", *SMALL]
+    args = [
+        "--strategy=multi_worker",
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        "--checkpoint_every=10",
+        "--eval_every=100000",
+        *SMALL,
+    ]
     job = subprocess.Popen(
-        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2",
-         "--kill_timeout=5", "--", str(REPO / "launch/cifar.py"), "--train_steps=100000",
-         *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=job_env(tmp_path))
+        [
+            sys.executable,
+            str(REPO / "launch/local_cluster.py"),
+            "--workers=2",
+            "--kill_timeout=5",
+            "--",
+            str(REPO / "launch/cifar.py"),
+            "--train_steps=100000",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=job_env(tmp_path),
+    )
     pids, killed_at, output = {}, None, []
     deadline = time.monotonic() + 240
     for line in job.stdout:
@@ -147,12 +208,29 @@ def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path,
     """SIGTERM to the launcher (as a scheduler would): both workers agree on a step, save it
     and exit 3, and so does the launcher; the rerun resumes there: 0 steps lost."""
     model_dir = tmp_path / "run"
-    args = ["--strategy=multi_worker", f"--data_path={cifar_bin}", f"--model_dir={model_dir}",
-            "--checkpoint_every=1000", "--eval_every=1000", *SMALL]
+    args = [
+        "--strategy=multi_worker",
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        "--checkpoint_every=1000",
+        "--eval_every=1000",
+        *SMALL,
+    ]
     job = subprocess.Popen(
-        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--",
-         str(REPO / "launch/cifar.py"), "--train_steps=100000", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env(tmp_path))
+        [
+            sys.executable,
+            str(REPO / "launch/local_cluster.py"),
+            "--workers=2",
+            "--",
+            str(REPO / "launch/cifar.py"),
+            "--train_steps=100000",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=job_env(tmp_path),
+    )
     pids, output = [], []
     for line in job.stdout:
         output.append(line)
@@ -164,8 +242,10 @@ def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path,
     output = "".join(output) + job.communicate(timeout=120)[0]
     assert job.returncode == 3, output[-3000:]
     assert "preempted: every trainer saved a checkpoint" in output
-    steps = {name: int(output.split(f"[{name}] preempted at step ")[1].split(":")[0])
-             for name in ("worker0", "worker1")}
+    steps = {
+        name: int(output.split(f"[{name}] preempted at step ")[1].split(":")[0])
+        for name in ("worker0", "worker1")
+    }
     saved = steps["worker0"]
     assert steps["worker1"] == saved > 10
     assert tf.train.latest_checkpoint(str(model_dir)) == f"{model_dir}/ckpt-{saved}"
@@ -187,22 +267,37 @@ def run_cifar(tmp_path, args, tf_config=None):
     env.pop("TF_CONFIG", None)
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config if isinstance(tf_config, str) else json.dumps(tf_config)
-    return subprocess.run([sys.executable, str(REPO / "launch/cifar.py"), *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch/cifar.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("tf_config, message", [
-    (None, "error: --strategy=multi_worker needs TF_CONFIG"),
-    ({"cluster": {"worker": ["127.0.0.1:1"]}},
-     'error: TF_CONFIG has no "task" entry with "type" and "index"'),
-    ({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}},
-     'error: TF_CONFIG task index 3 is out of range: the cluster has 1 "worker" task(s)'),
-    ("{not json", "error: TF_CONFIG is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "tf_config, message",
+    [
+        (None, "error: --strategy=multi_worker needs TF_CONFIG"),
+        (
+            {"cluster": {"worker": ["127.0.0.1:1"]}},
+            'error: TF_CONFIG has no "task" entry with "type" and "index"',
+        ),
+        (
+            {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}},
+            'error: TF_CONFIG task index 3 is out of range: the cluster has 1 "worker" task(s)',
+        ),
+        ("{not json", "error: TF_CONFIG is not valid JSON"),
+    ],
+)
 def test_bad_tf_config_is_one_line_and_status_2(tmp_path, cifar_bin, tf_config, message):
     model_dir = tmp_path / "run"
-    proc = run_cifar(tmp_path, ["--strategy=multi_worker", f"--data_path={cifar_bin}",
-                                f"--model_dir={model_dir}", *SMALL], tf_config)
+    proc = run_cifar(
+        tmp_path,
+        ["--strategy=multi_worker", f"--data_path={cifar_bin}", f"--model_dir={model_dir}", *SMALL],
+        tf_config,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(message)
     assert not model_dir.exists()
@@ -213,29 +308,50 @@ def test_port_in_use_is_one_line_and_status_2(tmp_path, cifar_bin):
         holder.bind(("", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        proc = run_cifar(tmp_path, ["--strategy=multi_worker", f"--data_path={cifar_bin}",
-                                    f"--model_dir={tmp_path / 'run'}", *SMALL],
-                         {"cluster": {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]},
-                          "task": {"type": "worker", "index": 0}})
+        proc = run_cifar(
+            tmp_path,
+            [
+                "--strategy=multi_worker",
+                f"--data_path={cifar_bin}",
+                f"--model_dir={tmp_path / 'run'}",
+                *SMALL,
+            ],
+            {
+                "cluster": {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]},
+                "task": {"type": "worker", "index": 0},
+            },
+        )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: port {port} of worker 0 (127.0.0.1:{port}) is in use: stop what holds it or "
-        "give this task another port in TF_CONFIG")
+        "give this task another port in TF_CONFIG"
+    )
 
 
 def test_batch_not_divisible_by_the_workers_stops_the_job(tmp_path, cifar_bin):
-    proc = local_cluster(tmp_path, ["--workers=2"],
-                         ["--strategy=multi_worker", f"--data_path={cifar_bin}",
-                          f"--model_dir={tmp_path / 'run'}", *SMALL, "--batch_size=15"])
+    proc = local_cluster(
+        tmp_path,
+        ["--workers=2"],
+        [
+            "--strategy=multi_worker",
+            f"--data_path={cifar_bin}",
+            f"--model_dir={tmp_path / 'run'}",
+            *SMALL,
+            "--batch_size=15",
+        ],
+    )
     assert proc.returncode == 2
-    assert ("error: --batch_size=15 is not divisible by the 2 replicas; use a multiple of 2"
-            in proc.stdout)
+    assert (
+        "error: --batch_size=15 is not divisible by the 2 replicas; use a multiple of 2"
+        in proc.stdout
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_parameter_server_needs_ps_tasks():
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["a:1"], "chief": ["b:1"]},
-                                          "task": {"type": "chief", "index": 0}})
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": ["a:1"], "chief": ["b:1"]}, "task": {"type": "chief", "index": 0}}
+    )
     try:
         with pytest.raises(distribute.ClusterError, match="it lacks ps"):
             distribute.parse_tf_config("parameter_server")

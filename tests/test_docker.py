@@ -35,8 +35,11 @@ SBATCH = REPO / "docker" / "slurm" / "train_cifar.sbatch"
 def setup_kwargs() -> dict:
     """The literal keyword arguments of setup() in setup.py."""
     tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
-    call = next(n for n in ast.walk(tree)
-                if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup")
+    call = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup"
+    )
     out = {}
     for kw in call.keywords:
         try:
@@ -47,8 +50,11 @@ def setup_kwargs() -> dict:
 
 
 def pinned_tensorflow() -> str:
-    pins = [r.split("==", 1)[1].split(";")[0].strip() for r in setup_kwargs()["install_requires"]
-            if re.match(r"tensorflow\s*==", r)]
+    pins = [
+        r.split("==", 1)[1].split(";")[0].strip()
+        for r in setup_kwargs()["install_requires"]
+        if re.match(r"tensorflow\s*==", r)
+    ]
     assert len(pins) == 1, "setup.py should pin tensorflow==X.Y.Z exactly once"
     return pins[0]
 
@@ -73,9 +79,11 @@ def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
 
 def substitute(text: str, variables: dict[str, str]) -> str:
     """${VAR}, $VAR and ${VAR:-default} from `variables` (compose/Dockerfile interpolation)."""
+
     def repl(m):
         name, default = m.group(1) or m.group(3), m.group(2)
         return variables.get(name, default if default is not None else m.group(0))
+
     return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)", repl, text)
 
 
@@ -104,8 +112,9 @@ class Dockerfile:
                     continue  # from another stage or image, not the build context
                 words = [w for w in words if not w.startswith("--")]
                 dest = PurePosixPath(words[-1])
-                self.copies.append((words[:-1], str(workdir / dest)
-                                    + ("/" if words[-1].endswith("/") else "")))
+                self.copies.append(
+                    (words[:-1], str(workdir / dest) + ("/" if words[-1].endswith("/") else ""))
+                )
             elif keyword == "VOLUME":
                 self.volumes += json.loads(args) if args.startswith("[") else args.split()
             elif keyword == "EXPOSE":
@@ -125,9 +134,10 @@ class Dockerfile:
                 if src_path.is_dir():
                     prefix = dest.rstrip("/") + "/"
                     if image_path.startswith(prefix):
-                        return src_path / image_path[len(prefix):]
-                elif image_path == dest or (dest.endswith("/") and
-                                            image_path == dest + src_path.name):
+                        return src_path / image_path[len(prefix) :]
+                elif image_path == dest or (
+                    dest.endswith("/") and image_path == dest + src_path.name
+                ):
                     return src_path
         return None
 
@@ -171,7 +181,9 @@ def dockerignored(relpath: str, rules) -> bool:
 
 @pytest.fixture(scope="module")
 def yaml():
-    return pytest.importorskip("yaml", reason="PyYAML is in the `test` extra: pip install -e .[test]")
+    return pytest.importorskip(
+        "yaml", reason="PyYAML is in the `test` extra: pip install -e .[test]"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +195,14 @@ def dockerfile() -> Dockerfile:
 def launcher_flags() -> dict[str, list[str] | None]:
     """Flags that launch/cifar.py defines (its --helpfull): name -> enum choices or None."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, str(REPO / "launch" / "cifar.py"), "--helpfull"],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "launch" / "cifar.py"), "--helpfull"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     flags = {}
     for m in re.finditer(r"^\s+--(?:\[no\])?(\w+):(?:\s+<([^>]*)>:)?", proc.stdout, re.M):
         flags[m.group(1)] = m.group(2).split("|") if m.group(2) else None
@@ -225,7 +243,8 @@ def check_cluster(tf_configs: dict[str, dict], own_hosts: dict[str, str], where:
         # The own name, or a fully qualified form of it (<name>.<namespace>.svc...).
         assert host == own_hosts[name] or host.startswith(own_hosts[name] + "."), (
             f"{where}: {name} is {task_type} {index}, whose address {host} is not its own "
-            f"name {own_hosts[name]}")
+            f"name {own_hosts[name]}"
+        )
         ports.add(port)
     for addrs in cluster.values():
         ports.update(a.rpartition(":")[2] for a in addrs)
@@ -250,8 +269,10 @@ def test_dockerfile_tensorflow_is_the_one_setup_py_pins(dockerfile):
 
 
 def test_dockerfile_python_satisfies_python_requires(dockerfile):
-    minimum = tuple(int(v) for v in
-                    re.match(r">=\s*([\d.]+)", setup_kwargs()["python_requires"]).group(1).split("."))
+    minimum = tuple(
+        int(v)
+        for v in re.match(r">=\s*([\d.]+)", setup_kwargs()["python_requires"]).group(1).split(".")
+    )
     base = dockerfile.froms[-1]
     if not base.startswith("python:"):
         pytest.skip(f"the Python version of {base} is not in its tag")
@@ -262,7 +283,7 @@ def test_dockerfile_python_satisfies_python_requires(dockerfile):
 def test_dockerfile_copies_exist_in_the_build_context(dockerfile):
     rules = dockerignore_rules()
     assert dockerfile.copies, "the Dockerfile copies nothing from the repository"
-    for sources, dest in dockerfile.copies:
+    for sources, _dest in dockerfile.copies:
         for src in sources:
             path = REPO / src
             assert path.exists(), f"COPY {src}: no such path in the repository (build context)"
@@ -277,9 +298,14 @@ def test_dockerfile_copies_exist_in_the_build_context(dockerfile):
 
 def test_dockerignore_keeps_bulky_paths_out_of_the_context():
     rules = dockerignore_rules()
-    for rel in (".venv/bin/python", "data/tensorflow_datasets/cifar10/3.0.2/x.tfrecord",
-                "data/downloads/cifar-10-binary.tar.gz", "runs/cifar10/ckpt-1.index", ".git/HEAD",
-                "resnet_noBN/__pycache__/model.cpython-311.pyc"):
+    for rel in (
+        ".venv/bin/python",
+        "data/tensorflow_datasets/cifar10/3.0.2/x.tfrecord",
+        "data/downloads/cifar-10-binary.tar.gz",
+        "runs/cifar10/ckpt-1.index",
+        ".git/HEAD",
+        "resnet_noBN/__pycache__/model.cpython-311.pyc",
+    ):
         assert dockerignored(rel, rules), f".dockerignore lets {rel} into the build context"
 
 
@@ -287,7 +313,9 @@ def test_dockerfile_runs_the_launcher_with_data_and_runs_volumes(dockerfile, lau
     entry = dockerfile.entrypoint
     assert entry and entry[0].startswith("python"), "ENTRYPOINT must be exec form: python ..."
     script = dockerfile.repo_file_at(entry[1])
-    assert script == REPO / "launch" / "cifar.py", f"ENTRYPOINT runs {entry[1]}, not launch/cifar.py"
+    assert script == REPO / "launch" / "cifar.py", (
+        f"ENTRYPOINT runs {entry[1]}, not launch/cifar.py"
+    )
     # User arguments are appended to the entrypoint: no default flags may hide in CMD.
     assert dockerfile.cmd in (None, []), "default flags belong to ENTRYPOINT (CMD is replaced)"
     check_launcher_args(entry[2:], launcher_flags, "Dockerfile ENTRYPOINT")
@@ -360,15 +388,18 @@ def k8s_objects(yaml) -> list[dict]:
 
 def test_k8s_indexed_job_tf_configs_name_the_pods_dns_names(yaml, dockerfile):
     objects = k8s_objects(yaml)
-    jobs = [o for o in objects if o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed"]
+    jobs = [
+        o for o in objects if o["kind"] == "Job" and o["spec"].get("completionMode") == "Indexed"
+    ]
     assert len(jobs) == 1, "one Indexed Job: the training workers"
     job = jobs[0]
     job_name, spec = job["metadata"]["name"], job["spec"]
     n = spec["completions"]
     assert spec["parallelism"] == n >= 2, "all workers must run at once"
     pod = spec["template"]["spec"]
-    service = next(o for o in objects if o["kind"] == "Service"
-                   and o["metadata"]["name"] == pod["subdomain"])
+    service = next(
+        o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == pod["subdomain"]
+    )
     assert service["spec"]["clusterIP"] == "None", "the subdomain Service must be headless"
     labels = {**spec["template"].get("metadata", {}).get("labels", {}), "job-name": job_name}
     assert service["spec"]["selector"].items() <= labels.items(), "the Service selects the pods"
@@ -382,8 +413,9 @@ def test_k8s_indexed_job_tf_configs_name_the_pods_dns_names(yaml, dockerfile):
         assert names.index(ref) < names.index("TF_CONFIG"), f"$({ref}) is defined after TF_CONFIG"
         source = next(e for e in env if e["name"] == ref)["valueFrom"]["fieldRef"]["fieldPath"]
         assert source == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-    configs = {f"{job_name}-{i}": json.loads(re.sub(r"\$\(\w+\)", str(i), tf_config))
-               for i in range(n)}
+    configs = {
+        f"{job_name}-{i}": json.loads(re.sub(r"\$\(\w+\)", str(i), tf_config)) for i in range(n)
+    }
     for i, config in enumerate(configs.values()):
         assert config["task"] == {"type": "worker", "index": i}
     # The pod hostname is <job>-<index>; <hostname>.<subdomain> resolves in the namespace.
@@ -449,28 +481,41 @@ def test_sbatch_script_srun_command_line(tmp_path, container):
     record = tmp_path / "srun_args"
     (bin_dir / "srun").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\n')
     (bin_dir / "srun").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path),
-           "SLURM_SUBMIT_DIR": str(REPO), "RUNS_DIR": str(tmp_path / "runs"), "RUN_NAME": "r1"}
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "RUNS_DIR": str(tmp_path / "runs"),
+        "RUN_NAME": "r1",
+    }
     if container:
         env["SIF"] = str(tmp_path / "resnet-nobn.sif")
-    proc = subprocess.run(["bash", str(SBATCH), "--train_steps=5"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(SBATCH), "--train_steps=5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     args = record.read_text().splitlines()
     assert args[0] == "--kill-on-bad-exit=1"
     flags = ["--strategy=multi_worker", "--cluster_resolver=slurm"]
     if container:
         assert args[1:3] == ["apptainer", "exec"] and "--nv" in args
-        assert args[args.index(env["SIF"]) + 1:args.index(env["SIF"]) + 3] == [
-            "python", "/opt/resnet_noBN/launch/cifar.py"]
+        assert args[args.index(env["SIF"]) + 1 : args.index(env["SIF"]) + 3] == [
+            "python",
+            "/opt/resnet_noBN/launch/cifar.py",
+        ]
         bind = args[args.index("--bind") + 1]
-        assert bind == (f"{REPO}/data/tensorflow_datasets:/data/tensorflow_datasets,"
-                        f"{tmp_path}/runs:/runs")
+        assert bind == (
+            f"{REPO}/data/tensorflow_datasets:/data/tensorflow_datasets,{tmp_path}/runs:/runs"
+        )
         flags += ["--data_dir=/data/tensorflow_datasets", "--model_dir=/runs/r1"]
     else:
         assert args[1:3] == [f"{REPO}/.venv/bin/python", f"{REPO}/launch/cifar.py"]
         flags += [f"--data_dir={REPO}/data/tensorflow_datasets", f"--model_dir={tmp_path}/runs/r1"]
-    assert args[-len(flags) - 1:] == flags + ["--train_steps=5"]
+    assert args[-len(flags) - 1 :] == flags + ["--train_steps=5"]
     assert (tmp_path / "runs").is_dir()
 
 
@@ -498,14 +543,19 @@ def test_sbatch_script_requeues_on_preemption_and_ahead_of_the_time_limit():
 
 
 def test_k8s_job_gives_time_to_save_and_does_not_count_preemptions(yaml):
-    job = next(d for d in k8s_objects(yaml) if d["kind"] == "Job"
-               and d["metadata"]["name"] == "resnet-nobn-cifar")
+    job = next(
+        d
+        for d in k8s_objects(yaml)
+        if d["kind"] == "Job" and d["metadata"]["name"] == "resnet-nobn-cifar"
+    )
     pod = job["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] >= SAVE_SECONDS
     assert pod["restartPolicy"] == "Never"  # what podFailurePolicy requires
     rules = job["spec"]["podFailurePolicy"]["rules"]
-    assert {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In",
-                                                 "values": [3]}} in rules
+    assert {
+        "action": "Ignore",
+        "onExitCodes": {"containerName": "worker", "operator": "In", "values": [3]},
+    } in rules
     assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in rules
 
 

@@ -9,8 +9,9 @@ from resnet_noBN.errors import DataError
 
 
 def records(root, split, dataset="cifar10", **kwargs):
-    images, labels = zip(*cifar_input.read_records(dataset, split, data_path=root, **kwargs)
-                         .as_numpy_iterator())
+    images, labels = zip(
+        *cifar_input.read_records(dataset, split, data_path=root, **kwargs).as_numpy_iterator()
+    )
     return np.stack(images), np.stack(labels)
 
 
@@ -38,8 +39,16 @@ def test_the_one_folder_inside_data_path_is_found_and_jpeg_decodes(tmp_path, wri
 
 def test_sharded_pipelines_cover_the_split_once(tmp_path, write_image_tree):
     write_image_tree(tmp_path, "cifar10", 3)
-    shards = [records(tmp_path, "train", input_context=tf.distribute.InputContext(
-        num_input_pipelines=2, input_pipeline_id=i, num_replicas_in_sync=2)) for i in range(2)]
+    shards = [
+        records(
+            tmp_path,
+            "train",
+            input_context=tf.distribute.InputContext(
+                num_input_pipelines=2, input_pipeline_id=i, num_replicas_in_sync=2
+            ),
+        )
+        for i in range(2)
+    ]
     whole = records(tmp_path, "train")
     assert len(shards[0][0]) + len(shards[1][0]) == len(whole[0])
     together = np.concatenate([s[0] for s in shards]).reshape(len(whole[0]), -1)
@@ -48,8 +57,9 @@ def test_sharded_pipelines_cover_the_split_once(tmp_path, write_image_tree):
 
 def test_training_batches_from_a_tree(tmp_path, write_image_tree):
     write_image_tree(tmp_path, "cifar10", 4)
-    images, labels = next(iter(cifar_input.build_dataset("cifar10", "train", 16,
-                                                         data_path=tmp_path, seed=3)))
+    images, labels = next(
+        iter(cifar_input.build_dataset("cifar10", "train", 16, data_path=tmp_path, seed=3))
+    )
     assert images.shape == (16, 32, 32, 3) and images.dtype == tf.float32
     np.testing.assert_allclose(tf.reduce_mean(images, axis=[1, 2, 3]), 0, atol=1e-4)
 
@@ -75,14 +85,16 @@ def test_missing_split_unknown_and_missing_classes_empty_class(tmp_path, write_i
         cifar_input.check_data_path("cifar100", tmp_path)
     one_line(e, "not CIFAR-100's", "missing: apple")
     import shutil
+
     shutil.rmtree(tmp_path / "test")
     with pytest.raises(DataError) as e:
         cifar_input.check_data_path("cifar10", tmp_path)
     one_line(e, "lacks test/")
 
 
-@pytest.mark.parametrize("bad, why", [(b"not an image at all", "not a readable JPEG or PNG"),
-                                      ("small", "not 32x32")])
+@pytest.mark.parametrize(
+    "bad, why", [(b"not an image at all", "not a readable JPEG or PNG"), ("small", "not 32x32")]
+)
 def test_a_bad_image_is_named(tmp_path, write_image_tree, bad, why):
     write_image_tree(tmp_path, "cifar10", 2)
     target = tmp_path / "train" / "dog" / "0001.png"

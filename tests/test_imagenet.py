@@ -1,4 +1,4 @@
-"""The ImageNet model, input pipeline and launcher (arXiv:1611.04231 Section 4, ImageNet); CPU, no network.
+"""The ImageNet model, input pipeline and launcher (arXiv:1611.04231 Section 4); CPU, no network.
 
 The full ResNet-34 variant is built (counts, shapes, init) and run once at 224x224; training
 steps use a tiny variant (1 block per stage, narrow, 32x32 crops) on TFRecord shards of random
@@ -26,18 +26,30 @@ from resnet_noBN.training import TrainConfig, Trainer, exponential_learning_rate
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launch" / "imagenet.py"
-TINY = ImageNetConfig(image_size=32, stem_filters=8, stage_units=(1, 1, 1, 1),
-                      stage_widths=(8, 16, 32, 64))
-TINY_FLAGS = ["--image_size=32", "--stem_filters=8", "--stage_units=1,1,1,1",
-              "--stage_widths=8,16,32,64"]
+TINY = ImageNetConfig(
+    image_size=32, stem_filters=8, stage_units=(1, 1, 1, 1), stage_widths=(8, 16, 32, 64)
+)
+TINY_FLAGS = [
+    "--image_size=32",
+    "--stem_filters=8",
+    "--stage_units=1,1,1,1",
+    "--stage_widths=8,16,32,64",
+]
 
 
 def _jpeg(rng, height, width):
     return tf.io.encode_jpeg(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).numpy()
 
 
-def write_shards(folder: Path, train_shards=2, validation_shards=1, per_shard=4,
-                 label_offset=1, labels=None, seed=0):
+def write_shards(
+    folder: Path,
+    train_shards=2,
+    validation_shards=1,
+    per_shard=4,
+    label_offset=1,
+    labels=None,
+    seed=0,
+):
     """TFRecord shards of random JPEGs (random sizes 24..90) in the standard layout; returns
     {split: stored labels in file order}. Stored label = class + label_offset unless given."""
     rng = np.random.default_rng(seed)
@@ -48,14 +60,24 @@ def write_shards(folder: Path, train_shards=2, validation_shards=1, per_shard=4,
         for i in range(shards):
             with tf.io.TFRecordWriter(str(folder / f"{split}-{i:05d}-of-{shards:05d}")) as w:
                 for _ in range(per_shard):
-                    label = (int(rng.integers(0, 1000)) + label_offset if labels is None
-                             else labels[len(written[split]) % len(labels)])
+                    label = (
+                        int(rng.integers(0, 1000)) + label_offset
+                        if labels is None
+                        else labels[len(written[split]) % len(labels)]
+                    )
                     h, w_ = (int(v) for v in rng.integers(24, 90, 2))
-                    example = tf.train.Example(features=tf.train.Features(feature={
-                        "image/encoded": tf.train.Feature(
-                            bytes_list=tf.train.BytesList(value=[_jpeg(rng, h, w_)])),
-                        "image/class/label": tf.train.Feature(
-                            int64_list=tf.train.Int64List(value=[label]))}))
+                    example = tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "image/encoded": tf.train.Feature(
+                                    bytes_list=tf.train.BytesList(value=[_jpeg(rng, h, w_)])
+                                ),
+                                "image/class/label": tf.train.Feature(
+                                    int64_list=tf.train.Int64List(value=[label])
+                                ),
+                            }
+                        )
+                    )
                     w.write(example.SerializeToString())
                     written[split].append(label)
     return written
@@ -76,13 +98,18 @@ def paper_model():
 
 def test_paper_model_counts_and_shapes(paper_model):
     assert param_counts(paper_model) == {
-        "trainable_params": 21_095_616, "non_trainable_params": 512 * 1000,
-        "convolutions": 33, "conv_kernel_weights": 21_095_616}
-    for name, shape in [("stem_conv", (None, 112, 112, 64)),
-                        ("stage1_unit0_add", (None, 56, 56, 64)),
-                        ("stage2_unit0_add", (None, 28, 28, 128)),
-                        ("stage3_unit5_add", (None, 14, 14, 256)),
-                        ("stage4_unit2_add", (None, 7, 7, 512))]:
+        "trainable_params": 21_095_616,
+        "non_trainable_params": 512 * 1000,
+        "convolutions": 33,
+        "conv_kernel_weights": 21_095_616,
+    }
+    for name, shape in [
+        ("stem_conv", (None, 112, 112, 64)),
+        ("stage1_unit0_add", (None, 56, 56, 64)),
+        ("stage2_unit0_add", (None, 28, 28, 128)),
+        ("stage3_unit5_add", (None, 14, 14, 256)),
+        ("stage4_unit2_add", (None, 7, 7, 512)),
+    ]:
         assert tuple(paper_model.get_layer(name).output.shape) == shape
     out = paper_model(np.zeros((1, 224, 224, 3), np.float32))
     assert out.shape == (1, 1000)
@@ -91,8 +118,16 @@ def test_paper_model_counts_and_shapes(paper_model):
 def test_no_batch_norm_or_max_pool_and_fixed_head(paper_model):
     names = {type(layer).__name__ for layer in paper_model.layers}
     assert not {n for n in names if "Norm" in n or "Dropout" in n or "MaxPool" in n}
-    assert names <= {"InputLayer", "Conv2D", "ReLU", "Add", "AveragePooling2D",
-                     "ZeroPadChannels", "GlobalAveragePooling2D", "Dense"}
+    assert names <= {
+        "InputLayer",
+        "Conv2D",
+        "ReLU",
+        "Add",
+        "AveragePooling2D",
+        "ZeroPadChannels",
+        "GlobalAveragePooling2D",
+        "Dense",
+    }
     assert sum(isinstance(layer, keras.layers.ReLU) for layer in paper_model.layers) == 16
     head = paper_model.get_layer("projection")
     assert not head.trainable and head.bias is None and head.kernel.shape == (512, 1000)
@@ -116,17 +151,22 @@ def test_residual_init_is_one_over_k2c(paper_model):
             assert layer.bias is None  # kernels only, as Table 1 and the original _conv
 
 
-@pytest.mark.parametrize("kwargs, trainable, non_trainable", [
-    (dict(conv_bias=True), 21_103_232, 512_000),
-    (dict(shortcut="projection"), 21_271_744, 512_000),
-    (dict(downsample="conv"), 21_132_480, 512_000),
-    (dict(head="trainable"), 21_607_616, 0),
-    (dict(stage_units=(3, 4, 6, 6)), 35_251_392, 512_000),  # the nearest to the paper's 35.7M
-])
+@pytest.mark.parametrize(
+    "kwargs, trainable, non_trainable",
+    [
+        (dict(conv_bias=True), 21_103_232, 512_000),
+        (dict(shortcut="projection"), 21_271_744, 512_000),
+        (dict(downsample="conv"), 21_132_480, 512_000),
+        (dict(head="trainable"), 21_607_616, 0),
+        (dict(stage_units=(3, 4, 6, 6)), 35_251_392, 512_000),  # the nearest to the paper's 35.7M
+    ],
+)
 def test_variant_counts(kwargs, trainable, non_trainable):
     counts = param_counts(build_imagenet_model(ImageNetConfig(**kwargs)))
     assert (counts["trainable_params"], counts["non_trainable_params"]) == (
-        trainable, non_trainable)
+        trainable,
+        non_trainable,
+    )
 
 
 def test_conv_downsample_replaces_max_pool_by_a_strided_conv():
@@ -138,13 +178,16 @@ def test_conv_downsample_replaces_max_pool_by_a_strided_conv():
     assert tuple(model.get_layer("stage4_unit0_add").output.shape) == (None, 7, 7, 512)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(stage_units=(3, 4, 6)), "give one width per stage"),
-    (dict(stage_units=(3, 0, 6, 3)), "--stage_units must be >= 1"),
-    (dict(downsample="maxpool"), "--downsample=maxpool is unknown"),
-    (dict(stage_widths=(64, 127, 256, 512)), "cannot go from 64 to 127 channels"),
-    (dict(init="xavier"), "--init=xavier is unknown"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(stage_units=(3, 4, 6)), "give one width per stage"),
+        (dict(stage_units=(3, 0, 6, 3)), "--stage_units must be >= 1"),
+        (dict(downsample="maxpool"), "--downsample=maxpool is unknown"),
+        (dict(stage_widths=(64, 127, 256, 512)), "cannot go from 64 to 127 channels"),
+        (dict(init="xavier"), "--init=xavier is unknown"),
+    ],
+)
 def test_impossible_architectures(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ImageNetConfig(**kwargs).validate()
@@ -154,11 +197,17 @@ def test_learning_rate_schedule():
     """0.1 x 0.94 every 2 epochs; an epoch is 1,281,167 / 256 steps; decay_steps = 10,009."""
     schedule = exponential_learning_rate_schedule(256, imagenet_input.TRAIN_EXAMPLES)
     assert schedule.decay_steps == 10_009
-    for step, lr in [(0, 0.1), (10_008, 0.1), (10_009, 0.094), (20_018, 0.1 * 0.94 ** 2),
-                     (700_000, 0.1 * 0.94 ** 69)]:
+    for step, lr in [
+        (0, 0.1),
+        (10_008, 0.1),
+        (10_009, 0.094),
+        (20_018, 0.1 * 0.94**2),
+        (700_000, 0.1 * 0.94**69),
+    ]:
         assert float(schedule(step)) == pytest.approx(lr, rel=1e-5)
-    assert exponential_learning_rate_schedule(512, imagenet_input.TRAIN_EXAMPLES).decay_steps \
-        == 5_004
+    assert (
+        exponential_learning_rate_schedule(512, imagenet_input.TRAIN_EXAMPLES).decay_steps == 5_004
+    )
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -186,8 +235,10 @@ def test_train_crop_shape_range_and_determinism():
         assert image.shape == (224, 224, 3) and image.dtype == tf.float32
         assert 0 <= float(tf.reduce_min(image)) and float(tf.reduce_max(image)) <= 255
         np.testing.assert_array_equal(image, imagenet_input.train_crop(jpeg, seed, 224))
-    outputs = {imagenet_input.train_crop(jpeg, tf.constant([s, 0], tf.int64), 32).numpy()
-               .tobytes() for s in range(5)}
+    outputs = {
+        imagenet_input.train_crop(jpeg, tf.constant([s, 0], tf.int64), 32).numpy().tobytes()
+        for s in range(5)
+    }
     assert len(outputs) > 1
 
 
@@ -219,25 +270,34 @@ def test_tfrecord_pipeline_batches_and_one_based_labels(shards):
     folder, written = shards
     records = list(imagenet_input.read_records("validation", data_path=folder))
     assert [int(label) for _, label in records] == [x - 1 for x in written["validation"]]
-    train = imagenet_input.build_dataset("train", 3, data_path=folder, image_size=32, seed=1,
-                                         shuffle_buffer=8)
+    train = imagenet_input.build_dataset(
+        "train", 3, data_path=folder, image_size=32, seed=1, shuffle_buffer=8
+    )
     for images, labels in train.take(5):  # repeats past the 8 training records
         assert images.shape == (3, 32, 32, 3) and labels.dtype == tf.int32
         assert set(labels.numpy()) <= {x - 1 for x in written["train"]}
-    first, again = (imagenet_input.build_dataset("train", 3, data_path=folder, image_size=32,
-                                                 seed=1, shuffle_buffer=8) for _ in range(2))
+    first, again = (
+        imagenet_input.build_dataset(
+            "train", 3, data_path=folder, image_size=32, seed=1, shuffle_buffer=8
+        )
+        for _ in range(2)
+    )
     for (a, x), (b, y) in zip(first.take(3), again.take(3)):  # the same seed, the same batches
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(x, y)
-    evaluation = list(imagenet_input.build_dataset("validation", 3, data_path=folder,
-                                                   image_size=32))
+    evaluation = list(
+        imagenet_input.build_dataset("validation", 3, data_path=folder, image_size=32)
+    )
     assert [len(labels) for _, labels in evaluation] == [3, 1]  # the whole split, in order
 
 
-@pytest.mark.parametrize("offset, stored, hint", [
-    (1, [0, 5, 999], "--label_offset=0"),  # 0-based shards read as 1-based
-    (0, [1000, 5, 1], "--label_offset=1"),  # TF-slim's 1..1000 read as 0-based
-])
+@pytest.mark.parametrize(
+    "offset, stored, hint",
+    [
+        (1, [0, 5, 999], "--label_offset=0"),  # 0-based shards read as 1-based
+        (0, [1000, 5, 1], "--label_offset=1"),  # TF-slim's 1..1000 read as 0-based
+    ],
+)
 def test_label_convention_errors(tmp_path, offset, stored, hint):
     write_shards(tmp_path, labels=stored)
     with pytest.raises(DataError, match=hint) as e:
@@ -254,22 +314,33 @@ def test_label_convention_errors(tmp_path, offset, stored, hint):
 def test_zero_based_shards_with_offset_zero(tmp_path):
     write_shards(tmp_path, labels=[0, 999, 3])
     imagenet_input.check_data_path(tmp_path, label_offset=0)
-    labels = [int(y) for _, y in imagenet_input.read_records("train", data_path=tmp_path,
-                                                              label_offset=0)]
+    labels = [
+        int(y) for _, y in imagenet_input.read_records("train", data_path=tmp_path, label_offset=0)
+    ]
     assert sorted(set(labels)) == [0, 3, 999]
 
 
 def test_sharding_per_input_pipeline(shards):
     folder, written = shards
-    parts = [[int(y) for _, y in imagenet_input.read_records(
-        "train", data_path=folder, input_context=tf.distribute.InputContext(2, i, 2))]
-        for i in range(2)]
+    parts = [
+        [
+            int(y)
+            for _, y in imagenet_input.read_records(
+                "train", data_path=folder, input_context=tf.distribute.InputContext(2, i, 2)
+            )
+        ]
+        for i in range(2)
+    ]
     assert parts == [[x - 1 for x in written["train"][:4]], [x - 1 for x in written["train"][4:]]]
     for split, n in (("train", 3), ("validation", 2)):
-        with pytest.raises(DataError, match=rf"has \d {split} file\(s\) but the job runs {n} "
-                                            "input pipelines"):
-            imagenet_input.read_records(split, data_path=folder,
-                                        input_context=tf.distribute.InputContext(n, 0, n))
+        with pytest.raises(
+            DataError,
+            match=rf"has \d {split} file\(s\) but the job runs {n} "
+            "input pipelines",
+        ):
+            imagenet_input.read_records(
+                split, data_path=folder, input_context=tf.distribute.InputContext(n, 0, n)
+            )
     with pytest.raises(DataError, match="1 validation file"):
         imagenet_input.check_data_path(folder, num_input_pipelines=2)
 
@@ -304,15 +375,16 @@ def test_tfds_mock_pipeline(tmp_path, monkeypatch):
     """tfds imagenet2012 (mocked: random JPEGs of random sizes) through the whole pipeline."""
     monkeypatch.setattr(imagenet_input, "_is_prepared", lambda builder: True)
     with tfds.testing.mock_data(num_examples=6, data_dir=str(tmp_path)):
-        train = imagenet_input.build_dataset("train", 2, data_dir=tmp_path, image_size=32,
-                                             seed=0, shuffle_buffer=4)
+        train = imagenet_input.build_dataset(
+            "train", 2, data_dir=tmp_path, image_size=32, seed=0, shuffle_buffer=4
+        )
         for images, labels in train.take(4):
             assert images.shape == (2, 32, 32, 3) and labels.dtype == tf.int32
             assert all(0 <= y < 1000 for y in labels.numpy())
-        evaluation = list(imagenet_input.build_dataset("validation", 4, data_dir=tmp_path,
-                                                       image_size=32))
-        assert [tuple(images.shape) for images, _ in evaluation] == [(4, 32, 32, 3),
-                                                                     (2, 32, 32, 3)]
+        evaluation = list(
+            imagenet_input.build_dataset("validation", 4, data_dir=tmp_path, image_size=32)
+        )
+        assert [tuple(images.shape) for images, _ in evaluation] == [(4, 32, 32, 3), (2, 32, 32, 3)]
 
 
 # ----------------------------------------------------------------------------- training
@@ -320,17 +392,30 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
     """Two steps of the tiny variant on 2 replicas (MirroredStrategy over 2 CPU devices)."""
     folder, written = shards
     strategy = mirrored_strategy
-    cfg = TrainConfig(batch_size=4, train_steps=2, learning_rate=0.1, lr_boundaries=(),
-                      eval_batch_size=4)
+    cfg = TrainConfig(
+        batch_size=4, train_steps=2, learning_rate=0.1, lr_boundaries=(), eval_batch_size=4
+    )
     keras.utils.set_random_seed(0)
-    trainer = Trainer(strategy, lambda: build_imagenet_model(TINY), cfg, str(tmp_path),
-                      schedule=exponential_learning_rate_schedule(4, 1_281_167), top5=True)
+    trainer = Trainer(
+        strategy,
+        lambda: build_imagenet_model(TINY),
+        cfg,
+        str(tmp_path),
+        schedule=exponential_learning_rate_schedule(4, 1_281_167),
+        top5=True,
+    )
     head = trainer.model.get_layer("projection").kernel.numpy().copy()
 
     def dataset_fn(split, global_batch):
         return lambda ctx: imagenet_input.build_dataset(
-            split, ctx.get_per_replica_batch_size(global_batch), data_path=folder,
-            image_size=TINY.image_size, seed=0, input_context=ctx, shuffle_buffer=8)
+            split,
+            ctx.get_per_replica_batch_size(global_batch),
+            data_path=folder,
+            image_size=TINY.image_size,
+            seed=0,
+            input_context=ctx,
+            shuffle_buffer=8,
+        )
 
     loss_sum, correct, count = trainer.run_steps(trainer.distribute(dataset_fn("train", 4)), 2)
     assert math.isfinite(loss_sum) and loss_sum > 0 and count == 8
@@ -344,10 +429,20 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
 
 # ----------------------------------------------------------------------------- the launcher
 def _launch(*args, cwd, timeout=120):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, str(LAUNCHER), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    return subprocess.run(
+        [sys.executable, str(LAUNCHER), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_launcher_summary_only(tmp_path):
@@ -360,23 +455,36 @@ def test_launcher_summary_only(tmp_path):
 
 
 def test_launcher_missing_manual_download(tmp_path):
-    done = _launch(f"--data_dir={tmp_path / 'tfds'}", f"--model_dir={tmp_path / 'run'}",
-                   cwd=tmp_path)
+    done = _launch(
+        f"--data_dir={tmp_path / 'tfds'}", f"--model_dir={tmp_path / 'run'}", cwd=tmp_path
+    )
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {tmp_path / 'tfds'}/downloads/manual/ lacks "
-                           "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar: imagenet2012 is not "
-                           "prepared")
+    assert last.startswith(
+        f"error: {tmp_path / 'tfds'}/downloads/manual/ lacks "
+        "ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar: imagenet2012 is not "
+        "prepared"
+    )
     assert "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar" in last
     assert not (tmp_path / "run").exists() and not (tmp_path / "tfds").exists()
 
 
 def test_launcher_trains_tiny_variant_on_shards(shards, tmp_path):
     folder, written = shards
-    done = _launch(f"--data_path={folder}", f"--model_dir={tmp_path / 'run'}", *TINY_FLAGS,
-                   "--train_steps=2", "--batch_size=2", "--eval_batch_size=4",
-                   "--shuffle_buffer=8", "--log_every=1", "--eval_every=2",
-                   "--checkpoint_every=2", "--seed=0", cwd=tmp_path)
+    done = _launch(
+        f"--data_path={folder}",
+        f"--model_dir={tmp_path / 'run'}",
+        *TINY_FLAGS,
+        "--train_steps=2",
+        "--batch_size=2",
+        "--eval_batch_size=4",
+        "--shuffle_buffer=8",
+        "--log_every=1",
+        "--eval_every=2",
+        "--checkpoint_every=2",
+        "--seed=0",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["final_step"] == 2 and result["test_examples"] == len(written["validation"])

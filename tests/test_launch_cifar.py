@@ -1,24 +1,35 @@
 """launch/cifar.py end to end: summary, a run and its files, resume, every bad input."""
 
 import json
-import signal
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SMALL = ["--num_residual_units=1", "--stage_widths=16,32,64", "--batch_size=16",
-         "--eval_batch_size=20", "--log_every=4", "--checkpoint_every=4", "--eval_every=4",
-         "--seed=3"]
+SMALL = [
+    "--num_residual_units=1",
+    "--stage_widths=16,32,64",
+    "--batch_size=16",
+    "--eval_batch_size=20",
+    "--log_every=4",
+    "--checkpoint_every=4",
+    "--eval_every=4",
+    "--seed=3",
+]
 
 
 def cifar(*args, env=None):
-    return subprocess.run([sys.executable, str(REPO / "launch/cifar.py"), *args],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})))
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch/cifar.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +57,27 @@ def test_summary_of_the_paper_count_with_projection_shortcuts():
 
 def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     model_dir = tmp_path / "run"
-    first = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
-                  "--train_steps=8", *SMALL)
+    first = cifar(
+        f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=8", *SMALL
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.loads(first.stdout.strip().splitlines()[-1])
     assert result["dataset"] == "cifar10" and result["final_step"] == 8
     assert result["test_examples"] == 16 and 0 <= result["test_error"] <= 1
     assert result["images_per_sec"] > 0 and result["wall_time_s"] > 0
     assert "step       4  loss " in first.stdout and "images/s" in first.stdout
-    for name in ("config.json", "metrics.jsonl", "train.jsonl", "test_error.png", "checkpoint",
-                 "ckpt-8.index"):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "train.jsonl",
+        "test_error.png",
+        "checkpoint",
+        "ckpt-8.index",
+    ):
         assert (model_dir / name).exists(), name
-    assert [json.loads(line)["step"] for line in
-            (model_dir / "metrics.jsonl").read_text().splitlines()] == [4, 8]
+    assert [
+        json.loads(line)["step"] for line in (model_dir / "metrics.jsonl").read_text().splitlines()
+    ] == [4, 8]
 
     # a config.json of a run from before the leaky-ReLU / identity / norm switches existed
     config = json.loads((model_dir / "config.json").read_text())
@@ -66,35 +85,56 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     for key in ("relu_leakiness", "identity", "norm"):
         del config[key]
     (model_dir / "config.json").write_text(json.dumps(config))
-    again = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
-                  "--train_steps=12", *SMALL)
+    again = cifar(
+        f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=12", *SMALL
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from {model_dir}/ckpt-8 at step 8" in again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["final_step"] == 12
 
-    other = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
-                  "--train_steps=16", *SMALL, "--num_residual_units=2")
+    other = cifar(
+        f"--data_path={cifar_bin.parent}",
+        f"--model_dir={model_dir}",
+        "--train_steps=16",
+        *SMALL,
+        "--num_residual_units=2",
+    )
     assert other.returncode == 2
-    assert other.stderr.strip().splitlines()[-1].startswith(
-        f"error: --model_dir {model_dir} holds a run of another model (num_residual_units=1 "
-        "there, 2 now)")
+    assert (
+        other.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: --model_dir {model_dir} holds a run of another model (num_residual_units=1 "
+            "there, 2 now)"
+        )
+    )
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "conv_bias": True}))
-    old = cifar(f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}",
-                "--train_steps=16", *SMALL)
+    old = cifar(
+        f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=16", *SMALL
+    )
     assert old.returncode == 2
     assert old.stderr.strip().splitlines()[-1] == (
         f"error: --model_dir {model_dir} holds a run of another model (conv_bias=True there, "
-        "False now); use a new --model_dir or the same flags")
+        "False now); use a new --model_dir or the same flags"
+    )
     assert sorted(p.name for p in model_dir.glob("ckpt-*.index")) == [
-        "ckpt-12.index", "ckpt-4.index", "ckpt-8.index"]  # nothing lost
+        "ckpt-12.index",
+        "ckpt-4.index",
+        "ckpt-8.index",
+    ]  # nothing lost
 
 
 def test_divergence_stops_with_status_1_and_keeps_checkpoints(tmp_path, cifar_bin):
     model_dir = tmp_path / "run"
-    proc = cifar(f"--data_path={cifar_bin}", f"--model_dir={model_dir}", "--train_steps=400",
-                 *SMALL, "--learning_rate=1e12")
+    proc = cifar(
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        "--train_steps=400",
+        *SMALL,
+        "--learning_rate=1e12",
+    )
     assert proc.returncode == 1
     assert "training diverged" in proc.stderr.strip().splitlines()[-1]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: loss is ")
@@ -118,24 +158,36 @@ def broken_data(tmp_path, cifar_bin):
     return make
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of "
-                          "<cifar10|cifar100>"),
-    (["--init=xavier"], "error: flag --init=xavier: value should be one of "
-                        "<hardt_ma|standard|he>"),
-    (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
-    (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
-    (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
-    (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
-    (["--lr_boundaries=50000,30000"],
-     "error: --lr_boundaries must be positive and strictly increasing, got 50000,30000"),
-    (["--lr_boundaries=3e4"], "error: --lr_boundaries must be comma-separated integers"),
-    (["--stage_widths=64,48,256"], "error: a pool_pad shortcut cannot go from 64 to 48"),
-    (["--pad=-1"], "error: --pad must be >= 0, got -1"),
-    (["--data_path=/nonexistent/cifar"], "error: --data_path /nonexistent/cifar is not a folder"),
-    (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
-    (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--dataset=mnist"],
+            "error: flag --dataset=mnist: value should be one of <cifar10|cifar100>",
+        ),
+        (
+            ["--init=xavier"],
+            "error: flag --init=xavier: value should be one of <hardt_ma|standard|he>",
+        ),
+        (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
+        (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
+        (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
+        (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
+        (
+            ["--lr_boundaries=50000,30000"],
+            "error: --lr_boundaries must be positive and strictly increasing, got 50000,30000",
+        ),
+        (["--lr_boundaries=3e4"], "error: --lr_boundaries must be comma-separated integers"),
+        (["--stage_widths=64,48,256"], "error: a pool_pad shortcut cannot go from 64 to 48"),
+        (["--pad=-1"], "error: --pad must be >= 0, got -1"),
+        (
+            ["--data_path=/nonexistent/cifar"],
+            "error: --data_path /nonexistent/cifar is not a folder",
+        ),
+        (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
+        (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
+    ],
+)
 def test_bad_input_one_line_nothing_written(tmp_path, cifar_bin, args, message):
     model_dir = tmp_path / "run"
     proc = cifar(f"--model_dir={model_dir}", f"--data_path={cifar_bin}", *args)
@@ -144,11 +196,17 @@ def test_bad_input_one_line_nothing_written(tmp_path, cifar_bin, args, message):
     assert not model_dir.exists()
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("truncated", "data_batch_3.bin is 49268 bytes, not a whole number (>= 1) of 3073-byte "
-                  "CIFAR-10 records"),
-    ("layout", "lacks test_batch.bin: --data_path must be the folder"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        (
+            "truncated",
+            "data_batch_3.bin is 49268 bytes, not a whole number (>= 1) of 3073-byte "
+            "CIFAR-10 records",
+        ),
+        ("layout", "lacks test_batch.bin: --data_path must be the folder"),
+    ],
+)
 def test_broken_data_files_are_named(tmp_path, broken_data, kind, message):
     model_dir = tmp_path / "run"
     proc = cifar(f"--model_dir={model_dir}", f"--data_path={broken_data(kind)}", *SMALL)
@@ -160,24 +218,38 @@ def test_broken_data_files_are_named(tmp_path, broken_data, kind, message):
 
 def test_scale_lr_is_the_linear_scaling_rule(tmp_path, cifar_bin):
     """--scale_lr: 0.05 x 32 / 128 (the paper's batch) = 0.0125 at --batch_size=32."""
-    proc = cifar(f"--data_path={cifar_bin}", f"--model_dir={tmp_path / 'run'}",
-                 "--train_steps=4", *SMALL, "--batch_size=32", "--scale_lr")
+    proc = cifar(
+        f"--data_path={cifar_bin}",
+        f"--model_dir={tmp_path / 'run'}",
+        "--train_steps=4",
+        *SMALL,
+        "--batch_size=32",
+        "--scale_lr",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "lr 0.0125 " in proc.stdout
 
 
 def test_an_unwritable_model_dir_is_one_line(cifar_bin):
-    proc = cifar("--model_dir=/proc/resnet_noBN/run", f"--data_path={cifar_bin}",
-                 "--train_steps=1", *SMALL)
+    proc = cifar(
+        "--model_dir=/proc/resnet_noBN/run", f"--data_path={cifar_bin}", "--train_steps=1", *SMALL
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        "error: --model_dir /proc/resnet_noBN/run cannot be written (")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: --model_dir /proc/resnet_noBN/run cannot be written (")
+    )
 
 
 def start(*args):
-    return subprocess.Popen([sys.executable, str(REPO / "launch/cifar.py"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "launch/cifar.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
 
 
 def signal_when(proc, marker, signum):
@@ -192,10 +264,18 @@ def signal_when(proc, marker, signum):
 
 
 def preemption_args(cifar_bin):
-    return [f"--data_path={cifar_bin}", "--train_steps=150", "--log_every=1",
-            "--checkpoint_every=1000", "--eval_every=1000",
-            *[a for a in SMALL if a.split("=")[0] not in ("--log_every", "--checkpoint_every",
-                                                          "--eval_every")]]
+    return [
+        f"--data_path={cifar_bin}",
+        "--train_steps=150",
+        "--log_every=1",
+        "--checkpoint_every=1000",
+        "--eval_every=1000",
+        *[
+            a
+            for a in SMALL
+            if a.split("=")[0] not in ("--log_every", "--checkpoint_every", "--eval_every")
+        ],
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -207,14 +287,14 @@ def uninterrupted_digest(tmp_path_factory, cifar_bin):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_preempted_run_saves_its_step_and_resumes_bit_identically(
-        tmp_path, cifar_bin, uninterrupted_digest, signum):
+    tmp_path, cifar_bin, uninterrupted_digest, signum
+):
     """SIGTERM (a scheduler) or SIGINT (Ctrl-C) mid-run: a checkpoint of the step reached,
     exit 3; the same command resumes there (0 steps lost) and ends with the weights of a run
     that was never interrupted."""
     args = preemption_args(cifar_bin)
     model_dir = tmp_path / "run"
-    output, status = signal_when(start(*args, f"--model_dir={model_dir}"), "step      20 ",
-                                 signum)
+    output, status = signal_when(start(*args, f"--model_dir={model_dir}"), "step      20 ", signum)
     assert status == 3, output[-3000:]
     assert f"{signum.name} received: saving a checkpoint" in output
     saved = int(output.split("preempted at step ")[1].split(":")[0])
@@ -225,8 +305,10 @@ def test_a_preempted_run_saves_its_step_and_resumes_bit_identically(
     resumed = cifar(*args, f"--model_dir={model_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {model_dir}/ckpt-{saved} at step {saved}" in resumed.stdout
-    assert json.loads(resumed.stdout.strip().splitlines()[-1])["weights_sha256"] == \
-        uninterrupted_digest
+    assert (
+        json.loads(resumed.stdout.strip().splitlines()[-1])["weights_sha256"]
+        == uninterrupted_digest
+    )
 
 
 def tf_latest(model_dir):
@@ -235,14 +317,22 @@ def tf_latest(model_dir):
     return tf.train.latest_checkpoint(str(model_dir))
 
 
-def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_restorable(tmp_path,
-                                                                              cifar_bin):
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_restorable(tmp_path, cifar_bin):
     """SIGKILL while ckpt-4 of a large model is being written (its temporary files exist):
     the latest checkpoint is still ckpt-2, complete, and the rerun resumes from it."""
     model_dir = tmp_path / "run"
-    args = [f"--data_path={cifar_bin}", f"--model_dir={model_dir}", "--train_steps=4",
-            "--stage_widths=128,256,512", "--num_residual_units=1", "--batch_size=16",
-            "--eval_batch_size=16", "--checkpoint_every=2", "--eval_every=1000", "--seed=1"]
+    args = [
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        "--train_steps=4",
+        "--stage_widths=128,256,512",
+        "--num_residual_units=1",
+        "--batch_size=16",
+        "--eval_batch_size=16",
+        "--checkpoint_every=2",
+        "--eval_every=1000",
+        "--seed=1",
+    ]
     proc = start(*args)
     while proc.poll() is None and not list(model_dir.glob("ckpt-4*_temp*")):
         pass
@@ -257,8 +347,11 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_restorable(tmp
 
 
 def test_a_rerun_without_seed_reuses_the_seed_of_the_run_it_resumes(tmp_path, cifar_bin):
-    args = [f"--data_path={cifar_bin}", f"--model_dir={tmp_path / 'run'}",
-            *[a for a in SMALL if not a.startswith("--seed")]]
+    args = [
+        f"--data_path={cifar_bin}",
+        f"--model_dir={tmp_path / 'run'}",
+        *[a for a in SMALL if not a.startswith("--seed")],
+    ]
     first = cifar(*args, "--train_steps=4")
     assert first.returncode == 0, first.stderr[-3000:]
     seed = json.loads((tmp_path / "run" / "config.json").read_text())["seed"]

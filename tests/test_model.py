@@ -9,8 +9,14 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN import cpu
-from resnet_noBN.model import (INIT_STDDEVS, ModelConfig, build_cifar_model, decayed_weights,
-                               param_counts, weight_decay_loss)
+from resnet_noBN.model import (
+    INIT_STDDEVS,
+    ModelConfig,
+    build_cifar_model,
+    decayed_weights,
+    param_counts,
+    weight_decay_loss,
+)
 
 SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
 BN_CHANNELS = (16 + 8 * 64) + (64 + 8 * 128) + (128 + 8 * 256) + 9 * (64 + 128 + 256) + 256
@@ -24,41 +30,59 @@ def paper_model():
 
 def test_paper_counts(paper_model):
     assert param_counts(paper_model) == {
-        "trainable_params": 13_538_736, "non_trainable_params": 256 * 10,
-        "convolutions": 55, "conv_kernel_weights": 13_538_736}  # Table 1: kernels only
+        "trainable_params": 13_538_736,
+        "non_trainable_params": 256 * 10,
+        "convolutions": 55,
+        "conv_kernel_weights": 13_538_736,
+    }  # Table 1: kernels only
 
 
-@pytest.mark.parametrize("cfg, trainable, non_trainable", [
-    (ModelConfig(conv_bias=True), 13_546_816, 2_560),
-    (ModelConfig(shortcut="projection"), 13_580_720, 2_560),
-    (ModelConfig(shortcut="projection", conv_bias=True), 13_588_800, 2_560),  # text's "13.59M"
-    (ModelConfig(num_classes=100), 13_538_736, 25_600),
-    (ModelConfig(head="trainable"), 13_538_736 + 2_560, 0),
-    (ModelConfig(identity=False), 13_538_736, 2_560),  # the same convs, no shortcut
-    (ModelConfig(relu_leakiness=0.1), 13_538_736, 2_560),
-    # BN: 2 per block (the first on the block's input width) + the last one, each a trainable
-    # scale and offset and 2 moving statistics per channel: 8,080 channels
-    (ModelConfig(norm="batch"), 13_538_736 + 2 * BN_CHANNELS, 2_560 + 2 * BN_CHANNELS),
-])
+@pytest.mark.parametrize(
+    "cfg, trainable, non_trainable",
+    [
+        (ModelConfig(conv_bias=True), 13_546_816, 2_560),
+        (ModelConfig(shortcut="projection"), 13_580_720, 2_560),
+        (ModelConfig(shortcut="projection", conv_bias=True), 13_588_800, 2_560),  # text's "13.59M"
+        (ModelConfig(num_classes=100), 13_538_736, 25_600),
+        (ModelConfig(head="trainable"), 13_538_736 + 2_560, 0),
+        (ModelConfig(identity=False), 13_538_736, 2_560),  # the same convs, no shortcut
+        (ModelConfig(relu_leakiness=0.1), 13_538_736, 2_560),
+        # BN: 2 per block (the first on the block's input width) + the last one, each a trainable
+        # scale and offset and 2 moving statistics per channel: 8,080 channels
+        (ModelConfig(norm="batch"), 13_538_736 + 2 * BN_CHANNELS, 2_560 + 2 * BN_CHANNELS),
+    ],
+)
 def test_ablation_counts(cfg, trainable, non_trainable):
     counts = param_counts(build_cifar_model(cfg))
     assert (counts["trainable_params"], counts["non_trainable_params"]) == (
-        trainable, non_trainable)
+        trainable,
+        non_trainable,
+    )
 
 
 def test_no_batch_norm_dropout_or_max_pool(paper_model):
     names = {type(layer).__name__ for layer in paper_model.layers}
     assert not {n for n in names if "Norm" in n or "Dropout" in n or "MaxPool" in n}
-    assert names <= {"InputLayer", "Conv2D", "ReLU", "Add", "AveragePooling2D",
-                     "ZeroPadChannels", "GlobalAveragePooling2D", "Dense"}
+    assert names <= {
+        "InputLayer",
+        "Conv2D",
+        "ReLU",
+        "Add",
+        "AveragePooling2D",
+        "ZeroPadChannels",
+        "GlobalAveragePooling2D",
+        "Dense",
+    }
     # one ReLU per residual block, none elsewhere
     assert sum(isinstance(layer, keras.layers.ReLU) for layer in paper_model.layers) == 27
 
 
 def test_stage_shapes_and_output(paper_model):
-    for name, shape in [("stage1_unit8_add", (None, 32, 32, 64)),
-                        ("stage2_unit0_add", (None, 16, 16, 128)),
-                        ("stage3_unit8_add", (None, 8, 8, 256))]:
+    for name, shape in [
+        ("stage1_unit8_add", (None, 32, 32, 64)),
+        ("stage2_unit0_add", (None, 16, 16, 128)),
+        ("stage3_unit8_add", (None, 8, 8, 256)),
+    ]:
         assert tuple(paper_model.get_layer(name).output.shape) == shape
     out = paper_model(np.zeros((2, 32, 32, 3), np.float32))
     assert out.shape == (2, 10)
@@ -74,18 +98,23 @@ def test_residual_init_is_one_over_k2c(paper_model):
         if isinstance(layer, keras.layers.Conv2D) and layer.name.startswith("stage"):
             c = layer.filters
             assert _std(layer) == pytest.approx(1 / (9 * c), rel=0.03), layer.name
-            assert abs(float(np.mean(layer.kernel.numpy()))) < 4 / (9 * c) / math.sqrt(
-                layer.kernel.numpy().size) * 3
+            assert (
+                abs(float(np.mean(layer.kernel.numpy())))
+                < 4 / (9 * c) / math.sqrt(layer.kernel.numpy().size) * 3
+            )
             assert layer.bias is None
     # the first, standard conv keeps the original sqrt(2/(k^2 c)) (432 draws: within 15%)
     assert _std(paper_model.get_layer("init_conv")) == pytest.approx(math.sqrt(2 / 144), rel=0.15)
 
 
-@pytest.mark.parametrize("init, sigma", [
-    ("hardt_ma", lambda c: 1 / (9 * c)),            # the paper's 1/(k^2 c)
-    ("standard", lambda c: 1 / (3 * math.sqrt(c))),  # the paper's comparison 1/(k sqrt(c))
-    ("he", lambda c: math.sqrt(2 / (9 * c))),        # the original code's sqrt(2/(k^2 c))
-])
+@pytest.mark.parametrize(
+    "init, sigma",
+    [
+        ("hardt_ma", lambda c: 1 / (9 * c)),  # the paper's 1/(k^2 c)
+        ("standard", lambda c: 1 / (3 * math.sqrt(c))),  # the paper's comparison 1/(k sqrt(c))
+        ("he", lambda c: math.sqrt(2 / (9 * c))),  # the original code's sqrt(2/(k^2 c))
+    ],
+)
 def test_each_init_per_layer(init, sigma):
     """Every residual conv: zero mean, the init's sigma, Gaussian tails, each within 5 standard
     errors of its n draws (n >= 9,216); the first conv always He."""
@@ -110,15 +139,22 @@ def test_leaky_relu_identity_and_batch_norm_switches():
     np.testing.assert_allclose(relu(np.array([[-2.0, 3.0]], np.float32)), [[-0.2, 3.0]])
     plain = build_cifar_model(ModelConfig(num_residual_units=2, identity=False))
     assert not [layer for layer in plain.layers if isinstance(layer, keras.layers.Add)]
-    assert plain.get_layer("stage1_unit1_conv1").input is plain.get_layer(
-        "stage1_unit0_conv2").output
+    assert (
+        plain.get_layer("stage1_unit1_conv1").input is plain.get_layer("stage1_unit0_conv2").output
+    )
     bn = build_cifar_model(ModelConfig(num_residual_units=2, norm="batch", init="he"))
     names = [layer.name for layer in bn.layers]
     # the original's pre-activation unit: BN, ReLU, conv, BN, ReLU, conv; BN, ReLU at the end
     unit = [n for n in names if n.startswith("stage2_unit1_")]
-    assert unit == ["stage2_unit1_bn1", "stage2_unit1_relu0", "stage2_unit1_conv1",
-                    "stage2_unit1_bn2", "stage2_unit1_relu", "stage2_unit1_conv2",
-                    "stage2_unit1_add"]
+    assert unit == [
+        "stage2_unit1_bn1",
+        "stage2_unit1_relu0",
+        "stage2_unit1_conv1",
+        "stage2_unit1_bn2",
+        "stage2_unit1_relu",
+        "stage2_unit1_conv2",
+        "stage2_unit1_add",
+    ]
     assert names[-4:] == ["final_bn", "final_relu", "global_pool", "projection"]
     # the shortcut skips the BN-ReLU, except in the first block (the original's first unit)
     assert bn.get_layer("stage2_unit1_add").input[0] is bn.get_layer("stage2_unit0_add").output
@@ -148,14 +184,19 @@ def test_mixed_precision_keeps_the_residual_stream_float32():
 
     mixed, logits_mixed = run("mixed_bfloat16", False)
     for name in ("stage1_unit3", "stage3_unit8"):
-        probe = keras.Model(mixed.input, [mixed.get_layer(f"{name}_add").input[0],
-                                          mixed.get_layer(f"{name}_conv2").output,
-                                          mixed.get_layer(f"{name}_add").output])
+        probe = keras.Model(
+            mixed.input,
+            [
+                mixed.get_layer(f"{name}_add").input[0],
+                mixed.get_layer(f"{name}_conv2").output,
+                mixed.get_layer(f"{name}_add").output,
+            ],
+        )
         stream, branch, out = (t.numpy().astype(np.float64) for t in probe(x))
         assert out.dtype == stream.dtype and probe.outputs[2].dtype == "float32"
         assert np.abs(branch).max() < 0.02 * np.abs(stream).max()  # a small branch ...
         # ... added in float32: exact to float32's relative step of the stream
-        assert np.abs(out - stream - branch).max() <= 2 ** -23 * 2 * np.abs(stream).max()
+        assert np.abs(out - stream - branch).max() <= 2**-23 * 2 * np.abs(stream).max()
     _, logits_f32 = run("float32", False)
     _, zeroed_f32 = run("float32", True)
     _, zeroed_mixed = run("mixed_bfloat16", True)
@@ -185,8 +226,10 @@ def test_pool_pad_shortcut_values():
     keras.utils.set_random_seed(0)
     model = build_cifar_model(SMALL)
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype(np.float32)
-    inner = keras.Model(model.input, [model.get_layer("stage1_unit0_add").output,
-                                      model.get_layer("stage2_unit0_pad").output])
+    inner = keras.Model(
+        model.input,
+        [model.get_layer("stage1_unit0_add").output, model.get_layer("stage2_unit0_pad").output],
+    )
     block_in, shortcut = (t.numpy() for t in inner(x))
     assert shortcut.shape == (2, 16, 16, 32)
     pooled = block_in.reshape(2, 16, 2, 16, 2, 16).mean(axis=(2, 4))
@@ -217,28 +260,34 @@ def test_weight_decay_is_l2_loss_over_kernels():
     assert any(w is head_kernel for w in decayed_weights(trainable_head))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(num_residual_units=0), "--num_residual_units must be >= 1"),
-    (dict(stage_widths=(64, 48, 256)), "cannot go from 64 to 48 channels"),
-    (dict(stage_widths=(64, 129, 256)), "cannot go from 64 to 129 channels"),
-    (dict(stage_widths=(64, 128)), "give one width per stage"),
-    (dict(init="xavier"), "--init=xavier is unknown"),
-    (dict(norm="layer"), "--norm=layer is unknown"),
-    (dict(relu_leakiness=1.0), "--relu_leakiness must be in"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_residual_units=0), "--num_residual_units must be >= 1"),
+        (dict(stage_widths=(64, 48, 256)), "cannot go from 64 to 48 channels"),
+        (dict(stage_widths=(64, 129, 256)), "cannot go from 64 to 129 channels"),
+        (dict(stage_widths=(64, 128)), "give one width per stage"),
+        (dict(init="xavier"), "--init=xavier is unknown"),
+        (dict(norm="layer"), "--norm=layer is unknown"),
+        (dict(relu_leakiness=1.0), "--relu_leakiness must be in"),
+    ],
+)
 def test_impossible_architectures(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**kwargs).validate()
 
 
-@pytest.mark.skipif(not (tf.config.list_physical_devices("GPU") or cpu.onednn_enabled()),
-                    reason="without oneDNN, TensorFlow's CPU convolutions run NHWC only")
+@pytest.mark.skipif(
+    not (tf.config.list_physical_devices("GPU") or cpu.onednn_enabled()),
+    reason="without oneDNN, TensorFlow's CPU convolutions run NHWC only",
+)
 def test_channels_first_same_function():
     """The layout is a speed choice only: the same weights give the same logits."""
     keras.utils.set_random_seed(3)
     last = build_cifar_model(SMALL)
-    first = build_cifar_model(ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64),
-                                          data_format="channels_first"))
+    first = build_cifar_model(
+        ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64), data_format="channels_first")
+    )
     first.set_weights(last.get_weights())
     x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
     np.testing.assert_allclose(first(x), last(x), rtol=1e-4, atol=1e-5)

@@ -45,8 +45,18 @@ def manual_dir(tmp_path, write_cifar):
     batches.meta.txt) in tmp_path/manual; returns (folder, {split: (images, labels)})."""
     folder = tmp_path / "unpacked" / "cifar-10-batches-bin"
     written = write_cifar(folder, "cifar10", 3)
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-             "truck"]
+    names = [
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ]
     (folder / "batches.meta.txt").write_text("\n".join(names) + "\n\n")
     (tmp_path / "manual").mkdir()
     with tarfile.open(tmp_path / "manual" / ARCHIVE, "w:gz") as tar:
@@ -67,8 +77,9 @@ def test_manual_archive_end_to_end(tmp_path, manual_dir, monkeypatch):
     train = cifar_input.build_dataset("cifar10", "train", 15, data_dir=data_dir, seed=0)
     _, labels = next(iter(train))
     assert sorted(labels.numpy()) == sorted(written["train"][1])
-    test = list(cifar_input.build_dataset("cifar10", "test", 2, data_dir=data_dir)
-                .as_numpy_iterator())
+    test = list(
+        cifar_input.build_dataset("cifar10", "test", 2, data_dir=data_dir).as_numpy_iterator()
+    )
     assert [len(b[1]) for b in test] == [2, 1]
     images, labels = np.concatenate([b[0] for b in test]), np.concatenate([b[1] for b in test])
     # tfds stores the examples in its own order: match them by image.
@@ -79,9 +90,12 @@ def test_manual_archive_end_to_end(tmp_path, manual_dir, monkeypatch):
     np.testing.assert_array_equal(labels, written["test"][1][order])
 
     # Two input pipelines over a one-file tfds split: by record (tfds.even_splits), covering it.
-    shards = [cifar_input.read_records("cifar10", "train", data_dir=data_dir,
-                                       input_context=tf.distribute.InputContext(2, i, 2))
-              for i in range(2)]
+    shards = [
+        cifar_input.read_records(
+            "cifar10", "train", data_dir=data_dir, input_context=tf.distribute.InputContext(2, i, 2)
+        )
+        for i in range(2)
+    ]
     keys = [{image.tobytes() for image, _ in shard.as_numpy_iterator()} for shard in shards]
     assert [len(k) for k in keys] == [8, 7]
     assert set().union(*keys) == {image.tobytes() for image in written["train"][0]}
@@ -92,8 +106,9 @@ def test_a_wrong_archive_is_refused(tmp_path, manual_dir):
     with pytest.raises(DataError) as e:
         load_prepare().prepare("cifar10", str(tmp_path / "tfds"), str(manual))
     assert "\n" not in str(e.value)
-    assert str(e.value).startswith(f"{manual / ARCHIVE}: not the checksum tfds registers for the "
-                                   "official cifar10 archive")
+    assert str(e.value).startswith(
+        f"{manual / ARCHIVE}: not the checksum tfds registers for the official cifar10 archive"
+    )
 
 
 def test_missing_archive_and_offline_download(tmp_path):
@@ -105,13 +120,22 @@ def test_missing_archive_and_offline_download(tmp_path):
         prepare.prepare("cifar100", str(tmp_path / "tfds"))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["mnist"], "error: unknown data set 'mnist'; known: cifar10, cifar100"),
-    (["cifar100", "--manual_dir=."], "error: --manual_dir . lacks cifar-100-binary.tar.gz"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["mnist"], "error: unknown data set 'mnist'; known: cifar10, cifar100"),
+        (["cifar100", "--manual_dir=."], "error: --manual_dir . lacks cifar-100-binary.tar.gz"),
+    ],
+)
 def test_command_line_errors(tmp_path, args, message):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, str(PREPARE), *args, f"--data_dir={tmp_path}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(PREPARE), *args, f"--data_dir={tmp_path}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(message)

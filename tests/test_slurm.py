@@ -1,4 +1,4 @@
-"""docker/slurm/train_cifar.sbatch on a real one-node SLURM cluster (docker/slurm/one_node_cluster.sh).
+"""docker/slurm/train_cifar.sbatch on a real one-node SLURM cluster (one_node_cluster.sh there).
 
 Runs where the SLURM daemons can: as root, with Debian's slurm-wlm and munge installed (or
 installable now); skipped with the reason elsewhere. The daemons listen on free ports and are
@@ -21,9 +21,17 @@ CLUSTER = REPO / "docker/slurm/one_node_cluster.sh"
 SBATCH = REPO / "docker/slurm/train_cifar.sbatch"
 # two workers on the one node, CPU-only: the overrides the sbatch script documents
 CPU_NODE = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gres=none"]
-TRAIN = ["--num_residual_units=1", "--stage_widths=16,32,64", "--batch_size=16",
-         "--eval_batch_size=32", "--log_every=1", "--checkpoint_every=1000",
-         "--eval_every=1000", "--train_steps=300", "--seed=1"]
+TRAIN = [
+    "--num_residual_units=1",
+    "--stage_widths=16,32,64",
+    "--batch_size=16",
+    "--eval_batch_size=32",
+    "--log_every=1",
+    "--checkpoint_every=1000",
+    "--eval_every=1000",
+    "--train_steps=300",
+    "--seed=1",
+]
 
 
 def _why_not() -> str | None:
@@ -33,8 +41,7 @@ def _why_not() -> str | None:
         return None
     if not shutil.which("apt-get"):
         return "slurm-wlm and munge are not installed and there is no apt-get"
-    install = subprocess.run([str(CLUSTER), "install"], capture_output=True, text=True,
-                             timeout=600)
+    install = subprocess.run([str(CLUSTER), "install"], capture_output=True, text=True, timeout=600)
     if install.returncode or not shutil.which("slurmctld"):
         return f"installing slurm-wlm and munge failed: {install.stderr.strip()[-200:]}"
     return None
@@ -47,17 +54,28 @@ def slurm(tmp_path_factory, write_cifar):
     if why:
         pytest.skip(why)
     state = tmp_path_factory.mktemp("slurm")
-    started = subprocess.run([str(CLUSTER), "start", str(state)], capture_output=True,
-                             text=True, env=dict(os.environ, KILL_WAIT="20"), timeout=60)
+    started = subprocess.run(
+        [str(CLUSTER), "start", str(state)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KILL_WAIT="20"),
+        timeout=60,
+    )
     if started.returncode:
         pytest.skip(f"the one-node SLURM cluster did not start: {started.stderr.strip()}")
     data = tmp_path_factory.mktemp("data") / "cifar-10-batches-bin"
     write_cifar(data, "cifar10", 16)
     runs = tmp_path_factory.mktemp("runs")
     (runs / "tmp").mkdir()
-    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"), REPO_DIR=str(REPO),
-               RUNS_DIR=str(runs), PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
-               TMPDIR=str(runs / "tmp"))
+    env = dict(
+        os.environ,
+        SLURM_CONF=str(state / "slurm.conf"),
+        REPO_DIR=str(REPO),
+        RUNS_DIR=str(runs),
+        PYTHON=sys.executable,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TMPDIR=str(runs / "tmp"),
+    )
     try:
         yield env, data
     finally:
@@ -67,16 +85,28 @@ def slurm(tmp_path_factory, write_cifar):
 def submit(env, run_name, data) -> tuple[str, pathlib.Path]:
     log = pathlib.Path(env["RUNS_DIR"]) / f"{run_name}.out"
     proc = subprocess.run(
-        ["sbatch", "--parsable", *CPU_NODE, f"--output={log}", str(SBATCH),
-         f"--data_path={data}", *TRAIN], capture_output=True, text=True,
-        env=dict(env, RUN_NAME=run_name), timeout=30)
+        [
+            "sbatch",
+            "--parsable",
+            *CPU_NODE,
+            f"--output={log}",
+            str(SBATCH),
+            f"--data_path={data}",
+            *TRAIN,
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(env, RUN_NAME=run_name),
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0], log
 
 
 def job_state(env, job) -> str:
-    text = subprocess.run(["scontrol", "show", "job", job, "-o"], capture_output=True,
-                          text=True, env=env, timeout=30).stdout
+    text = subprocess.run(
+        ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True, env=env, timeout=30
+    ).stdout
     return re.search(r"JobState=(\S+)", text).group(1)
 
 
@@ -88,8 +118,9 @@ def wait_for(predicate, what, timeout=240):
 
 
 def results(log: pathlib.Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()
-            if line.startswith('{"dataset"')]
+    return [
+        json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"dataset"')
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +142,7 @@ def test_the_sbatch_script_trains_two_workers_to_the_same_weights(uninterrupted)
     assert "2 replica(s) x 2 input pipeline(s)" in log.read_text()
 
 
-def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slurm,
-                                                                            uninterrupted):
+def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slurm, uninterrupted):
     """Both tasks get SIGTERM, agree on a step and save it; the requeued job resumes there and
     ends with the weights of the job that ran straight through, to the bit."""
     env, data = slurm
@@ -129,8 +159,9 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slu
 
     # a requeued job waits ~2 minutes before it is eligible again: release it now
     wait_for(lambda: job_state(env, job) == "PENDING", "the requeued job to be pending")
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True,
-                   env=env, timeout=30)
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, env=env, timeout=30
+    )
     wait_for(lambda: job_state(env, job) in ("COMPLETED", "FAILED", "CANCELLED"), "the job")
     text = log.read_text()
     assert job_state(env, job) == "COMPLETED", text[-3000:]
@@ -139,6 +170,9 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slu
     assert text.count(f"resumed from {model_dir}/ckpt-{saved} at step {saved}") == 2
     finals = results(log)
     assert [r["final_step"] for r in finals] == [300, 300]
-    assert finals[0]["weights_sha256"] == finals[1]["weights_sha256"] == \
-        results(uninterrupted[0])[0]["weights_sha256"]
+    assert (
+        finals[0]["weights_sha256"]
+        == finals[1]["weights_sha256"]
+        == results(uninterrupted[0])[0]["weights_sha256"]
+    )
     assert "Traceback" not in text

@@ -16,7 +16,8 @@ STEPS = 4
 def batches():
     rng = np.random.default_rng(0)
     images = tf.image.per_image_standardization(
-        rng.normal(size=(STEPS * 16, 32, 32, 3)).astype(np.float32)).numpy()
+        rng.normal(size=(STEPS * 16, 32, 32, 3)).astype(np.float32)
+    ).numpy()
     labels = rng.integers(0, 10, STEPS * 16).astype(np.int32)
     return lambda ctx: tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
 
@@ -26,15 +27,21 @@ def train(tmp_path, precision="float32", jit_compile=False):
     speed.configure(precision)
     try:
         keras.utils.set_random_seed(0)
-        trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(SMALL),
-                          TrainConfig(batch_size=16), str(tmp_path), jit_compile=jit_compile)
+        trainer = Trainer(
+            tf.distribute.get_strategy(),
+            lambda: build_cifar_model(SMALL),
+            TrainConfig(batch_size=16),
+            str(tmp_path),
+            jit_compile=jit_compile,
+        )
         head = trainer.model.get_layer("projection").kernel
         before = head.numpy().copy()
         iterator = trainer.distribute(batches())
         losses = [trainer.run_steps(iterator, 1)[0] for _ in range(STEPS)]
         weights = [w.numpy() for w in trainer.model.trainable_weights]
         assert trainer.model.get_layer("init_conv").compute_dtype == (
-            "bfloat16" if precision == "mixed_bfloat16" else "float32")
+            "bfloat16" if precision == "mixed_bfloat16" else "float32"
+        )
         return losses, weights, before, head
     finally:
         speed.configure("float32")

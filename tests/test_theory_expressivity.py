@@ -82,15 +82,19 @@ def test_duplicate_points_are_named():
     X, labels, rng = _sphere_problem(seed=3)
     X = np.vstack([X, X[17]])
     labels = np.append(labels, (labels[17] + 1) % 5)
-    with pytest.raises(ExpressivityError,
-                       match=r"points 17 and 250 are duplicates .*different labels.*remove"):
+    with pytest.raises(
+        ExpressivityError, match=r"points 17 and 250 are duplicates .*different labels.*remove"
+    ):
         ex.build_network(X, labels, 5, 32, rng)
 
 
 def test_too_small_width_names_the_block_and_the_fix():
     X, labels, rng = _sphere_problem(seed=4)
-    with pytest.raises(ExpressivityError, match=r"^block \d+: no threshold t exists for point "
-                                                r"\d+ .*increase the width k"):
+    with pytest.raises(
+        ExpressivityError,
+        match=r"^block \d+: no threshold t exists for point "
+        r"\d+ .*increase the width k",
+    ):
         ex.build_network(X, labels, 5, 2, rng)
 
 
@@ -98,16 +102,22 @@ def test_too_close_points_are_named():
     X, labels, rng = _sphere_problem(seed=5)
     X[3] = X[9] + 1e-4 * rng.standard_normal(X.shape[1])
     X[3] /= np.linalg.norm(X[3])
-    with pytest.raises(ExpressivityError, match=r"points (3 and 9|9 and 3) \(\|\|x_i - x_m\|\| "
-                                                r"= 0.000\d+\) are too close"):
+    with pytest.raises(
+        ExpressivityError,
+        match=r"points (3 and 9|9 and 3) \(\|\|x_i - x_m\|\| "
+        r"= 0.000\d+\) are too close",
+    ):
         ex.build_network(X, labels, 5, 64, rng)
 
 
 def test_point_dominated_by_a_surrogate_label_is_named():
     # k = 1: point 0 moves to q_0 = ±1, and the opposite point −x_0 then sees it above itself.
     X = np.array([[0.6, 0.8], [-0.6, -0.8]])
-    with pytest.raises(ExpressivityError, match=r"^block 2: .* point 1 .*surrogate label q_0, "
-                                                r"where point 0 now sits.*increase the width k"):
+    with pytest.raises(
+        ExpressivityError,
+        match=r"^block 2: .* point 1 .*surrogate label q_0, "
+        r"where point 0 now sits.*increase the width k",
+    ):
         ex.build_network(X, np.array([0, 0]), 1, 1, np.random.default_rng(0))
 
 
@@ -150,8 +160,10 @@ def test_lemma_conditions_hold_for_orthonormal_points_and_fail_on_each_inequalit
     assert ex.lemma_b1_conditions(H, Q).holds and ex.lemma_b1_conditions(H, Q).failure() is None
     assert "<alpha_i, q_c>" in ex.lemma_b1_conditions(H, -Q).failure()  # 0.95 >= 0.9
     assert "<= 0" in ex.lemma_b1_conditions(np.diag([1.6, 1.0, 1.0]), Q).failure()
-    assert "max <alpha_i, alpha_j>" in ex.lemma_b1_conditions(
-        np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), Q).failure()
+    assert (
+        "max <alpha_i, alpha_j>"
+        in ex.lemma_b1_conditions(np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), Q).failure()
+    )
     assert "min ||alpha_i||^2" in ex.lemma_b1_conditions(np.eye(3), Q).failure()  # t = 1
 
 
@@ -172,8 +184,11 @@ def test_single_bias_network_fits_where_the_hypotheses_hold():
 
 def test_single_bias_network_reports_a_width_below_the_lemma():
     X, labels, rng = _sphere_problem(n=400, d=64, r=5, seed=10)
-    with pytest.raises(ExpressivityError, match=r"single threshold t = .* of Lemma B.1 does not "
-                                                r"separate point \d+.*increase the width k"):
+    with pytest.raises(
+        ExpressivityError,
+        match=r"single threshold t = .* of Lemma B.1 does not "
+        r"separate point \d+.*increase the width k",
+    ):
         ex.build_network(X, labels, 5, 48, np.random.default_rng(48), single_bias=True)
     net = ex.build_network(X, labels, 5, 48, rng)  # the per-row thresholds still fit at k = 48
     assert ex.fit_report(net.forward(X), labels)["accuracy"] == 1.0
@@ -186,9 +201,9 @@ def test_wrong_threshold_constant_breaks_the_single_bias_network():
     A0, Q = ex.projection(64, k, 5, np.random.default_rng([1, k]))
     H = X @ A0.T
     rho = ex.norm_distortion(H)
-    assert np.min(np.sum(H ** 2, axis=1)) < 1 - rho  # the wrong t is above some ‖α(i)‖²
+    assert np.min(np.sum(H**2, axis=1)) < 1 - rho  # the wrong t is above some ‖α(i)‖²
     with pytest.raises(ExpressivityError, match="does not separate point"):
-        batch = np.arange(len(X))[np.argsort(np.sum(H ** 2, axis=1))[:k]]
+        batch = np.arange(len(X))[np.argsort(np.sum(H**2, axis=1))[:k]]
         ex._block_for(batch, H, Q[labels], np.zeros(len(X), bool), X, labels, 1, 1 - rho)
 
 
@@ -211,7 +226,7 @@ def test_read_cifar10_binary_records(cifar10_dir):
     sizes = [os.path.getsize(p) for p in sorted(cifar10_dir.glob("data_batch_*.bin"))]
     assert len(pixels) == sum(sizes) // 3073
     raw = np.fromfile(cifar10_dir / "data_batch_1.bin", dtype=np.uint8, count=2 * 3073)
-    assert np.array_equal(pixels[1], raw[3073 + 1:])  # skips the label byte
+    assert np.array_equal(pixels[1], raw[3073 + 1 :])  # skips the label byte
     assert len(ex.load_cifar10_pixels(str(cifar10_dir), limit=10)) == 10
 
 
@@ -248,14 +263,26 @@ def test_cifar_reader_errors(tmp_path):
 
 def _run(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, str(REPO / "launch" / "expressivity.py"), *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch" / "expressivity.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_launcher_writes_plot_json_and_a_json_line(tmp_path):
     out = tmp_path / "expressivity"
-    proc = _run(f"--output_dir={out}", "--num_points=300", "--dim=16", "--sphere_width=64",
-                "--num_images=200", "--image_width=128")
+    proc = _run(
+        f"--output_dir={out}",
+        "--num_points=300",
+        "--dim=16",
+        "--sphere_width=64",
+        "--num_images=200",
+        "--image_width=128",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["image_source"].startswith("generated images")
@@ -276,8 +303,14 @@ def test_launcher_writes_plot_json_and_a_json_line(tmp_path):
 
 def test_launcher_sweep_fits_width_and_parameters(tmp_path):
     out = tmp_path / "sweep"
-    proc = _run(f"--output_dir={out}", "--num_points=0", "--num_images=0", "--dim=32",
-                "--sweep", "--sweep_sizes=100,400,1600")
+    proc = _run(
+        f"--output_dir={out}",
+        "--num_points=0",
+        "--num_images=0",
+        "--dim=32",
+        "--sweep",
+        "--sweep_sizes=100,400,1600",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     fits = summary["sweep"]
@@ -290,8 +323,15 @@ def test_launcher_sweep_fits_width_and_parameters(tmp_path):
 
 
 def test_launcher_sweep_includes_the_cifar_slice(tmp_path, cifar10_dir):
-    proc = _run(f"--output_dir={tmp_path}", "--num_points=0", "--num_images=0", "--sweep",
-                "--sweep_sizes=100,200", "--sweep_images=300", f"--cifar_dir={cifar10_dir}")
+    proc = _run(
+        f"--output_dir={tmp_path}",
+        "--num_points=0",
+        "--num_images=0",
+        "--sweep",
+        "--sweep_sizes=100,200",
+        "--sweep_images=300",
+        f"--cifar_dir={cifar10_dir}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
     assert rows[-1]["data"] == "CIFAR-10 slice" and rows[-1]["d"] == 3072
@@ -299,16 +339,23 @@ def test_launcher_sweep_includes_the_cifar_slice(tmp_path, cifar10_dir):
 
 
 def test_launcher_bad_cifar_dir_and_sizes_are_one_error_line(tmp_path):
-    for flag, message in ((f"--cifar_dir={tmp_path / 'absent'}", "error: --cifar_dir"),
-                          ("--sweep_sizes=100,x", "error: --sweep_sizes")):
+    for flag, message in (
+        (f"--cifar_dir={tmp_path / 'absent'}", "error: --cifar_dir"),
+        ("--sweep_sizes=100,x", "error: --sweep_sizes"),
+    ):
         proc = _run(f"--output_dir={tmp_path / 'x'}", "--num_points=0", "--num_images=0", flag)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines()[-1].startswith(message)
 
 
 def test_launcher_broken_precondition_is_one_error_line_and_status_2(tmp_path):
-    proc = _run(f"--output_dir={tmp_path / 'x'}", "--num_points=200", "--dim=16",
-                "--sphere_width=2", "--num_images=0")
+    proc = _run(
+        f"--output_dir={tmp_path / 'x'}",
+        "--num_points=200",
+        "--dim=16",
+        "--sphere_width=2",
+        "--num_images=0",
+    )
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: sphere: block 1: no threshold") and "--sphere_width" in last

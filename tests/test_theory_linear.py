@@ -73,7 +73,7 @@ def test_gradient_is_zero_at_an_exact_fit():
 
 def _random_matrix(d, condition, rng):
     U, V = linear.random_orthonormal(d, rng), linear.random_orthonormal(d, rng)
-    return (U * np.geomspace(condition ** -0.5, condition ** 0.5, d)) @ V.T
+    return (U * np.geomspace(condition**-0.5, condition**0.5, d)) @ V.T
 
 
 def _assert_theorem_2_1(R, depth):
@@ -93,12 +93,15 @@ def test_factorization_of_random_matrices(d, condition):
             _assert_theorem_2_1(R, depth)
 
 
-@pytest.mark.parametrize("angles", [
-    [math.pi - 1e-9],
-    [math.pi - 1e-6, -(math.pi - 1e-12), 1.0],
-    [math.pi, math.pi, math.pi],  # repeated -1 eigenvalues
-    [math.pi, -math.pi + 1e-15, 1e-13, 2.0, 2.0 + 1e-9],
-])
+@pytest.mark.parametrize(
+    "angles",
+    [
+        [math.pi - 1e-9],
+        [math.pi - 1e-6, -(math.pi - 1e-12), 1.0],
+        [math.pi, math.pi, math.pi],  # repeated -1 eigenvalues
+        [math.pi, -math.pi + 1e-15, 1e-13, 2.0, 2.0 + 1e-9],
+    ],
+)
 @pytest.mark.parametrize("fixed", [0, 1])
 def test_rotation_form_near_pi(angles, fixed):
     d = 2 * len(angles) + fixed
@@ -108,7 +111,8 @@ def test_rotation_form_near_pi(angles, fixed):
     assert np.allclose(S.T @ S, np.eye(d), atol=1e-13)
     assert np.linalg.norm(S @ form.blocks() @ S.T - O, 2) < 1e-12
     assert np.sort(np.abs(form.angles)) == pytest.approx(
-        np.sort(np.abs(np.asarray(angles, float)[np.abs(angles) > 1e-12])), abs=1e-9)
+        np.sort(np.abs(np.asarray(angles, float)[np.abs(angles) > 1e-12])), abs=1e-9
+    )
     for q in (1, 2, 5, 30):
         root = form.root(q)
         assert np.linalg.norm(np.linalg.matrix_power(root, q) - O, 2) < 1e-12
@@ -195,7 +199,13 @@ def test_paper_construction_of_random_matrices(d, condition):
 
 def test_paper_split_is_a_quarter_for_each_rotation_and_the_rest_for_K():
     assert [linear.paper_split(depth) for depth in (3, 4, 5, 8, 9, 100)] == [
-        (1, 1, 1), (1, 2, 1), (2, 1, 2), (2, 4, 2), (3, 3, 3), (25, 50, 25)]
+        (1, 1, 1),
+        (1, 2, 1),
+        (2, 1, 2),
+        (2, 4, 2),
+        (3, 3, 3),
+        (25, 50, 25),
+    ]
     with pytest.raises(LinearTheoryError, match="depth >= 3"):
         linear.paper_factorization(np.eye(2), 2)
 
@@ -205,8 +215,11 @@ def test_paper_construction_layers_are_roots_of_V_K_U():
     R = linear.random_rotation(4, [math.pi, 1.0], rng) @ np.diag([3.0, 0.5, 1.0, 2.0])
     f = linear.paper_factorization(R, 12)  # q = 3, p = 6
     layers = linear.residual_layers(f.A)
-    V_t, K, U = (linear.chain_product(layers[:3]), linear.chain_product(layers[3:9]),
-                 linear.chain_product(layers[9:]))
+    V_t, K, U = (
+        linear.chain_product(layers[:3]),
+        linear.chain_product(layers[3:9]),
+        linear.chain_product(layers[9:]),
+    )
     for W in (V_t, U):
         assert np.allclose(W.T @ W, np.eye(4), atol=1e-12) and np.linalg.det(W) > 0
     assert np.allclose(K, np.diag(np.diag(K)), atol=1e-12) and np.all(np.diag(K) > 0)
@@ -273,7 +286,8 @@ def test_adversarial_search_reaches_the_bound_and_never_crosses_it(d, depth, tau
     assert 1 - 1e-9 <= found["min_ratio"] <= 1.001  # tight, and Theorem 2.2 holds
     assert linear.spectral_norms(found["A"]).max() <= tau * (1 + 1e-12)
     assert found["min_ratio"] == pytest.approx(
-        linear.eq23_ratio(found["A"], found["R"], Sigma, tau), rel=1e-12)
+        linear.eq23_ratio(found["A"], found["R"], Sigma, tau), rel=1e-12
+    )
     random_points = linear.tau_ball_ratios(tau, depth, d, 20, rng)
     assert random_points.min() > 1.2  # sampling alone stays far from the bound
 
@@ -281,8 +295,7 @@ def test_adversarial_search_reaches_the_bound_and_never_crosses_it(d, depth, tau
 def test_adversarial_search_violates_the_bound_with_8l_instead_of_4l():
     rng = np.random.default_rng(14)
     Sigma = linear.random_covariance(3, 10.0, rng)
-    found = linear.adversarial_eq23_search(3, 3, 0.5, Sigma, rng, starts=2, steps=150,
-                                           constant=8.0)
+    found = linear.adversarial_eq23_search(3, 3, 0.5, Sigma, rng, starts=2, steps=150, constant=8.0)
     assert found["min_ratio"] < 0.51  # the wrong bound fails (its infimum is 1/2)
 
 
@@ -329,15 +342,29 @@ def test_residual_descent_reaches_the_optimum_and_standard_does_not():
 
 def _run(script, *args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, str(REPO / "launch" / script), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch" / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
     out = tmp_path / "linear"
-    proc = _run("linear.py", f"--output_dir={out}", "--mc_samples=20000", "--tau_samples=2",
-                "--dim=3", "--depths=2,5", "--steps=200", "--adversarial_starts=2",
-                "--adversarial_steps=100")
+    proc = _run(
+        "linear.py",
+        f"--output_dir={out}",
+        "--mc_samples=20000",
+        "--tau_samples=2",
+        "--dim=3",
+        "--depths=2,5",
+        "--steps=200",
+        "--adversarial_starts=2",
+        "--adversarial_steps=100",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["lemma_2_4_max_rel_err"] <= 1e-5
@@ -354,8 +381,13 @@ def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
     assert summary["tau1_counterexample"]["excess_risk"] > 0
     assert set(summary["gd_final_excess"]) == {"benign", "near_pi", "large_scale"}
     assert max(summary["gd_final_excess"]["benign"]["residual"].values()) < 1e-10
-    for name in ("linear.json", "factorization.png", "gradient_descent.png",
-                 "gradient_descent_near_pi.png", "gradient_descent_large_scale.png"):
+    for name in (
+        "linear.json",
+        "factorization.png",
+        "gradient_descent.png",
+        "gradient_descent_near_pi.png",
+        "gradient_descent_large_scale.png",
+    ):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "linear.json").read_text())["theorem_2_1"]["error_when_too_shallow"]
 

@@ -9,15 +9,23 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.training import (CheckpointError, TrainConfig, Trainer, TrainingDiverged,
-                                  learning_rate_schedule)
+from resnet_noBN.training import (
+    CheckpointError,
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    learning_rate_schedule,
+)
 
 SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
 RNG = np.random.default_rng(0)
 # class c: a colour gradient of its own (a pooled, nearly linear network at init can see it)
 _ramp = np.linspace(-1, 1, 32, dtype=np.float32)
-TEMPLATES = (RNG.normal(size=(10, 1, 1, 3)) + RNG.normal(size=(10, 1, 1, 3)) * _ramp[:, None, None]
-             + RNG.normal(size=(10, 1, 1, 3)) * _ramp[None, :, None]).astype(np.float32)
+TEMPLATES = (
+    RNG.normal(size=(10, 1, 1, 3))
+    + RNG.normal(size=(10, 1, 1, 3)) * _ramp[:, None, None]
+    + RNG.normal(size=(10, 1, 1, 3)) * _ramp[None, :, None]
+).astype(np.float32)
 
 
 def synthetic(n, seed):
@@ -39,24 +47,44 @@ def input_fns(global_batch, n_train=512, n_test=100, nan_after=None):
         return ds.skip(start_step)
 
     def test_fn(ctx):
-        return tf.data.Dataset.from_tensor_slices(test).batch(
-            ctx.get_per_replica_batch_size(32))
+        return tf.data.Dataset.from_tensor_slices(test).batch(ctx.get_per_replica_batch_size(32))
 
     return train_fn, test_fn
 
 
 def make_trainer(model_dir, strategy=None, **overrides):
-    cfg = TrainConfig(**{"batch_size": 32, "train_steps": 20, "eval_every": 10,
-                         "checkpoint_every": 5, "log_every": 5, "eval_batch_size": 32,
-                         "learning_rate": 0.02,  # 0.05 diverges on this toy problem
-                         **overrides})
+    cfg = TrainConfig(
+        **{
+            "batch_size": 32,
+            "train_steps": 20,
+            "eval_every": 10,
+            "checkpoint_every": 5,
+            "log_every": 5,
+            "eval_batch_size": 32,
+            "learning_rate": 0.02,  # 0.05 diverges on this toy problem
+            **overrides,
+        }
+    )
     keras.utils.set_random_seed(0)
-    return Trainer(strategy or tf.distribute.get_strategy(), lambda: build_cifar_model(SMALL),
-                   cfg, str(model_dir))
+    return Trainer(
+        strategy or tf.distribute.get_strategy(),
+        lambda: build_cifar_model(SMALL),
+        cfg,
+        str(model_dir),
+    )
 
 
-@pytest.mark.parametrize("step, lr", [(0, 0.05), (29_999, 0.05), (30_000, 0.005),
-                                      (49_999, 0.005), (50_000, 0.0005), (59_999, 0.0005)])
+@pytest.mark.parametrize(
+    "step, lr",
+    [
+        (0, 0.05),
+        (29_999, 0.05),
+        (30_000, 0.005),
+        (49_999, 0.005),
+        (50_000, 0.0005),
+        (59_999, 0.0005),
+    ],
+)
 def test_learning_rate_schedule(step, lr):
     assert float(learning_rate_schedule(TrainConfig())(step)) == pytest.approx(lr, rel=1e-6)
 
@@ -82,8 +110,7 @@ def test_short_run_lowers_loss_and_writes_run_files(tmp_path):
 
 
 def test_head_bit_for_bit_unchanged_by_training(tmp_path):
-    trainer = make_trainer(tmp_path, train_steps=3, eval_every=3, checkpoint_every=3,
-                           log_every=3)
+    trainer = make_trainer(tmp_path, train_steps=3, eval_every=3, checkpoint_every=3, log_every=3)
     head = trainer.model.get_layer("projection").kernel.numpy().copy()
     conv = trainer.model.get_layer("stage1_unit0_conv1").kernel.numpy().copy()
     trainer.train(*input_fns(32), print_fn=lambda _: None)
@@ -100,7 +127,9 @@ def test_resume_continues_step_optimizer_state_and_schedule(tmp_path):
     lines = []
     second = make_trainer(tmp_path, train_steps=15, lr_boundaries=(12,))
     assert second.restore() == 10
-    for saved, restored in zip(momenta + weights, second.optimizer.variables + second.model.weights):
+    for saved, restored in zip(
+        momenta + weights, second.optimizer.variables + second.model.weights
+    ):
         np.testing.assert_array_equal(saved, restored.numpy())
     result = second.train(*input_fns(32), print_fn=lines.append)
     assert lines[0].startswith("resumed from ") and lines[0].endswith("at step 10")
@@ -119,7 +148,8 @@ def test_a_truncated_latest_checkpoint_is_named_and_the_one_before_restored(tmp_
     second = make_trainer(tmp_path, train_steps=10)
     assert second.restore(lines.append) == 5 and second.restored_from == str(tmp_path / "ckpt-5")
     assert len(lines) == 1 and lines[0].startswith(
-        f"warning: checkpoint {tmp_path / 'ckpt-10'} cannot be restored (")
+        f"warning: checkpoint {tmp_path / 'ckpt-10'} cannot be restored ("
+    )
     assert lines[0].endswith("trying the one before it")
     result = make_trainer(tmp_path, train_steps=10).train(*input_fns(32), print_fn=lines.append)
     assert f"resumed from {tmp_path / 'ckpt-5'} at step 5" in lines and result["final_step"] == 10
@@ -145,10 +175,17 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
 def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
     """Global-batch loss scaling and gradient all-reduce: 2 replicas == 1 device, same batch."""
     mirrored = mirrored_strategy
-    single = make_trainer(tmp_path / "one", train_steps=2, log_every=1, checkpoint_every=2,
-                          eval_every=2)
-    multi = make_trainer(tmp_path / "two", strategy=mirrored, train_steps=2, log_every=1,
-                         checkpoint_every=2, eval_every=2)
+    single = make_trainer(
+        tmp_path / "one", train_steps=2, log_every=1, checkpoint_every=2, eval_every=2
+    )
+    multi = make_trainer(
+        tmp_path / "two",
+        strategy=mirrored,
+        train_steps=2,
+        log_every=1,
+        checkpoint_every=2,
+        eval_every=2,
+    )
     multi.model.set_weights(single.model.get_weights())
     outs = [[], []]
     r1 = single.train(*input_fns(32), print_fn=outs[0].append)
@@ -160,14 +197,19 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
     assert r1["test_error"] == pytest.approx(r2["test_error"])
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(batch_size=0), "--batch_size must be positive, got 0"),
-    (dict(train_steps=-5), "--train_steps must be positive, got -5"),
-    (dict(lr_boundaries=(50_000, 30_000)), "--lr_boundaries must be positive and strictly "
-                                           "increasing, got 50000,30000"),
-    (dict(lr_boundaries=(30_000, 30_000)), "strictly increasing"),
-    (dict(learning_rate=0.0), "--learning_rate must be positive"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(batch_size=0), "--batch_size must be positive, got 0"),
+        (dict(train_steps=-5), "--train_steps must be positive, got -5"),
+        (
+            dict(lr_boundaries=(50_000, 30_000)),
+            "--lr_boundaries must be positive and strictly increasing, got 50000,30000",
+        ),
+        (dict(lr_boundaries=(30_000, 30_000)), "strictly increasing"),
+        (dict(learning_rate=0.0), "--learning_rate must be positive"),
+    ],
+)
 def test_impossible_recipes(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**overrides).validate()
@@ -175,8 +217,13 @@ def test_impossible_recipes(overrides, message):
 
 def test_top5_error_counts_the_whole_split(tmp_path):
     keras.utils.set_random_seed(0)
-    trainer = Trainer(tf.distribute.get_strategy(), lambda: build_cifar_model(SMALL),
-                      TrainConfig(batch_size=32, eval_batch_size=32), str(tmp_path), top5=True)
+    trainer = Trainer(
+        tf.distribute.get_strategy(),
+        lambda: build_cifar_model(SMALL),
+        TrainConfig(batch_size=32, eval_batch_size=32),
+        str(tmp_path),
+        top5=True,
+    )
     result = trainer.evaluate(input_fns(32)[1])
     assert result["test_examples"] == 100
     images, labels = synthetic(100, 2)
@@ -190,16 +237,24 @@ def test_top5_error_counts_the_whole_split(tmp_path):
 @pytest.mark.parametrize("top5", [False, True])
 def test_tied_logits_are_one_prediction_not_all(tmp_path, top5):
     """Equal logits predict the lowest class (tf.argmax), not every tied class (in_top_k)."""
+
     def constant_logits():
         inputs = keras.Input((32, 32, 3))
-        return keras.Model(inputs, keras.layers.Lambda(
-            lambda x: tf.zeros([tf.shape(x)[0], 10]))(inputs))
+        return keras.Model(
+            inputs, keras.layers.Lambda(lambda x: tf.zeros([tf.shape(x)[0], 10]))(inputs)
+        )
 
-    trainer = Trainer(tf.distribute.get_strategy(), constant_logits,
-                      TrainConfig(batch_size=10, eval_batch_size=10), str(tmp_path), top5=top5)
+    trainer = Trainer(
+        tf.distribute.get_strategy(),
+        constant_logits,
+        TrainConfig(batch_size=10, eval_batch_size=10),
+        str(tmp_path),
+        top5=top5,
+    )
     labels = np.arange(20, dtype=np.int32) % 10
     test_fn = lambda ctx: tf.data.Dataset.from_tensor_slices(  # noqa: E731
-        (np.zeros([20, 32, 32, 3], np.float32), labels)).batch(10)
+        (np.zeros([20, 32, 32, 3], np.float32), labels)
+    ).batch(10)
     result = trainer.evaluate(test_fn)
     assert result["test_error"] == pytest.approx(0.9)  # class 0 predicted: 2 of 20 right
     if top5:
@@ -216,13 +271,15 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     write_cifar(root, "cifar10", 20)
 
     def dataset_fn(split, batch):
-        return distribute.per_replica_dataset(cifar_input.build_dataset, "cifar10", split,
-                                              global_batch=batch, data_path=root, seed=4)
+        return distribute.per_replica_dataset(
+            cifar_input.build_dataset, "cifar10", split, global_batch=batch, data_path=root, seed=4
+        )
 
     def run(model_dir, steps):
         trainer = make_trainer(model_dir, train_steps=steps, batch_size=16)
-        return trainer.train(dataset_fn("train", 16), dataset_fn("test", 32),
-                             print_fn=lambda _: None)
+        return trainer.train(
+            dataset_fn("train", 16), dataset_fn("test", 32), print_fn=lambda _: None
+        )
 
     uninterrupted = run(tmp_path / "once", 30)
     assert run(tmp_path / "twice", 13)["final_step"] == 13

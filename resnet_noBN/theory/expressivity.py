@@ -31,8 +31,8 @@ from __future__ import annotations
 import glob
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import keras
 import numpy as np
@@ -97,42 +97,67 @@ def _check_inputs(X, labels, num_classes: int, width: int) -> tuple[np.ndarray, 
     if labels.shape != (X.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
         raise ExpressivityError(f"labels must be {X.shape[0]} integers, one per point")
     if num_classes < 1 or labels.min() < 0 or labels.max() >= num_classes:
-        raise ExpressivityError(f"labels must lie in [0, {num_classes}), got "
-                                f"[{labels.min()}, {labels.max()}]; raise num_classes")
+        raise ExpressivityError(
+            f"labels must lie in [0, {num_classes}), got "
+            f"[{labels.min()}, {labels.max()}]; raise num_classes"
+        )
     if width < 1:
         raise ExpressivityError(f"width k must be >= 1, got {width}")
     norms = np.linalg.norm(X, axis=1)
     worst = int(np.argmax(np.abs(norms - 1)))
     if not np.isfinite(norms).all() or abs(norms[worst] - 1) > 1e-6:
-        raise ExpressivityError(f"points must have unit norm (point {worst} has norm "
-                                f"{norms[worst]:.6g}): divide each x_i by ||x_i||")
+        raise ExpressivityError(
+            f"points must have unit norm (point {worst} has norm "
+            f"{norms[worst]:.6g}): divide each x_i by ||x_i||"
+        )
     return X, labels
 
 
-def _no_threshold_error(block: int, i: int, m: int, moved: np.ndarray, X: np.ndarray,
-                        labels: np.ndarray, inner: float, norm2: float,
-                        width: int) -> ExpressivityError:
+def _no_threshold_error(
+    block: int,
+    i: int,
+    m: int,
+    moved: np.ndarray,
+    X: np.ndarray,
+    labels: np.ndarray,
+    inner: float,
+    norm2: float,
+    width: int,
+) -> ExpressivityError:
     """The error for a point i of block ``block`` with no threshold t_i, m its worst partner."""
-    where = (f"block {block}: no threshold t exists for point {i} "
-             f"(<alpha_i, h_m> = {inner:.6g} >= ||alpha_i||^2 = {norm2:.6g})")
+    where = (
+        f"block {block}: no threshold t exists for point {i} "
+        f"(<alpha_i, h_m> = {inner:.6g} >= ||alpha_i||^2 = {norm2:.6g})"
+    )
     if moved[m]:
         return ExpressivityError(
             f"{where}, h_m being surrogate label q_{labels[m]}, where point {m} now "
-            f"sits: the projection is too narrow; increase the width k (now {width})")
+            f"sits: the projection is too narrow; increase the width k (now {width})"
+        )
     distance = float(np.linalg.norm(X[i] - X[m]))
     if distance <= 1e-12:
         same = "the same label" if labels[i] == labels[m] else "different labels"
-        return ExpressivityError(f"{where}: points {i} and {m} are duplicates "
-                                 f"(||x_i - x_m|| = 0, {same}); remove duplicate points")
+        return ExpressivityError(
+            f"{where}: points {i} and {m} are duplicates "
+            f"(||x_i - x_m|| = 0, {same}); remove duplicate points"
+        )
     return ExpressivityError(
         f"{where}: points {i} and {m} (||x_i - x_m|| = {distance:.3g}) are too close for "
         f"the random projection A_0 of width k = {width}; increase the width k or remove "
-        "one of them")
+        "one of them"
+    )
 
 
-def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.ndarray,
-               X: np.ndarray, labels: np.ndarray, block: int,
-               threshold: float | None = None) -> tuple[ResidualBlock, float]:
+def _block_for(
+    batch: np.ndarray,
+    H: np.ndarray,
+    targets: np.ndarray,
+    moved: np.ndarray,
+    X: np.ndarray,
+    labels: np.ndarray,
+    block: int,
+    threshold: float | None = None,
+) -> tuple[ResidualBlock, float]:
     """Lemma B.1: the block moving the points ``batch`` from H[batch] to targets[batch].
 
     ``threshold``: None gives each row its own t_i midway between max_{m≠i} ⟨α(i), h(m)⟩ and
@@ -145,7 +170,7 @@ def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.
     inner = alpha @ H.T  # (s, n)
     inner[np.arange(len(batch)), batch] = -np.inf  # m ≠ i
     partner = np.argmax(inner, axis=1)
-    norm2 = np.sum(alpha ** 2, axis=1)
+    norm2 = np.sum(alpha**2, axis=1)
     # A point alone (n = 1) has no m: the floor −‖α(i)‖² keeps its threshold finite.
     largest = np.maximum(inner[np.arange(len(batch)), partner], -norm2)
     t = (norm2 + largest) / 2 if threshold is None else np.full(len(batch), threshold)
@@ -157,9 +182,19 @@ def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.
                 f"block {block}: the single threshold t = {threshold:.6g} of Lemma B.1 does not "
                 f"separate point {int(batch[worst])} (||alpha_i||^2 = {norm2[worst]:.6g}, "
                 f"max_m <alpha_i, h_m> = {largest[worst]:.6g}, m = {int(partner[worst])}); "
-                "increase the width k or use the per-row thresholds")
-        raise _no_threshold_error(block, int(batch[worst]), int(partner[worst]), moved, X,
-                                  labels, float(largest[worst]), float(norm2[worst]), k)
+                "increase the width k or use the per-row thresholds"
+            )
+        raise _no_threshold_error(
+            block,
+            int(batch[worst]),
+            int(partner[worst]),
+            moved,
+            X,
+            labels,
+            float(largest[worst]),
+            float(norm2[worst]),
+            k,
+        )
     U = np.zeros((k, k))
     b = -np.ones(k)  # rows of an incomplete last batch stay at ReLU(−1) = 0
     V = np.zeros((k, k))
@@ -170,8 +205,9 @@ def _block_for(batch: np.ndarray, H: np.ndarray, targets: np.ndarray, moved: np.
     return ResidualBlock(U=U, b=b, V=V), float(relative[worst])
 
 
-def projection(d: int, width: int, num_classes: int,
-               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def projection(
+    d: int, width: int, num_classes: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(A_0, Q): the Gaussian projection A_0 ∈ ℝ^{k×d} with N(0, 1/k) entries (so E‖A_0 x‖² =
     ‖x‖²) and r random unit surrogate labels q_c ∈ ℝ^k as rows of Q."""
     A0 = rng.standard_normal((width, d)) / math.sqrt(width)
@@ -179,9 +215,15 @@ def projection(d: int, width: int, num_classes: int,
     return A0, Q / np.linalg.norm(Q, axis=1, keepdims=True)
 
 
-def build_network(X, labels, num_classes: int, width: int, rng: np.random.Generator,
-                  progress: Callable[[str], None] | None = None,
-                  single_bias: bool = False) -> ExpressivityNetwork:
+def build_network(
+    X,
+    labels,
+    num_classes: int,
+    width: int,
+    rng: np.random.Generator,
+    progress: Callable[[str], None] | None = None,
+    single_bias: bool = False,
+) -> ExpressivityNetwork:
     """Theorem 3.2 via Lemmas B.1 and B.2: the network mapping every X[i] to e_{labels[i]}.
 
     X: (n, d) unit rows; labels: n integers in [0, num_classes); width: k. Blocks take the
@@ -209,8 +251,14 @@ def build_network(X, labels, num_classes: int, width: int, rng: np.random.Genera
         margins.append(margin)
         if progress and (j + 1) % max(1, num_blocks // 10) == 0:
             progress(f"  block {j + 1}/{num_blocks}: smallest relative margin {margin:.3g}")
-    return ExpressivityNetwork(A0=A0, blocks=blocks, output=_output_block(Q), surrogates=Q,
-                               margins=margins, threshold=threshold)
+    return ExpressivityNetwork(
+        A0=A0,
+        blocks=blocks,
+        output=_output_block(Q),
+        surrogates=Q,
+        margins=margins,
+        threshold=threshold,
+    )
 
 
 # --- Lemma B.1's hypotheses, literally -------------------------------------------------------
@@ -241,8 +289,12 @@ class LemmaB1Conditions:
     @property
     def holds(self) -> bool:
         t = self.threshold
-        return (t > 0 and self.max_inner_points < t and self.max_inner_surrogates < t
-                and t < self.min_norm2)
+        return (
+            t > 0
+            and self.max_inner_points < t
+            and self.max_inner_surrogates < t
+            and t < self.min_norm2
+        )
 
     def failure(self) -> str | None:
         """Which inequality fails, or None."""
@@ -258,13 +310,12 @@ class LemmaB1Conditions:
         return None
 
 
-def max_off_diagonal_inner(H: np.ndarray, stop_at: float = math.inf,
-                           chunk: int = 1024) -> float:
+def max_off_diagonal_inner(H: np.ndarray, stop_at: float = math.inf, chunk: int = 1024) -> float:
     """max_{i≠j} ⟨h_i, h_j⟩ over the rows of H, in blocks of ``chunk`` rows (memory n·chunk);
     returns early, with a value ≥ ``stop_at``, once one is found."""
     best = -math.inf
     for start in range(0, len(H), chunk):
-        inner = H[start:start + chunk] @ H.T
+        inner = H[start : start + chunk] @ H.T
         rows = np.arange(inner.shape[0])
         inner[rows, start + rows] = -np.inf
         best = max(best, float(inner.max(initial=-np.inf)))
@@ -273,19 +324,24 @@ def max_off_diagonal_inner(H: np.ndarray, stop_at: float = math.inf,
     return best
 
 
-def lemma_b1_conditions(H: np.ndarray, Q: np.ndarray,
-                        early_exit: bool = False) -> LemmaB1Conditions:
+def lemma_b1_conditions(
+    H: np.ndarray, Q: np.ndarray, early_exit: bool = False
+) -> LemmaB1Conditions:
     """Measure :class:`LemmaB1Conditions` for the projected points H (n, k) and surrogates Q."""
     rho = norm_distortion(H)
     t = 1 - 2 * rho
     return LemmaB1Conditions(
-        rho=rho, threshold=t, min_norm2=float(np.min(np.sum(H ** 2, axis=1))),
+        rho=rho,
+        threshold=t,
+        min_norm2=float(np.min(np.sum(H**2, axis=1))),
         max_inner_surrogates=float(np.max(H @ Q.T)),
-        max_inner_points=max_off_diagonal_inner(H, t if early_exit else math.inf))
+        max_inner_points=max_off_diagonal_inner(H, t if early_exit else math.inf),
+    )
 
 
-def smallest_lemma_width(X: np.ndarray, num_classes: int, widths,
-                         seed: int) -> tuple[int | None, LemmaB1Conditions]:
+def smallest_lemma_width(
+    X: np.ndarray, num_classes: int, widths, seed: int
+) -> tuple[int | None, LemmaB1Conditions]:
     """The first k in ``widths`` (increasing) whose random projection satisfies
     :class:`LemmaB1Conditions`; (None, the last conditions) if none does.
 
@@ -313,8 +369,10 @@ def _output_block(Q: np.ndarray) -> ResidualBlock:
     largest = inner.max(axis=1) if r > 1 else np.zeros(1)
     c = int(np.argmax(largest))
     if largest[c] >= 1 - MIN_RELATIVE_MARGIN:
-        raise ExpressivityError(f"surrogate labels q_{c} and q_{int(np.argmax(inner[c]))} "
-                                f"coincide (<q, q'> = {largest[c]:.6g}); increase the width k")
+        raise ExpressivityError(
+            f"surrogate labels q_{c} and q_{int(np.argmax(inner[c]))} "
+            f"coincide (<q, q'> = {largest[c]:.6g}); increase the width k"
+        )
     threshold = (1 + largest) / 2
     return ResidualBlock(U=Q.copy(), b=-threshold, V=np.diag(1 / (1 - threshold)))
 
@@ -357,8 +415,10 @@ def predict(model: keras.Model, X: np.ndarray, batch_size: int = 1024) -> np.nda
 def fit_report(outputs: np.ndarray, labels: np.ndarray) -> dict:
     """How well ``outputs`` (n, r) fit the one-hot labels: argmax accuracy, largest deviation."""
     one_hot = np.eye(outputs.shape[1])[labels]
-    return {"accuracy": float(np.mean(np.argmax(outputs, axis=1) == labels)),
-            "max_deviation": float(np.max(np.abs(outputs - one_hot)))}
+    return {
+        "accuracy": float(np.mean(np.argmax(outputs, axis=1) == labels)),
+        "max_deviation": float(np.max(np.abs(outputs - one_hot))),
+    }
 
 
 # --- Data ------------------------------------------------------------------------------------
@@ -383,14 +443,18 @@ def load_cifar10_pixels(cifar_dir: str, limit: int | None = None) -> np.ndarray:
     """
     paths = sorted(glob.glob(os.path.join(cifar_dir, "data_batch_*.bin")))
     if not paths:
-        raise ExpressivityError(f"no data_batch_*.bin in {cifar_dir}: point --cifar_dir at "
-                                "the cifar-10-batches-bin folder")
+        raise ExpressivityError(
+            f"no data_batch_*.bin in {cifar_dir}: point --cifar_dir at "
+            "the cifar-10-batches-bin folder"
+        )
     pixels = []
     for path in paths:
         raw = np.fromfile(path, dtype=np.uint8)
         if raw.size % CIFAR_RECORD_BYTES:
-            raise ExpressivityError(f"{path} is not CIFAR-10 binary ({raw.size} bytes is no "
-                                    f"multiple of {CIFAR_RECORD_BYTES}); use the official files")
+            raise ExpressivityError(
+                f"{path} is not CIFAR-10 binary ({raw.size} bytes is no "
+                f"multiple of {CIFAR_RECORD_BYTES}); use the official files"
+            )
         pixels.append(raw.reshape(-1, CIFAR_RECORD_BYTES)[:, 1:])
     pixels = np.concatenate(pixels)
     return pixels if limit is None else pixels[:limit]
@@ -417,6 +481,7 @@ def normalise_images(pixels: np.ndarray) -> np.ndarray:
     X -= X.mean(axis=0)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     if np.any(norms == 0):
-        raise ExpressivityError(f"image {int(np.argmin(norms))} equals the mean image and "
-                                "has no direction; remove it")
+        raise ExpressivityError(
+            f"image {int(np.argmin(norms))} equals the mean image and has no direction; remove it"
+        )
     return X / norms

@@ -73,8 +73,14 @@ def population_risk(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray) -> float:
     return chain_risk(residual_layers(A), R, Sigma)
 
 
-def monte_carlo_risk(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, num_samples: int,
-                     rng: np.random.Generator, batch_size: int = 100_000) -> tuple[float, float]:
+def monte_carlo_risk(
+    A: np.ndarray,
+    R: np.ndarray,
+    Sigma: np.ndarray,
+    num_samples: int,
+    rng: np.random.Generator,
+    batch_size: int = 100_000,
+) -> tuple[float, float]:
     """Mean of ‖ŷ − y‖² over samples x ~ N(0, Σ), y = R x + ξ; returns (mean, standard error).
 
     The Monte-Carlo counterpart of :func:`population_risk` (Claim 2.3 holds for any x with
@@ -89,9 +95,9 @@ def monte_carlo_risk(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, num_sample
         x = rng.standard_normal((m, d)) @ chol.T
         y = x @ R.T + rng.standard_normal((m, d))
         loss = np.sum((x @ product.T - y) ** 2, axis=1)
-        total, total_sq, done = total + loss.sum(), total_sq + (loss ** 2).sum(), done + m
+        total, total_sq, done = total + loss.sum(), total_sq + (loss**2).sum(), done + m
     mean = total / num_samples
-    variance = max(total_sq / num_samples - mean ** 2, 0.0)
+    variance = max(total_sq / num_samples - mean**2, 0.0)
     return mean, math.sqrt(variance / num_samples)
 
 
@@ -146,7 +152,8 @@ def gamma(R: np.ndarray) -> float:
     if s[-1] <= s[0] * 1e-14:
         raise LinearTheoryError(
             f"R is singular (sigma_min = {s[-1]:.3g}), so gamma is infinite and no product of "
-            "invertible I + A_i equals it; use an R with det R != 0")
+            "invertible I + A_i equals it; use an R with det R != 0"
+        )
     return max(abs(math.log(s[0])), abs(math.log(s[-1])))
 
 
@@ -163,7 +170,8 @@ def _check_depth(R: np.ndarray, depth: int) -> None:
     if depth < 3 * g:
         raise LinearTheoryError(
             f"depth {depth} < 3*gamma = {3 * g:.4g} (gamma = {g:.4g}): Theorem 2.1 needs "
-            f"depth >= 3*gamma; use depth >= {max(1, math.ceil(3 * g))}")
+            f"depth >= 3*gamma; use depth >= {max(1, math.ceil(3 * g))}"
+        )
 
 
 def _as_square(R) -> np.ndarray:
@@ -184,8 +192,10 @@ def spd_factorization(R, depth: int) -> np.ndarray:
         raise LinearTheoryError("R is not symmetric; use residual_factorization for general R")
     eigenvalues, Q = np.linalg.eigh((R + R.T) / 2)
     if eigenvalues[0] <= 0:
-        raise LinearTheoryError(f"R is not positive definite (smallest eigenvalue "
-                                f"{eigenvalues[0]:.3g}); use residual_factorization")
+        raise LinearTheoryError(
+            f"R is not positive definite (smallest eigenvalue "
+            f"{eigenvalues[0]:.3g}); use residual_factorization"
+        )
     _check_depth(R, depth)
     root = (Q * eigenvalues ** (1.0 / depth)) @ Q.T
     return np.repeat((root - np.eye(len(R)))[None], depth, axis=0)
@@ -212,7 +222,7 @@ class RotationForm:
         """W with every angle multiplied by ``fraction``: diag(T(θ_1 f), …, 1, …)."""
         W = np.eye(len(self.basis))
         for k, theta in enumerate(self.angles):
-            W[2 * k:2 * k + 2, 2 * k:2 * k + 2] = rotation_matrix(theta * fraction)
+            W[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = rotation_matrix(theta * fraction)
         return W
 
     def root(self, q: int) -> np.ndarray:
@@ -238,13 +248,18 @@ def _invariant_planes(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     planes = Y[:, t > _ANGLE_TOL]
     fixed = Y[:, np.abs(t) <= _ANGLE_TOL]
     # The fixed space is invariant under conjugation: a real basis from its real/imag parts.
-    fixed_real = np.linalg.svd(np.hstack([fixed.real, fixed.imag]))[0][:, :fixed.shape[1]]
+    fixed_real = np.linalg.svd(np.hstack([fixed.real, fixed.imag]))[0][:, : fixed.shape[1]]
     pairs = np.stack([planes.real, planes.imag], axis=2).reshape(n, 2 * planes.shape[1])
     S = np.linalg.qr(np.hstack([pairs, fixed_real]))[0]
     B = S.T @ G @ S
-    angles = np.array([math.atan2(B[2 * k + 1, 2 * k] - B[2 * k, 2 * k + 1],
-                                  B[2 * k, 2 * k] + B[2 * k + 1, 2 * k + 1])
-                       for k in range(planes.shape[1])])
+    angles = np.array(
+        [
+            math.atan2(
+                B[2 * k + 1, 2 * k] - B[2 * k, 2 * k + 1], B[2 * k, 2 * k] + B[2 * k + 1, 2 * k + 1]
+            )
+            for k in range(planes.shape[1])
+        ]
+    )
     return S, angles, fixed.shape[1]
 
 
@@ -262,8 +277,10 @@ def rotation_form(O) -> RotationForm:
     if not np.allclose(O.T @ O, np.eye(d), rtol=0, atol=1e-10):
         raise LinearTheoryError("O is not orthogonal (O^T O != I)")
     if np.linalg.det(O) < 0:
-        raise LinearTheoryError("O has det -1: it is no product of rotations; append a "
-                                "dimension (see residual_factorization)")
+        raise LinearTheoryError(
+            "O has det -1: it is no product of rotations; append a "
+            "dimension (see residual_factorization)"
+        )
     cosines, Q = np.linalg.eigh((O + O.T) / 2)
     inside = np.concatenate([[-0.5], cosines[np.abs(cosines) < 0.5], [0.5]])
     k = int(np.argmax(np.diff(inside)))
@@ -272,13 +289,16 @@ def rotation_form(O) -> RotationForm:
     S_plus, angles_plus, _ = _invariant_planes(plus.T @ O @ plus)
     S_minus, angles_minus, fixed_minus = _invariant_planes(-(minus.T @ O @ minus))
     if fixed_minus % 2:
-        raise ArithmeticError("odd number of eigenvalues -1 found in an orthogonal matrix with "
-                              "det 1: the eigen-decomposition failed")
+        raise ArithmeticError(
+            "odd number of eigenvalues -1 found in an orthogonal matrix with "
+            "det 1: the eigen-decomposition failed"
+        )
     angles_minus = np.where(angles_minus > 0, angles_minus - math.pi, angles_minus + math.pi)
     basis = np.hstack([minus @ S_minus, plus @ S_plus])  # planes of P₋, planes of P₊, fixed
-    return RotationForm(basis=basis,
-                        angles=np.concatenate([angles_minus, np.full(fixed_minus // 2, math.pi),
-                                               angles_plus]))
+    return RotationForm(
+        basis=basis,
+        angles=np.concatenate([angles_minus, np.full(fixed_minus // 2, math.pi), angles_plus]),
+    )
 
 
 @dataclass(frozen=True)
@@ -335,16 +355,18 @@ def residual_factorization(R, depth: int) -> Factorization:
     norms = [_layer_norm(form.angles, s, q, depth - q) for q in range(depth + 1)]
     q = int(np.argmin(norms))
     if math.isinf(norms[q]):  # ℓ = 1 with both factors non-trivial: the one layer is R − I
-        return Factorization(A=(R - eye)[None], extra_dimension=extra_dimension,
-                             rotation_layers=0, scaling_layers=0)
+        return Factorization(
+            A=(R - eye)[None], extra_dimension=extra_dimension, rotation_layers=0, scaling_layers=0
+        )
     p = depth - q
     layers = []
     if p:
         layers += [(Vt.T * s ** (1.0 / p)) @ Vt - eye] * p
     if q:
         layers += [form.root(q) - eye] * q
-    return Factorization(A=np.stack(layers), extra_dimension=extra_dimension,
-                         rotation_layers=q, scaling_layers=p)
+    return Factorization(
+        A=np.stack(layers), extra_dimension=extra_dimension, rotation_layers=q, scaling_layers=p
+    )
 
 
 def paper_split(depth: int) -> tuple[int, int, int]:
@@ -355,8 +377,10 @@ def paper_split(depth: int) -> tuple[int, int, int]:
     within 3γ/ℓ when ℓ ≥ 3γ): q = ⌈ℓ/4⌉, p = ℓ − 2q ≥ 1.
     """
     if not isinstance(depth, (int, np.integer)) or depth < 3:
-        raise LinearTheoryError(f"the paper's construction needs depth >= 3 (a layer for each "
-                                f"of U, K, V^T), got {depth!r}; use residual_factorization")
+        raise LinearTheoryError(
+            f"the paper's construction needs depth >= 3 (a layer for each "
+            f"of U, K, V^T), got {depth!r}; use residual_factorization"
+        )
     q = math.ceil(depth / 4)
     return q, depth - 2 * q, q
 
@@ -388,10 +412,14 @@ def paper_factorization(R, depth: int) -> Factorization:
         U[:, -1] *= -1
         Vt[-1] *= -1
     eye = np.eye(len(R))
-    layers = ([rotation_form(Vt).root(q) - eye] * q + [np.diag(s ** (1.0 / p)) - eye] * p
-              + [rotation_form(U).root(q) - eye] * q)
-    return Factorization(A=np.stack(layers), extra_dimension=extra_dimension,
-                         rotation_layers=2 * q, scaling_layers=p)
+    layers = (
+        [rotation_form(Vt).root(q) - eye] * q
+        + [np.diag(s ** (1.0 / p)) - eye] * p
+        + [rotation_form(U).root(q) - eye] * q
+    )
+    return Factorization(
+        A=np.stack(layers), extra_dimension=extra_dimension, rotation_layers=2 * q, scaling_layers=p
+    )
 
 
 def check_factorization(R, depth: int, factorize=None) -> dict:
@@ -404,12 +432,18 @@ def check_factorization(R, depth: int, factorize=None) -> dict:
     """
     R = _as_square(R)
     f = (factorize or residual_factorization)(R, depth)
-    product = residual_product(f.A)[:len(R), :len(R)]
-    return {"d": len(R), "depth": depth, "gamma": gamma(R),
-            "relative_error": float(np.linalg.norm(product - R, 2) / np.linalg.norm(R, 2)),
-            "max_norm": f.max_norm, "bound": norm_bound(R, depth),
-            "extra_dimension": f.extra_dimension, "rotation_layers": f.rotation_layers,
-            "scaling_layers": f.scaling_layers}
+    product = residual_product(f.A)[: len(R), : len(R)]
+    return {
+        "d": len(R),
+        "depth": depth,
+        "gamma": gamma(R),
+        "relative_error": float(np.linalg.norm(product - R, 2) / np.linalg.norm(R, 2)),
+        "max_norm": f.max_norm,
+        "bound": norm_bound(R, depth),
+        "extra_dimension": f.extra_dimension,
+        "rotation_layers": f.rotation_layers,
+        "scaling_layers": f.scaling_layers,
+    }
 
 
 # --- Theorem 2.2: no spurious critical points in the τ-ball ---------------------------------
@@ -420,8 +454,9 @@ def spectral_norms(A: np.ndarray) -> np.ndarray:
     return np.linalg.norm(A, 2, axis=(1, 2))
 
 
-def gradient_norm_lower_bound(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray,
-                              tau: float, constant: float = 4.0) -> float:
+def gradient_norm_lower_bound(
+    A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, tau: float, constant: float = 4.0
+) -> float:
     """Right side of eq. (2.3): 4ℓ(1 − τ)^{2(ℓ−1)} σ_min(Σ) (f(A) − C_opt), for |||A||| ≤ τ < 1.
 
     C_opt = C = d, the risk of the exact fit E = 0 (which Theorem 2.1 attains when
@@ -442,11 +477,13 @@ def _bound_factor(A: np.ndarray, Sigma: np.ndarray, tau: float, constant: float)
     return constant * ell * (1 - tau) ** (2 * (ell - 1)) * np.linalg.eigvalsh(Sigma)[0]
 
 
-def eq23_ratio(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, tau: float,
-               constant: float = 4.0) -> float:
+def eq23_ratio(
+    A: np.ndarray, R: np.ndarray, Sigma: np.ndarray, tau: float, constant: float = 4.0
+) -> float:
     """‖∇f(A)‖_F² over the right side of eq. (2.3); Theorem 2.2 says ≥ 1 in the τ-ball."""
-    return (float(np.sum(risk_gradient(A, R, Sigma) ** 2))
-            / gradient_norm_lower_bound(A, R, Sigma, tau, constant))
+    return float(np.sum(risk_gradient(A, R, Sigma) ** 2)) / gradient_norm_lower_bound(
+        A, R, Sigma, tau, constant
+    )
 
 
 def worst_target(A: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
@@ -484,13 +521,21 @@ def _log_ratio_gradient(A: np.ndarray, R: np.ndarray, Sigma: np.ndarray) -> np.n
     grad = risk_gradient(A, R, Sigma)
     h = 1e-30
     hessian_grad = risk_gradient(A + 1j * h * grad, R, Sigma).imag / h
-    return (2 * hessian_grad / float(np.sum(grad ** 2))
-            - grad / excess_risk(residual_layers(A), R, Sigma))
+    return 2 * hessian_grad / float(np.sum(grad**2)) - grad / excess_risk(
+        residual_layers(A), R, Sigma
+    )
 
 
-def adversarial_eq23_search(depth: int, d: int, tau: float, Sigma: np.ndarray,
-                            rng: np.random.Generator, starts: int = 4, steps: int = 60,
-                            constant: float = 4.0) -> dict:
+def adversarial_eq23_search(
+    depth: int,
+    d: int,
+    tau: float,
+    Sigma: np.ndarray,
+    rng: np.random.Generator,
+    starts: int = 4,
+    steps: int = 60,
+    constant: float = 4.0,
+) -> dict:
     """The smallest :func:`eq23_ratio` found over the τ-ball and over R, for this Σ.
 
     From each start (:func:`random_tau_ball_point`), alternate (a) R ← :func:`worst_target`
@@ -534,13 +579,16 @@ def tau_one_critical_point(R: np.ndarray, Sigma: np.ndarray, depth: int = 2) -> 
     d = R.shape[0]
     A = np.zeros((depth, d, d))
     A[:2] = -np.eye(d)
-    return {"depth": depth, "d": d, "max_layer_norm": float(spectral_norms(A).max()),
-            "gradient_norm": float(np.linalg.norm(risk_gradient(A, R, Sigma))),
-            "excess_risk": excess_risk(residual_layers(A), R, Sigma)}
+    return {
+        "depth": depth,
+        "d": d,
+        "max_layer_norm": float(spectral_norms(A).max()),
+        "gradient_norm": float(np.linalg.norm(risk_gradient(A, R, Sigma))),
+        "excess_risk": excess_risk(residual_layers(A), R, Sigma),
+    }
 
 
-def random_tau_ball_point(depth: int, d: int, tau: float,
-                          rng: np.random.Generator) -> np.ndarray:
+def random_tau_ball_point(depth: int, d: int, tau: float, rng: np.random.Generator) -> np.ndarray:
     """A random A with |||A||| ≤ τ: each A_i of spectral norm τ·u, u ~ U[1/2, 1].
 
     Half the layers (at random) are Gaussian, half negative semidefinite (−G Gᵀ): those push
@@ -555,8 +603,9 @@ def random_tau_ball_point(depth: int, d: int, tau: float,
     return A
 
 
-def tau_ball_ratios(tau: float, depth: int, d: int, samples: int,
-                    rng: np.random.Generator, constant: float = 4.0) -> np.ndarray:
+def tau_ball_ratios(
+    tau: float, depth: int, d: int, samples: int, rng: np.random.Generator, constant: float = 4.0
+) -> np.ndarray:
     """:func:`eq23_ratio` at ``samples`` random A in the τ-ball (:func:`random_tau_ball_point`),
     each with its own random R and Σ (condition 10). Theorem 2.2 says every ratio is ≥ 1."""
     ratios = np.empty(samples)
@@ -571,8 +620,9 @@ def tau_ball_ratios(tau: float, depth: int, d: int, samples: int,
 # --- The experiment Theorem 2.2 predicts ------------------------------------------------------
 
 
-def gradient_descent(layers: np.ndarray, R: np.ndarray, Sigma: np.ndarray,
-                     learning_rate: float, steps: int) -> np.ndarray:
+def gradient_descent(
+    layers: np.ndarray, R: np.ndarray, Sigma: np.ndarray, learning_rate: float, steps: int
+) -> np.ndarray:
     """Excess risk f − C after each of ``steps`` full-gradient steps on the layers.
 
     Start at M_i = I for the residual parameterisation from A = 0, at M_i = 0 or small random
@@ -585,8 +635,14 @@ def gradient_descent(layers: np.ndarray, R: np.ndarray, Sigma: np.ndarray,
     return np.array(excess)
 
 
-def compare_parameterisations(R: np.ndarray, Sigma: np.ndarray, depths, steps: int,
-                              init_scale: float, rng: np.random.Generator) -> dict:
+def compare_parameterisations(
+    R: np.ndarray,
+    Sigma: np.ndarray,
+    depths,
+    steps: int,
+    init_scale: float,
+    rng: np.random.Generator,
+) -> dict:
     """Gradient descent from the three starting points of Section 2, for each depth.
 
     ``{depth: {"residual": …, "standard_zero": …, "standard_random": …}}``, each the excess
@@ -606,8 +662,9 @@ def compare_parameterisations(R: np.ndarray, Sigma: np.ndarray, depths, steps: i
             "standard_zero": np.zeros((depth, d, d)),
             "standard_random": init_scale / math.sqrt(d) * rng.standard_normal((depth, d, d)),
         }
-        curves[depth] = {name: gradient_descent(layers, R, Sigma, lr, steps)
-                         for name, layers in starts.items()}
+        curves[depth] = {
+            name: gradient_descent(layers, R, Sigma, lr, steps) for name, layers in starts.items()
+        }
     return curves
 
 
@@ -626,8 +683,9 @@ def random_rotation(d: int, angles, rng: np.random.Generator) -> np.ndarray:
     return Q @ RotationForm(basis=np.eye(d), angles=np.asarray(angles, float)).blocks() @ Q.T
 
 
-def random_target(d: int, max_angle: float, max_log_scale: float,
-                  rng: np.random.Generator) -> np.ndarray:
+def random_target(
+    d: int, max_angle: float, max_log_scale: float, rng: np.random.Generator
+) -> np.ndarray:
     """A random R = O P with det R > 0: O a rotation by angles ≤ ``max_angle`` in random
     planes, P positive definite with log-eigenvalues uniform in ±``max_log_scale`` (γ ≤ it).
     """
@@ -639,4 +697,4 @@ def random_target(d: int, max_angle: float, max_log_scale: float,
 def random_covariance(d: int, condition: float, rng: np.random.Generator) -> np.ndarray:
     """A random Σ with eigenvalues geometrically spaced in [1/√condition, √condition]."""
     Q = random_orthonormal(d, rng)
-    return (Q * np.geomspace(condition ** -0.5, condition ** 0.5, d)) @ Q.T
+    return (Q * np.geomspace(condition**-0.5, condition**0.5, d)) @ Q.T
