@@ -17,7 +17,7 @@ import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cifar_input, cli, distribute, run_log
+from resnet_noBN import cifar_input, cli, run_log
 from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.training import TrainConfig
 
@@ -78,17 +78,13 @@ def main(argv):
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
 
-    def dataset_fn(split, global_batch):
-        return distribute.per_replica_dataset(
-            cifar_input.build_dataset,
-            FLAGS.dataset,
-            split,
-            global_batch=global_batch,
-            data_path=FLAGS.data_path,
-            data_dir=FLAGS.data_dir,
-            pad=FLAGS.pad,
-            seed=runtime.seed,
-        )
+    dataset_fn = cifar_input.split_fns(
+        FLAGS.dataset,
+        data_path=FLAGS.data_path,
+        data_dir=FLAGS.data_dir,
+        pad=FLAGS.pad,
+        seed=runtime.seed,
+    )
 
     trainer = cli.make_trainer(
         runtime,

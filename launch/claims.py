@@ -27,7 +27,7 @@ import time
 
 from absl import flags
 
-from resnet_noBN import cifar_input, claims, cli, cpu, distribute, run_log
+from resnet_noBN import cifar_input, claims, cli, cpu, run_log
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
@@ -155,17 +155,9 @@ def main(argv):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         run_log.record_config(model_dir, configs[model_dir])
 
-        def dataset_fn(split, global_batch, seed=seed):
-            return distribute.per_replica_dataset(
-                cifar_input.build_dataset,
-                FLAGS.dataset,
-                split,
-                global_batch=global_batch,
-                data_path=FLAGS.data_path,
-                data_dir=FLAGS.data_dir,
-                seed=seed,
-            )
-
+        dataset_fn = cifar_input.split_fns(
+            FLAGS.dataset, data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed
+        )
         result = claims.train_one(
             arm,
             seed,

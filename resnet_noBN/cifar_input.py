@@ -41,7 +41,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
-from resnet_noBN import image_folder
+from resnet_noBN import distribute, image_folder
 from resnet_noBN.errors import DataError
 from resnet_noBN.input_common import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR  # the launchers' default
 from resnet_noBN.input_common import check_split, pipeline_shard, require_files
@@ -414,6 +414,19 @@ def build_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return examples.prefetch(tf.data.AUTOTUNE)
+
+
+def split_fns(dataset: str, **kwargs):
+    """``fn(split, global_batch)``: the ``dataset_fn(input_context)`` of ``split`` that
+    ``distribute_datasets_from_function`` calls, each input pipeline building its share of
+    ``global_batch`` with `build_dataset` (``kwargs``: its data_path, data_dir, pad, seed)."""
+
+    def fn(split: str, global_batch: int):
+        return distribute.per_replica_dataset(
+            build_dataset, dataset, split, global_batch=global_batch, **kwargs
+        )
+
+    return fn
 
 
 def _epochs(records: tf.data.Dataset, seed: int, start_example: int = 0) -> tf.data.Dataset:

@@ -265,15 +265,11 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     """The real CIFAR pipeline (100 training records, batches of 16: epochs end mid-batch):
     30 steps in one go, or 13 steps (no interval divides 13), then a new process-like Trainer
     resuming from that checkpoint to 30: the same weights, to the bit."""
-    from resnet_noBN import cifar_input, distribute
+    from resnet_noBN import cifar_input
 
     root = tmp_path / "cifar-10-batches-bin"
     write_cifar(root, "cifar10", 20)
-
-    def dataset_fn(split, batch):
-        return distribute.per_replica_dataset(
-            cifar_input.build_dataset, "cifar10", split, global_batch=batch, data_path=root, seed=4
-        )
+    dataset_fn = cifar_input.split_fns("cifar10", data_path=root, seed=4)
 
     def run(model_dir, steps):
         trainer = make_trainer(model_dir, train_steps=steps, batch_size=16)
