@@ -41,7 +41,9 @@ flags.DEFINE_float(
     "(the trainers save a checkpoint in that time; SLURM's and Kubernetes' "
     "default is 30 s too).",
 )
-PREEMPTED = 3  # a trainer's exit status after saving a checkpoint on SIGTERM (resnet_noBN.cli)
+# resnet_noBN.errors.PREEMPTED_EXIT, written again: importing the package would set
+# TF_ENABLE_ONEDNN_OPTS here, which every task would then inherit as if the user had set it.
+PREEMPTED_EXIT = 3
 
 
 def free_ports(count: int) -> list[int]:
@@ -117,7 +119,7 @@ class Job:
         while True:
             codes = {name: proc.poll() for name, proc in self.procs.items()}
             for name, code in codes.items():
-                if code not in (None, 0, PREEMPTED):
+                if code not in (None, 0, PREEMPTED_EXIT):
                     status = 128 - code if code < 0 else code
                     print(f"{name} exited with status {status}; stopping the job", flush=True)
                     self.stop()
@@ -126,7 +128,7 @@ class Job:
             if all(code == 0 for code in trainers):
                 self.stop()
                 return 0
-            if preempted_at is None and PREEMPTED in trainers:
+            if preempted_at is None and PREEMPTED_EXIT in trainers:
                 preempted_at = time.monotonic()
             if preempted_at is not None and (
                 None not in trainers or time.monotonic() > preempted_at + FLAGS.kill_timeout
@@ -154,12 +156,12 @@ class Job:
 
     def status_after_stop(self) -> int:
         """3 when every trainer saved a checkpoint and exited 3, else 130."""
-        if all(self.procs[n].returncode == PREEMPTED for n in self.trainers()):
+        if all(self.procs[n].returncode == PREEMPTED_EXIT for n in self.trainers()):
             print(
                 "preempted: every trainer saved a checkpoint; rerun the same command to resume",
                 flush=True,
             )
-            return PREEMPTED
+            return PREEMPTED_EXIT
         return 130
 
 

@@ -15,7 +15,7 @@ import sys
 from absl import app, flags, logging
 
 from resnet_noBN import cpu, distribute, run_log, speed
-from resnet_noBN.errors import DataError, InputError
+from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError
 from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.flag_config import int_list as int_list  # the launchers' cli.int_list
 from resnet_noBN.flag_config import validated as validated  # and cli.validated
@@ -30,7 +30,6 @@ from resnet_noBN.training import (
 )
 
 FLAGS = flags.FLAGS
-PREEMPTED = 3  # the exit status after a preemption's checkpoint: rerun to resume
 
 
 def print_summary(model) -> None:
@@ -223,6 +222,6 @@ def exit_codes(main):
             sys.exit(1)
         except Preempted as e:
             print(str(e), file=sys.stderr, flush=True)
-            sys.exit(PREEMPTED)
+            sys.exit(PREEMPTED_EXIT)
 
     return wrapped

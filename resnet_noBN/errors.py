@@ -1,4 +1,7 @@
-"""The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2."""
+"""The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2,
+and the exit status of a preempted run."""
+
+PREEMPTED_EXIT = 3  # SIGTERM or SIGINT: a checkpoint of the step reached saved; rerun to resume
 
 
 class DataError(ValueError):

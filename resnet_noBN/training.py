@@ -412,10 +412,14 @@ class Trainer:
         }
 
     def _steps_per_call(self, num_steps: int, seconds: float) -> int:
-        """The next call's length in steps, about :data:`SECONDS_PER_CALL`; the mean of every
-        worker's proposal, so all workers of a synchronous job run the same calls."""
-        proposal = max(1.0, math.floor(SECONDS_PER_CALL * num_steps / seconds))
-        return max(1, round(float(self._mean_over_replicas(tf.constant(proposal)))))
+        """The next call's length in steps, about :data:`SECONDS_PER_CALL` at the last call's
+        speed, as every worker agrees (:meth:`_agreed`)."""
+        return self._agreed(max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds)))
+
+    def _agreed(self, steps: int) -> int:
+        """The mean of every worker's ``steps``, so all workers of a synchronous job run the
+        same calls."""
+        return max(1, round(float(self._mean_over_replicas(tf.constant(float(steps))))))
 
     def _preempted_message(self) -> str:
         return (
@@ -500,8 +504,8 @@ class ParameterServerTrainer(Trainer):
         loss_sum, correct, count = (float(v) for v in np.sum([r.fetch() for r in results], 0))
         return loss_sum, correct, count
 
-    def _steps_per_call(self, num_steps: int, seconds: float) -> int:
-        return max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
+    def _agreed(self, steps: int) -> int:
+        return steps  # only the chief runs the loop
 
 
 def trainer_for(strategy: tf.distribute.Strategy, *args, **kwargs) -> Trainer:
@@ -537,12 +541,18 @@ def _errors(totals: np.ndarray, top5: bool) -> dict:
     return result
 
 
+def scratch_dir_name(model_dir: str, task: str) -> str:
+    """The name of task ``task``'s (e.g. "worker1") scratch checkpoint folder in $TMPDIR: one
+    per (model_dir, task), so a killed worker's is the one its next run reuses."""
+    key = hashlib.sha256(os.path.abspath(model_dir).encode()).hexdigest()[:12]
+    return f"resnet_noBN-{task}-{key}"
+
+
 def _scratch_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
-    """A non-chief worker's checkpoint folder, emptied now: one per (model_dir, task)."""
+    """A non-chief worker's checkpoint folder (:func:`scratch_dir_name`), emptied now."""
     resolver = strategy.cluster_resolver
     task = f"{resolver.task_type}{resolver.task_id}" if resolver else "worker"
-    key = hashlib.sha256(os.path.abspath(model_dir).encode()).hexdigest()[:12]
-    path = os.path.join(tempfile.gettempdir(), f"resnet_noBN-{task}-{key}")
+    path = os.path.join(tempfile.gettempdir(), scratch_dir_name(model_dir, task))
     shutil.rmtree(path, ignore_errors=True)
     return path
 

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN import distribute
+from resnet_noBN.training import scratch_dir_name
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -39,21 +40,37 @@ def job_env(tmp_path):
     return dict(os.environ, TMPDIR=str(tmp_path / "tmp"), TF_CPP_MIN_LOG_LEVEL="2")
 
 
+def cluster_command(cluster_args, launcher_args) -> list[str]:
+    return [
+        sys.executable,
+        str(REPO / "launch/local_cluster.py"),
+        *cluster_args,
+        "--",
+        str(REPO / "launch/cifar.py"),
+        *launcher_args,
+    ]
+
+
 def local_cluster(tmp_path, cluster_args, launcher_args, **kwargs):
+    """The finished job."""
     return subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "launch/local_cluster.py"),
-            *cluster_args,
-            "--",
-            str(REPO / "launch/cifar.py"),
-            *launcher_args,
-        ],
+        cluster_command(cluster_args, launcher_args),
         capture_output=True,
         text=True,
         env=job_env(tmp_path),
         timeout=300,
         **kwargs,
+    )
+
+
+def start_local_cluster(tmp_path, cluster_args, launcher_args):
+    """The running job, its output (stderr included) to read line by line."""
+    return subprocess.Popen(
+        cluster_command(cluster_args, launcher_args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=job_env(tmp_path),
     )
 
 
@@ -144,21 +161,8 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
         "--eval_every=100000",
         *SMALL,
     ]
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "launch/local_cluster.py"),
-            "--workers=2",
-            "--kill_timeout=5",
-            "--",
-            str(REPO / "launch/cifar.py"),
-            "--train_steps=100000",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=job_env(tmp_path),
+    job = start_local_cluster(
+        tmp_path, ["--workers=2", "--kill_timeout=5"], ["--train_steps=100000", *args]
     )
     pids, killed_at, output = {}, None, []
     deadline = time.monotonic() + 240
@@ -180,7 +184,7 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
 
     # the killed worker's scratch checkpoints are left behind, in a folder named for its task
     # and model_dir, which its next run empties, uses and removes: nothing accumulates
-    assert scratch_folders(tmp_path) == [distribute_scratch_name(model_dir, "worker1")]
+    assert scratch_folders(tmp_path) == [scratch_dir_name(str(model_dir), "worker1")]
 
     proc = local_cluster(tmp_path, ["--workers=2"], [f"--train_steps={saved + 10}", *args])
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -198,12 +202,6 @@ def scratch_folders(tmp_path):
     return [p.name for p in (tmp_path / "tmp").glob("resnet_noBN-*")]
 
 
-def distribute_scratch_name(model_dir, task):
-    import hashlib
-
-    return f"resnet_noBN-{task}-{hashlib.sha256(str(model_dir).encode()).hexdigest()[:12]}"
-
-
 def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path, cifar_bin):
     """SIGTERM to the launcher (as a scheduler would): both workers agree on a step, save it
     and exit 3, and so does the launcher; the rerun resumes there: 0 steps lost."""
@@ -216,21 +214,7 @@ def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path,
         "--eval_every=1000",
         *SMALL,
     ]
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "launch/local_cluster.py"),
-            "--workers=2",
-            "--",
-            str(REPO / "launch/cifar.py"),
-            "--train_steps=100000",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=job_env(tmp_path),
-    )
+    job = start_local_cluster(tmp_path, ["--workers=2"], ["--train_steps=100000", *args])
     pids, output = [], []
     for line in job.stdout:
         output.append(line)

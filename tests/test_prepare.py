@@ -45,18 +45,7 @@ def manual_dir(tmp_path, write_cifar):
     batches.meta.txt) in tmp_path/manual; returns (folder, {split: (images, labels)})."""
     folder = tmp_path / "unpacked" / "cifar-10-batches-bin"
     written = write_cifar(folder, "cifar10", 3)
-    names = [
-        "airplane",
-        "automobile",
-        "bird",
-        "cat",
-        "deer",
-        "dog",
-        "frog",
-        "horse",
-        "ship",
-        "truck",
-    ]
+    names = cifar_input.DATASETS["cifar10"].class_names
     (folder / "batches.meta.txt").write_text("\n".join(names) + "\n\n")
     (tmp_path / "manual").mkdir()
     with tarfile.open(tmp_path / "manual" / ARCHIVE, "w:gz") as tar:
