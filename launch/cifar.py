@@ -14,6 +14,7 @@ from --model_dir. Ends by printing one line of JSON.
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from absl import flags
 
@@ -43,6 +44,15 @@ flags.DEFINE_integer(
     "Pixels of padding per side before the random 32x32 crop: 2 as "
     "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.",
 )
+flags.DEFINE_enum(
+    "cifar100_layout",
+    "official",
+    list(cifar_input.LAYOUTS),
+    "How a CIFAR-100 record is read: official (the fine label, then the pixels from byte 2), "
+    "or original_2016: as the original cifar_input.py before its July 2017 fix, the pixels "
+    "from byte 1, so the fine label is the first red pixel of every image (a label leak; "
+    "see data/README.md). For measuring what that did to the paper's figure, not for use.",
+)
 # The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
 cli.define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())
@@ -66,17 +76,34 @@ def main(argv):
     train_cfg = cli.train_config_from_flags()
     if FLAGS.pad < 0:
         raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")
+    cifar_input.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
     if FLAGS.data_path:
         cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
-    run_config = {"dataset": FLAGS.dataset, **dataclasses.asdict(model_cfg)}
+    run_config = {
+        "dataset": FLAGS.dataset,
+        "cifar100_layout": FLAGS.cifar100_layout,
+        **dataclasses.asdict(model_cfg),
+    }
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
-    run_log.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ModelConfig()))
+    run_log.check_resumable(
+        model_dir,
+        run_config,
+        absent={"cifar100_layout": "official", **dataclasses.asdict(ModelConfig())},
+    )
 
     runtime = cli.start_runtime(train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
+    if FLAGS.cifar100_layout == "original_2016":
+        print(
+            "warning: --cifar100_layout=original_2016 reads CIFAR-100 as the original 2016 code "
+            "did: every image shifted one byte, its fine label in the first red pixel (a label "
+            "leak); use it only to measure that bug",
+            file=sys.stderr,
+            flush=True,
+        )
 
     dataset_fn = cifar_input.split_fns(
         FLAGS.dataset,
@@ -84,6 +111,7 @@ def main(argv):
         data_dir=FLAGS.data_dir,
         pad=FLAGS.pad,
         seed=runtime.seed,
+        layout=FLAGS.cifar100_layout,
     )
 
     trainer = cli.make_trainer(

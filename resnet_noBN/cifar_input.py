@@ -49,6 +49,9 @@ from resnet_noBN.input_common import check_split, pipeline_shard, require_files
 IMAGE_SIZE = 32
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
 SPLITS = ("train", "test")
+# How a CIFAR-100 record is sliced (--cifar100_layout): "official", label byte 1 (fine) and
+# pixels from byte 2; "original_2016", the original cifar_input.py before its July 2017 fix.
+LAYOUTS = ("official", "original_2016")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +220,34 @@ def decode_record(record: tf.Tensor, dataset: str) -> tuple[tf.Tensor, tf.Tensor
     return tf.transpose(depth_major, [1, 2, 0]), label
 
 
+def original_2016_shift(image: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
+    """The image the original `cifar_input.py` (before its July 2017 fix) made of a CIFAR-100
+    record: it sliced the 3,072 pixel bytes from byte 1 of the 3,074-byte record (coarse, fine,
+    R, G, B planes) instead of byte 2, so the fine label became the first red pixel and every
+    byte moved one place on (the last red pixel starts the green plane, the last green the blue
+    plane; the last blue pixel is lost). The label itself was read correctly.
+
+    `image`: the correctly decoded uint8 [32, 32, 3]; `label`: its fine label. Works on any
+    source (the binary files, an image folder, tfds): only the fine label and the pixels enter.
+    """
+    depth_major = tf.reshape(tf.transpose(image, [2, 0, 1]), [IMAGE_BYTES])
+    shifted = tf.concat([tf.cast(label, tf.uint8)[None], depth_major[:-1]], axis=0)
+    return tf.transpose(tf.reshape(shifted, [3, IMAGE_SIZE, IMAGE_SIZE]), [1, 2, 0])
+
+
+def check_layout(dataset: str, layout: str) -> None:
+    """DataError unless `layout` is one of LAYOUTS and means something for `dataset`."""
+    if layout not in LAYOUTS:
+        raise DataError(
+            f"--cifar100_layout={layout} is unknown; choose one of {', '.join(LAYOUTS)}"
+        )
+    if layout != "official" and dataset != "cifar100":
+        raise DataError(
+            f"--cifar100_layout={layout} is for --dataset=cifar100 only (the original reader "
+            f"read {_spec(dataset).title} correctly); drop the flag"
+        )
+
+
 def prepare_tfds(
     dataset: str,
     data_dir: str | os.PathLike | None = None,
@@ -275,6 +306,7 @@ def read_records(
     data_path: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     input_context: tf.distribute.InputContext | None = None,
+    layout: str = "official",
 ) -> tf.data.Dataset:
     """The records of one split: (uint8 image [32, 32, 3], int32 label), unbatched.
 
@@ -290,8 +322,19 @@ def read_records(
     tfds: `tfds.even_splits(split, n)[i]`, contiguous ranges). CIFAR-10's 5 training files give
     file sharding up to 5 pipelines; its test split and CIFAR-100 have one file per split. An
     image folder is sharded by image, before decoding.
+
+    `layout` "original_2016" (CIFAR-100 only): every image as the original reader made it,
+    `original_2016_shift`.
     """
     check_split(split, SPLITS)
+    check_layout(dataset, layout)
+    records = _read_records(dataset, split, data_path, data_dir, input_context)
+    if layout == "original_2016":
+        records = records.map(lambda image, label: (original_2016_shift(image, label), label))
+    return records
+
+
+def _read_records(dataset, split, data_path, data_dir, input_context) -> tf.data.Dataset:
     shard = pipeline_shard(input_context)
     if data_path is not None and (images := _image_files(dataset, data_path, split)):
         paths, labels = images
@@ -360,6 +403,7 @@ def build_dataset(
     input_context: tf.distribute.InputContext | None = None,
     cache: bool = True,
     drop_remainder: bool | None = None,
+    layout: str = "official",
 ) -> tf.data.Dataset:
     """Batches (float32 images [B, 32, 32, 3], int32 labels [B]) of `split` ("train"/"test").
 
@@ -377,7 +421,7 @@ def build_dataset(
     standardised only, keeping the last partial batch. `drop_remainder` overrides that choice.
     `seed`: with several input pipelines each derives its own from it; None: drawn at random.
     `cache`: keep the decoded uint8 records in memory
-    (before augmentation).
+    (before augmentation). `layout`: see `read_records`.
     """
     _spec(dataset)  # a known data set
     check_split(split, SPLITS)
@@ -393,7 +437,12 @@ def build_dataset(
     if shard:  # each input pipeline its own shuffle and augmentation
         seed = int(np.random.SeedSequence([seed, shard[1]]).generate_state(1)[0])
     records = read_records(
-        dataset, split, data_path=data_path, data_dir=data_dir, input_context=input_context
+        dataset,
+        split,
+        data_path=data_path,
+        data_dir=data_dir,
+        input_context=input_context,
+        layout=layout,
     )
     if cache:
         records = records.cache()
@@ -419,7 +468,8 @@ def build_dataset(
 def split_fns(dataset: str, **kwargs):
     """``fn(split, global_batch)``: the ``dataset_fn(input_context)`` of ``split`` that
     ``distribute_datasets_from_function`` calls, each input pipeline building its share of
-    ``global_batch`` with `build_dataset` (``kwargs``: its data_path, data_dir, pad, seed)."""
+    ``global_batch`` with `build_dataset` (``kwargs``: its data_path, data_dir, pad, seed and
+    layout)."""
 
     def fn(split: str, global_batch: int):
         return distribute.per_replica_dataset(

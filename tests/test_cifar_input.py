@@ -64,6 +64,40 @@ def test_cifar100_uses_the_fine_label(tmp_path, write_cifar):
     assert (labels != labels // 5).any()
 
 
+def test_original_2016_layout_is_the_original_readers_slice(tmp_path, write_cifar):
+    """The original cifar_input.py (before July 2017) for CIFAR-100: label_bytes = 1,
+    label_offset = 1, record_bytes = 3,074; label = record[1], image = record[1:3073]
+    reshaped [3, 32, 32] and transposed: restated here on the raw bytes of each record."""
+    write_cifar(tmp_path / "cifar-100-binary", "cifar100", 12)
+    raw = np.frombuffer((tmp_path / "cifar-100-binary" / "train.bin").read_bytes(), np.uint8)
+    records = raw.reshape(-1, 3074)
+    expected = records[:, 1:3073].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    correct, _ = arrays(cifar_input.read_records("cifar100", "train", data_path=tmp_path))
+    images, labels = arrays(
+        cifar_input.read_records("cifar100", "train", data_path=tmp_path, layout="original_2016")
+    )
+    np.testing.assert_array_equal(images, expected)
+    np.testing.assert_array_equal(labels, records[:, 1])  # the label was read correctly
+    # the leak: the first red pixel of every image is its fine label
+    np.testing.assert_array_equal(images[:, 0, 0, 0], labels)
+    # every plane moved one byte on: red from the label, green and blue from the plane before
+    planes = correct.transpose(0, 3, 1, 2).reshape(-1, 3, 1024)
+    shifted = images.transpose(0, 3, 1, 2).reshape(-1, 3, 1024)
+    np.testing.assert_array_equal(shifted[:, 0, 1:], planes[:, 0, :-1])
+    np.testing.assert_array_equal(shifted[:, 1:, 0], planes[:, :-1, -1])
+    np.testing.assert_array_equal(shifted[:, 1:, 1:], planes[:, 1:, :-1])
+
+
+def test_original_2016_layout_is_for_cifar100_only(cifar10):
+    root, _ = cifar10
+    with pytest.raises(DataError) as e:
+        cifar_input.read_records("cifar10", "test", data_path=root, layout="original_2016")
+    one_line(e, "--dataset=cifar100 only", "drop the flag")
+    with pytest.raises(DataError) as e:
+        cifar_input.check_layout("cifar100", "2016")
+    one_line(e, "--cifar100_layout=2016", "official, original_2016")
+
+
 def test_check_data_path_accepts_the_folder_or_its_parent(cifar10):
     root, _ = cifar10
     folder = root / "cifar-10-batches-bin"
