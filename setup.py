@@ -23,6 +23,8 @@ setup(
         "absl-py",
         # PNG plots of training curves and of the theory experiments.
         "matplotlib",
+        # Decodes image-folder data sets (resnet_noBN/image_folder.py), without TensorFlow.
+        "pillow",
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.
     # ruff: the one formatter and linter (pyproject.toml), pinned: its output changes by version.
