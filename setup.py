@@ -28,5 +28,10 @@ setup(
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.
     # ruff: the one formatter and linter (pyproject.toml), pinned: its output changes by version.
-    extras_require={"test": ["pytest>=8", "pyyaml", "ruff==0.17.6"]},
+    # jax: the JAX backend (KERAS_BACKEND=jax; the CPU build on a machine without a GPU). The
+    # tests run it on the CPU: cross-backend equivalence and a TensorFlow-free training run.
+    extras_require={
+        "jax": ["jax>=0.6"],
+        "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6"],
+    },
 )

@@ -18,23 +18,25 @@ import sys
 
 from absl import flags
 
-from resnet_noBN import cifar_input, cli, run_log
+from resnet_noBN import backend, cifar_data, cli, run_log
+from resnet_noBN.cifar_sources import sources
+from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.training import TrainConfig
+from resnet_noBN.recipe import TrainConfig
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
+flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
 flags.DEFINE_string(
     "data_path",
     None,
     "Folder of the official binary files (cifar-10-batches-bin/ or "
     "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
     "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
-    "unpacked). Default: read tensorflow-datasets.",
+    "unpacked). Default: read tensorflow-datasets (TensorFlow backend only).",
 )
 flags.DEFINE_string(
     "data_dir",
-    str(cifar_input.DEFAULT_TFDS_DIR),
+    str(DEFAULT_TFDS_DIR),
     "tensorflow-datasets directory (see data/README.md).",
 )
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
@@ -42,14 +44,14 @@ flags.DEFINE_integer(
     "pad",
     2,
     "Pixels of padding per side before the random 32x32 crop: 2 as "
-    "the original cifar_input.py (36x36), 4 as He et al. (40x40), 0 for none.",
+    "the original cifar_data.py (36x36), 4 as He et al. (40x40), 0 for none.",
 )
 flags.DEFINE_enum(
     "cifar100_layout",
     "official",
-    list(cifar_input.LAYOUTS),
+    list(cifar_data.LAYOUTS),
     "How a CIFAR-100 record is read: official (the fine label, then the pixels from byte 2), "
-    "or original_2016: as the original cifar_input.py before its July 2017 fix, the pixels "
+    "or original_2016: as the original cifar_data.py before its July 2017 fix, the pixels "
     "from byte 1, so the fine label is the first red pixel of every image (a label leak; "
     "see data/README.md). For measuring what that did to the paper's figure, not for use.",
 )
@@ -63,7 +65,7 @@ def model_config() -> ModelConfig:
     widths = cli.int_list("stage_widths", FLAGS.stage_widths)
     return cli.config_from_flags(
         ModelConfig,
-        num_classes=cifar_input.num_classes(FLAGS.dataset),
+        num_classes=cifar_data.num_classes(FLAGS.dataset),
         stage_strides=(1,) + (2,) * (len(widths) - 1),
     )
 
@@ -76,24 +78,33 @@ def main(argv):
     train_cfg = cli.train_config_from_flags()
     if FLAGS.pad < 0:
         raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")
-    cifar_input.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
+    cifar_data.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
     if FLAGS.data_path:
-        cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
+        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
     model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
-    run_config = {
-        "dataset": FLAGS.dataset,
-        "cifar100_layout": FLAGS.cifar100_layout,
-        **dataclasses.asdict(model_cfg),
-    }
+    run_config = cli.check_backend(
+        {
+            "dataset": FLAGS.dataset,
+            "cifar100_layout": FLAGS.cifar100_layout,
+            **dataclasses.asdict(model_cfg),
+        }
+    )
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
     run_log.check_resumable(
         model_dir,
         run_config,
-        absent={"cifar100_layout": "official", **dataclasses.asdict(ModelConfig())},
+        absent={
+            "cifar100_layout": "official",
+            "backend": "tensorflow",
+            **dataclasses.asdict(ModelConfig()),
+        },
     )
 
     runtime = cli.start_runtime(train_cfg, model_dir)  # before tfds: that runs TF ops
-    if not FLAGS.data_path:  # download / verify the tfds data set now, before anything is written
+    if not FLAGS.data_path and backend.is_tensorflow():
+        # download / verify the tfds data set now, before anything is written
+        from resnet_noBN import cifar_input
+
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
     if FLAGS.cifar100_layout == "original_2016":
@@ -105,15 +116,16 @@ def main(argv):
             flush=True,
         )
 
-    dataset_fn = cifar_input.split_fns(
+    train_source, test_source = sources(
         FLAGS.dataset,
+        train_cfg.batch_size,
+        train_cfg.eval_batch_size,
+        seed=runtime.seed,
         data_path=FLAGS.data_path,
         data_dir=FLAGS.data_dir,
         pad=FLAGS.pad,
-        seed=runtime.seed,
         layout=FLAGS.cifar100_layout,
     )
-
     trainer = cli.make_trainer(
         runtime,
         lambda: build_cifar_model(model_cfg),
@@ -121,12 +133,7 @@ def main(argv):
         model_dir,
         title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)",
     )
-    cli.train_and_report(
-        trainer,
-        dataset_fn("train", train_cfg.batch_size),
-        dataset_fn("test", train_cfg.eval_batch_size),
-        dataset=FLAGS.dataset,
-    )
+    cli.train_and_report(trainer, train_source, test_source, dataset=FLAGS.dataset)
 
 
 if __name__ == "__main__":

@@ -135,7 +135,7 @@ QUICK = Sweep(
 
 def train_config(sweep: Sweep):
     """The paper's recipe with S = ``sweep.train_steps``: lr drops at S/2 and 5S/6."""
-    from resnet_noBN.training import TrainConfig
+    from resnet_noBN.recipe import TrainConfig
 
     steps = sweep.train_steps
     return TrainConfig(
@@ -178,23 +178,24 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
 
 
 def train_one(
-    arm: Arm, seed: int, sweep: Sweep, model_dir: str, dataset_fn, num_classes: int, print_fn=print
+    arm: Arm, seed: int, sweep: Sweep, model_dir: str, sources, num_classes: int, print_fn=print
 ) -> dict:
     """Train one (arm, seed) to the end, resuming from ``model_dir``'s checkpoint; writes and
-    returns its result. A run whose loss stops being finite is a result (``diverged``), not an
+    returns its result; ``sources(cfg)``: its (training, test) sources (`cifar_data.sources`). A
+    run whose loss stops being finite is a result (``diverged``), not an
     error: its curves up to that point stay in ``model_dir``."""
     import keras
-    import tensorflow as tf
 
+    from resnet_noBN import backend
+    from resnet_noBN.loop import TrainingDiverged
     from resnet_noBN.model import build_cifar_model
-    from resnet_noBN.training import Trainer, TrainingDiverged
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     cfg = train_config(sweep)
     model_cfg = model_config(arm, sweep, num_classes)
-    trainer = Trainer(
-        tf.distribute.get_strategy(),
+    trainer = backend.make_trainer(
+        backend.local_runtime(seed),
         lambda: build_cifar_model(model_cfg),
         cfg,
         model_dir,
@@ -202,11 +203,7 @@ def train_one(
     )
     try:
         result = {
-            **trainer.train(
-                dataset_fn("train", cfg.batch_size),
-                dataset_fn("test", cfg.eval_batch_size),
-                print_fn=print_fn,
-            ),
+            **trainer.train(*sources(cfg), print_fn=print_fn),
             "diverged": False,
         }
     except TrainingDiverged as e:

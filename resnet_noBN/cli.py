@@ -1,6 +1,8 @@
 """What every training launcher shares: the recipe's and the runtime's flags, the run's start,
 its report, and the exit codes.
 
+TensorFlow is imported only on the TensorFlow backend (:mod:`resnet_noBN.backend`).
+
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
 ``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
 checkpoint of the step reached was saved, and rerunning the same command resumes there.
@@ -14,20 +16,15 @@ import sys
 
 from absl import app, flags, logging
 
-from resnet_noBN import cpu, distribute, run_log, speed
-from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError
+from resnet_noBN import backend, run_log
+from resnet_noBN.backend import Runtime
+from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
 from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.flag_config import int_list as int_list  # the launchers' cli.int_list
 from resnet_noBN.flag_config import validated as validated  # and cli.validated
+from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
 from resnet_noBN.model import param_counts
-from resnet_noBN.preemption import Preempted
-from resnet_noBN.training import (
-    CheckpointError,
-    TrainConfig,
-    Trainer,
-    TrainingDiverged,
-    trainer_for,
-)
+from resnet_noBN.recipe import TrainConfig
 
 FLAGS = flags.FLAGS
 
@@ -57,13 +54,14 @@ def define_runtime_flags() -> None:
     flags.DEFINE_enum(
         "strategy",
         "default",
-        list(distribute.STRATEGIES),
-        "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch semantics).",
+        list(backend.STRATEGIES),
+        "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch semantics). "
+        "On JAX: default (one device) or mirrored (every local device).",
     )
     flags.DEFINE_enum(
         "cluster_resolver",
         "tf_config",
-        list(distribute.RESOLVERS),
+        list(backend.RESOLVERS),
         "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
         "SLURM step's variables.",
     )
@@ -80,7 +78,7 @@ def define_runtime_flags() -> None:
     flags.DEFINE_enum(
         "precision",
         "float32",
-        list(speed.PRECISIONS),
+        list(backend.PRECISIONS),
         "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
     )
     flags.DEFINE_bool("jit_compile", False, "Compile each replica's forward/backward with XLA.")
@@ -98,6 +96,14 @@ def define_runtime_flags() -> None:
         "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
         "GPUs too (slower there; a CPU run is deterministic without it).",
     )
+    flags.DEFINE_float(
+        "time_budget_s",
+        None,
+        "Stop after this many seconds of training: a checkpoint, then exit 3 (as on SIGTERM); "
+        "rerunning the same command resumes. For machines lent by the hour. Not under "
+        "multi_worker or parameter_server (the workers would not stop together: use the "
+        "scheduler's time limit, which sends SIGTERM).",
+    )
 
 
 def train_config_from_flags() -> TrainConfig:
@@ -111,8 +117,9 @@ def train_config_from_flags() -> TrainConfig:
     return config_from_flags(TrainConfig, **overrides)
 
 
-def start_runtime(train_cfg: TrainConfig, model_dir: str) -> distribute.Runtime:
-    """:func:`resnet_noBN.distribute.start_runtime` as the runtime flags say.
+def start_runtime(train_cfg: TrainConfig, model_dir: str) -> Runtime:
+    """The runtime the flags describe, on the Keras backend in use: TensorFlow's
+    :func:`resnet_noBN.distribute.start_runtime`, or :func:`backend.start_jax_runtime`.
 
     The seed: --seed; else, resuming, the one ``model_dir``'s config.json recorded (so a
     rerun continues the same data order); else drawn at random.
@@ -120,10 +127,36 @@ def start_runtime(train_cfg: TrainConfig, model_dir: str) -> distribute.Runtime:
     seed = FLAGS.seed
     if seed is None:
         seed = run_log.read_config(model_dir).get(run_log.SEED_KEY)
+    if FLAGS.time_budget_s is not None and (
+        FLAGS.time_budget_s <= 0 or FLAGS.strategy in ("multi_worker", "parameter_server")
+    ):
+        raise InputError(
+            f"--time_budget_s={FLAGS.time_budget_s:g} needs a positive value and one process "
+            "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
+        )
+    batch_sizes = {name: getattr(train_cfg, name) for name in ("batch_size", "eval_batch_size")}
+    if not backend.is_tensorflow():
+        return backend.start_jax_runtime(
+            FLAGS.strategy,
+            batch_sizes=batch_sizes,
+            seed=seed,
+            precision=FLAGS.precision,
+            tensorflow_only={
+                "jit_compile": FLAGS.jit_compile,
+                "intra_op_threads": FLAGS.intra_op_threads,
+                "inter_op_threads": FLAGS.inter_op_threads,
+                "deterministic": FLAGS.deterministic,
+                "cluster_resolver": FLAGS.cluster_resolver
+                if FLAGS["cluster_resolver"].present
+                else None,
+            },
+        )
+    from resnet_noBN import distribute
+
     return distribute.start_runtime(
         FLAGS.strategy,
         FLAGS.cluster_resolver,
-        batch_sizes={name: getattr(train_cfg, name) for name in ("batch_size", "eval_batch_size")},
+        batch_sizes=batch_sizes,
         seed=seed,
         precision=FLAGS.precision,
         intra_op_threads=FLAGS.intra_op_threads,
@@ -133,7 +166,7 @@ def start_runtime(train_cfg: TrainConfig, model_dir: str) -> distribute.Runtime:
 
 
 def begin_run(
-    runtime: distribute.Runtime,
+    runtime: Runtime,
     label: str,
     train_cfg: TrainConfig,
     model_dir: str,
@@ -141,43 +174,53 @@ def begin_run(
 ) -> None:
     """The chief records ``run_config`` in ``model_dir``; every task prints where it runs.
 
-    ``config.json`` also records, under ``runtime``, the CPU path (oneDNN on or not, and why;
-    the CPU's vector extensions), which a resumed run may change.
+    ``config.json`` also records the backend (a run resumes on the backend it started on: the
+    checkpoint formats differ) and, under ``runtime``, where it computes (TensorFlow: oneDNN on
+    or not, and why; JAX: the devices; the CPU's vector extensions), which a resumed run may
+    change.
     """
-    host = cpu.runtime_report()
+    host = backend.report(runtime)
     if runtime.is_chief:
         run_log.record_config(
             model_dir, {**run_config, run_log.SEED_KEY: runtime.seed, run_log.RUNTIME_KEY: host}
         )
     print(
-        f"{label}: {runtime.strategy.num_replicas_in_sync} replica(s) x "
+        f"{label}: {backend.name()} backend, {runtime.replicas} replica(s) x "
         f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
         f"seed {runtime.seed}, model_dir {model_dir}",
         flush=True,
     )
-    print(
-        f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}; CPU "
-        f"{', '.join(host['cpu_isa']) or 'extensions unknown'}",
-        flush=True,
-    )
+    if host["backend"] == "tensorflow":
+        where = f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}"
+    else:
+        where = f"devices {', '.join(host['devices'])}"
+    print(f"{where}; CPU {', '.join(host['cpu_isa']) or 'extensions unknown'}", flush=True)
+
+
+def check_backend(run_config: dict) -> dict:
+    """``run_config`` with the backend, which a resumed run must share (InputError for a backend
+    the launchers do not support)."""
+    if backend.name() not in ("tensorflow", "jax"):
+        raise InputError(f"KERAS_BACKEND={backend.name()} is not supported; use tensorflow or jax")
+    return {**run_config, "backend": backend.name()}
 
 
 def make_trainer(
-    runtime: distribute.Runtime, build_model, train_cfg: TrainConfig, model_dir: str, **kwargs
-) -> Trainer:
-    """A :class:`Trainer` for this runtime (XLA as --jit_compile says)."""
-    return trainer_for(
-        runtime.strategy,
+    runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str, **kwargs
+) -> TrainLoop:
+    """:func:`backend.make_trainer` with --jit_compile and --time_budget_s."""
+    return backend.make_trainer(
+        runtime,
         build_model,
         train_cfg,
         model_dir,
-        is_chief=runtime.is_chief,
         jit_compile=FLAGS.jit_compile,
+        time_budget_s=FLAGS.time_budget_s,
         **kwargs,
     )
 
 
-def train_and_report(trainer: Trainer, train_fn, eval_fn, **report) -> dict:
+def train_and_report(trainer: TrainLoop, train_fn, eval_fn, **report) -> dict:
     """Train, then print the run's one line of JSON (``report`` first); returns the result."""
     try:
         result = trainer.train(train_fn, eval_fn, print_fn=lambda line: print(line, flush=True))

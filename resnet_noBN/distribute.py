@@ -22,7 +22,6 @@ precision, the strategy, the seed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -32,10 +31,8 @@ import keras
 import tensorflow as tf
 
 from resnet_noBN import speed
+from resnet_noBN.backend import RESOLVERS, STRATEGIES, Runtime
 from resnet_noBN.errors import InputError
-
-STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
-RESOLVERS = ("tf_config", "slurm")
 
 
 class ClusterError(ValueError):
@@ -250,16 +247,6 @@ def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
     return int(total) // (strategy.num_replicas_in_sync // workers)
 
 
-@dataclasses.dataclass(frozen=True)
-class Runtime:
-    """The strategy a launcher trains under, and what follows from it."""
-
-    strategy: object
-    is_chief: bool
-    input_pipelines: int
-    seed: int
-
-
 def start_runtime(
     strategy: str = "default",
     cluster_resolver: str = "tf_config",
@@ -304,4 +291,6 @@ def start_runtime(
     keras.utils.set_random_seed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-    return Runtime(distribution, chief, input_pipelines(distribution, resolver), seed)
+    return Runtime(
+        distribution, chief, input_pipelines(distribution, resolver), seed, replicas=replicas
+    )

@@ -10,3 +10,12 @@ class DataError(ValueError):
 
 class InputError(ValueError):
     """Bad command-line input; its message is one line naming the problem and the fix."""
+
+
+class Preempted(RuntimeError):
+    """SIGTERM or SIGINT stopped training; a checkpoint of the step reached was saved first."""
+
+
+class TimeBudgetReached(Preempted):
+    """--time_budget_s ran out; a checkpoint of the step reached was saved first (exit 3, as a
+    preemption: rerunning resumes)."""

@@ -36,7 +36,7 @@ import dataclasses
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 HEADS = ("random", "trainable")
 SHORTCUTS = ("pool_pad", "projection")
@@ -477,12 +477,13 @@ def decayed_weights(model: keras.Model) -> list:
     ]
 
 
-def weight_decay_loss(model: keras.Model, rate: float) -> tf.Tensor:
-    """rate * sum ||W||^2 / 2 over :func:`decayed_weights`: the original ``tf.nn.l2_loss`` form.
+def weight_decay_loss(weights: list, rate: float):
+    """rate * sum ||W||^2 / 2 over ``weights`` (:func:`decayed_weights`, or their values in a
+    stateless step): the original ``tf.nn.l2_loss`` form, in float32.
 
     (Keras' ``regularizers.l2(rate)`` would be rate * sum ||W||^2, twice this.)
     """
-    return rate * tf.add_n([tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in decayed_weights(model)])
+    return rate * sum(ops.sum(ops.square(ops.cast(w, "float32"))) for w in weights) / 2
 
 
 def param_counts(model: keras.Model) -> dict[str, int]:

@@ -11,7 +11,8 @@
   which a rerun in the same folder must match to resume (:func:`check_resumable`), its seed and
   where it ran.
 
-Only the chief of a multi-worker job writes them (``enabled=False`` elsewhere).
+Only the chief of a multi-worker job writes them (``enabled=False`` elsewhere). No TensorFlow:
+the summaries are written by the tensorboard package's own writer, on every backend.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 
-import tensorflow as tf
+from tensorboard.summary import Writer
 
 from resnet_noBN.errors import InputError
 
@@ -84,8 +85,8 @@ class RunLog:
     def __init__(self, model_dir: str, title: str, enabled: bool = True):
         self.model_dir, self.title, self.enabled = model_dir, title, enabled
         if enabled:
-            self._train_writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
-            self._eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
+            self._train_writer = Writer(os.path.join(model_dir, "train"))
+            self._eval_writer = Writer(os.path.join(model_dir, "eval"))
 
     def train(self, step: int, scalars: dict[str, float]) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``."""
@@ -118,9 +119,8 @@ class RunLog:
 
     @staticmethod
     def _write(writer, step: int, scalars: dict[str, float]) -> None:
-        with writer.as_default(step=step):
-            for name, value in scalars.items():
-                tf.summary.scalar(name, value)
+        for name, value in scalars.items():
+            writer.add_scalar(name, value, step)
         writer.flush()
 
 

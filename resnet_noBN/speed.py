@@ -13,29 +13,18 @@ Call :func:`configure` before any TensorFlow op runs and before the model is bui
 from __future__ import annotations
 
 import os
-import sys
 
-import keras
 import tensorflow as tf
 
-from resnet_noBN import cpu
-
-PRECISIONS = ("float32", "mixed_bfloat16")
+from resnet_noBN.backend import PRECISIONS as PRECISIONS  # the flag's choices
+from resnet_noBN.backend import set_precision
 
 
 def configure(
     precision: str = "float32", intra_op_threads: int = 0, inter_op_threads: int = 0
 ) -> None:
     """Set the Keras dtype policy and TF's thread pools (0 = TF's default for that pool)."""
-    if precision not in PRECISIONS:
-        raise ValueError(
-            f"--precision={precision} is unknown; choose one of {', '.join(PRECISIONS)}"
-        )
-    if precision == "mixed_bfloat16":
-        warning = cpu.bf16_warning(has_gpu=bool(tf.config.list_physical_devices("GPU")))
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
-    keras.mixed_precision.set_global_policy(precision)
+    set_precision(precision, has_gpu=bool(tf.config.list_physical_devices("GPU")))
     if intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
     if inter_op_threads:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cifar_input
+from resnet_noBN import cifar_data, cifar_input
 from resnet_noBN.errors import DataError
 
 
@@ -24,8 +24,8 @@ def test_png_tree_round_trips_pixel_exact_with_labels_by_name(tmp_path, write_im
         assert images.dtype == np.uint8 and labels.dtype == np.int32
         np.testing.assert_array_equal(images, written[split][0])
         np.testing.assert_array_equal(labels, written[split][1])
-    assert len(cifar_input.check_data_path("cifar10", tmp_path / "tree")) == 2 * 10 * 3
-    assert cifar_input.num_records("cifar10", tmp_path / "tree", "train") == 30
+    assert len(cifar_data.check_data_path("cifar10", tmp_path / "tree")) == 2 * 10 * 3
+    assert cifar_data.num_records("cifar10", tmp_path / "tree", "train") == 30
 
 
 def test_the_one_folder_inside_data_path_is_found_and_jpeg_decodes(tmp_path, write_image_tree):
@@ -75,20 +75,20 @@ def test_missing_split_unknown_and_missing_classes_empty_class(tmp_path, write_i
     write_image_tree(tmp_path, "cifar10", 1)
     (tmp_path / "test" / "cat" / "0000.png").unlink()
     with pytest.raises(DataError) as e:
-        cifar_input.check_data_path("cifar10", tmp_path)
+        cifar_data.check_data_path("cifar10", tmp_path)
     one_line(e, str(tmp_path / "test" / "cat"), "no image")
     (tmp_path / "test" / "cat").rename(tmp_path / "test" / "kitten")
     with pytest.raises(DataError) as e:
-        cifar_input.check_data_path("cifar10", tmp_path)
+        cifar_data.check_data_path("cifar10", tmp_path)
     one_line(e, "unknown: kitten", "missing: cat", "--dataset")
     with pytest.raises(DataError) as e:  # CIFAR-10's classes are not CIFAR-100's
-        cifar_input.check_data_path("cifar100", tmp_path)
+        cifar_data.check_data_path("cifar100", tmp_path)
     one_line(e, "not CIFAR-100's", "missing: apple")
     import shutil
 
     shutil.rmtree(tmp_path / "test")
     with pytest.raises(DataError) as e:
-        cifar_input.check_data_path("cifar10", tmp_path)
+        cifar_data.check_data_path("cifar10", tmp_path)
     one_line(e, "lacks test/")
 
 
@@ -101,7 +101,7 @@ def test_a_bad_image_is_named(tmp_path, write_image_tree, bad, why):
     if bad == "small":
         bad = tf.io.encode_png(np.zeros([16, 32, 3], np.uint8)).numpy()
     target.write_bytes(bad)
-    cifar_input.check_data_path("cifar10", tmp_path)  # listing does not decode
+    cifar_data.check_data_path("cifar10", tmp_path)  # listing does not decode
     with pytest.raises(DataError) as e:
         records(tmp_path, "train")
     one_line(e, str(target), why)

@@ -254,7 +254,9 @@ def test_weight_decay_is_l2_loss_over_kernels():
     assert len(kernels) == 7  # 1 + 3 stages x 2 convs
     n = sum(int(np.prod(k.shape)) for k in kernels)
     expected = 1e-4 * n * 0.25 / 2
-    assert float(weight_decay_loss(model, 1e-4)) == pytest.approx(expected, rel=1e-6)
+    assert float(weight_decay_loss(decayed_weights(model), 1e-4)) == pytest.approx(
+        expected, rel=1e-6
+    )
     trainable_head = build_cifar_model(ModelConfig(num_residual_units=1, head="trainable"))
     head_kernel = trainable_head.get_layer("projection").kernel
     assert any(w is head_kernel for w in decayed_weights(trainable_head))

@@ -1,0 +1,217 @@
+"""The JAX backend: the same network, recipe and stream as TensorFlow's, and a training run with
+no TensorFlow at all (CPU; `jax` is in the test extras).
+
+Each JAX side runs in a subprocess with KERAS_BACKEND=jax and ``sys.modules["tensorflow"] =
+None``, so any import of TensorFlow on that path fails the test.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_noBN import cifar_data, cifar_input, stream
+from resnet_noBN.model import ModelConfig, build_cifar_model
+from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.training import Trainer
+
+pytest.importorskip("jax")
+ROOT = Path(__file__).resolve().parents[1]
+NO_TF = 'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "launch/cifar.py"; '
+NO_TF += 'runpy.run_path("launch/cifar.py", run_name="__main__")'
+
+
+def jax_env():
+    return {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONPATH": str(ROOT),
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+MODELS = {
+    "default": {},
+    "reduced": {"num_residual_units": 1, "stage_widths": [16, 32, 64]},
+}
+TRAIN = {"batch_size": 8, "train_steps": 3}
+
+
+def test_backends_agree_on_weights_logits_steps_and_batches(tmp_path, write_cifar):
+    """Weights saved on TensorFlow load on JAX: logits within 1e-5 relative (the default network
+    and a reduced one); from those weights, the first 3 training steps of each backend's
+    trainer on the same stream give losses within 1e-4 relative; the stream's uint8 batches
+    are bit-identical."""
+    write_cifar(tmp_path / "cifar-10-batches-bin", "cifar10", 8)  # 40 training records
+    images, labels = cifar_data.load_split("cifar10", "train", tmp_path)
+    inputs = np.random.default_rng(0).normal(size=(8, 32, 32, 3)).astype(np.float32)
+    spec = {
+        "dir": str(tmp_path),
+        "models": MODELS,
+        "train": TRAIN,
+        "seed": 11,
+        "batches": [[11, 0], [11, 4], [3, 9]],  # step 4 of 40 records / 8 spans two epochs
+    }
+    logits, losses = {}, {}
+    for name, changes in MODELS.items():
+        model_cfg = ModelConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()}
+        )
+        keras.utils.set_random_seed(5)
+        model = build_cifar_model(model_cfg)
+        weights = str(tmp_path / f"{name}.weights.h5")
+        model.save_weights(weights)
+        logits[name] = model(inputs, training=False).numpy()
+
+        def build(model_cfg=model_cfg, weights=weights):
+            net = build_cifar_model(model_cfg)
+            net.load_weights(weights)
+            return net
+
+        trainer = Trainer(
+            tf.distribute.get_strategy(), build, TrainConfig(**TRAIN), str(tmp_path / f"tf_{name}")
+        )
+        fn = cifar_input.split_fns("cifar10", data_path=tmp_path, seed=spec["seed"])
+        iterator = trainer.start(fn("train", TRAIN["batch_size"]), 0)
+        losses[name] = np.array([trainer.run_steps(iterator, 1)[0] for _ in range(3)])
+    given = tmp_path / "given.npz"
+    np.savez(given, inputs=inputs, images=images, labels=labels, spec=json.dumps(spec))
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "jax_probe.py"),
+            str(given),
+            str(tmp_path / "out.npz"),
+        ],
+        env=jax_env(),
+        check=True,
+        timeout=900,
+    )
+    out = np.load(tmp_path / "out.npz")
+    for name in MODELS:
+        scale = np.abs(logits[name]).max()
+        np.testing.assert_allclose(out[f"logits_{name}"], logits[name], rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(out[f"losses_{name}"], losses[name], rtol=1e-4)
+        assert losses[name][2] != losses[name][0]  # the steps did update the weights
+    for seed, step in spec["batches"]:
+        batch, batch_labels = stream.augmented_batch(
+            tf.constant(images), tf.constant(labels), seed, step, TRAIN["batch_size"], 2
+        )
+        np.testing.assert_array_equal(out[f"batch_{seed}_{step}"], batch.numpy())
+        np.testing.assert_array_equal(out[f"labels_{seed}_{step}"], batch_labels.numpy())
+
+
+def launch(args, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-c", NO_TF, *args],
+        cwd=ROOT,
+        env=jax_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def final_json(output: str) -> dict:
+    return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
+
+
+def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
+    tmp_path, write_cifar
+):
+    """launch/cifar.py on JAX with TensorFlow unimportable: SIGTERM at step 3 checkpoints and exits
+    3; the rerun resumes there and ends with the weights of an uninterrupted run."""
+    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    common = [
+        f"--data_path={tmp_path / 'data'}",
+        "--num_residual_units=1",
+        "--stage_widths=16,32,64",
+        "--batch_size=8",
+        "--eval_batch_size=16",
+        "--train_steps=10",
+        "--log_every=1",
+        "--eval_every=5",
+        "--checkpoint_every=5",
+        "--seed=4",
+    ]
+    whole = launch([*common, f"--model_dir={tmp_path / 'whole'}"])
+    out, _ = whole.communicate(timeout=600)
+    assert whole.returncode == 0, out
+    assert "jax backend" in out
+    expected = final_json(out)
+    assert expected["final_step"] == 10 and expected["test_examples"] == 8
+
+    run = launch([*common, f"--model_dir={tmp_path / 'cut'}"])
+    lines = []
+    for line in run.stdout:
+        lines.append(line)
+        if line.startswith("step       3"):
+            run.send_signal(signal.SIGTERM)
+            break
+    rest, _ = run.communicate(timeout=600)
+    first = "".join(lines) + rest
+    assert run.returncode == 3, first
+    assert "SIGTERM received" in first and "preempted at step" in first
+    stopped = int(first.split("preempted at step ")[1].split(":")[0])
+    assert 3 <= stopped < 10
+    assert json.loads((tmp_path / "cut" / "checkpoints.json").read_text())["checkpoints"][-1] == (
+        f"ckpt-{stopped}.npz"
+    )
+    again = launch([*common, f"--model_dir={tmp_path / 'cut'}"])
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert f"resumed from {tmp_path / 'cut' / f'ckpt-{stopped}.npz'} at step {stopped}" in out
+    assert final_json(out)["weights_sha256"] == expected["weights_sha256"]
+    config = json.loads((tmp_path / "cut" / "config.json").read_text())
+    assert config["backend"] == "jax" and config["runtime"]["backend"] == "jax"
+
+
+def test_tensorflow_only_flags_and_a_corrupt_checkpoint_on_jax(tmp_path, write_cifar):
+    """A TensorFlow-only flag is one line and exit 2 with nothing written; a truncated newest
+    checkpoint is named and the one before it restored; a TensorFlow run's folder is refused."""
+    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    common = [
+        f"--data_path={tmp_path / 'data'}",
+        "--num_residual_units=1",
+        "--stage_widths=16,32,64",
+        "--batch_size=8",
+        "--eval_batch_size=16",
+        "--log_every=2",
+        "--eval_every=4",
+        "--checkpoint_every=2",
+        "--seed=4",
+    ]
+    for flag in ("--jit_compile", "--intra_op_threads=2", "--strategy=multi_worker"):
+        bad = launch([*common, "--train_steps=4", flag, f"--model_dir={tmp_path / 'bad'}"])
+        out, _ = bad.communicate(timeout=300)
+        assert bad.returncode == 2, out
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and flag.split("=")[0] in errors[0], out
+        assert not (tmp_path / "bad").exists()
+    first = launch([*common, "--train_steps=4", f"--model_dir={tmp_path / 'run'}"])
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out
+    newest = tmp_path / "run" / "ckpt-4.npz"
+    newest.write_bytes(newest.read_bytes()[:1000])  # a save cut short
+    again = launch([*common, "--train_steps=6", f"--model_dir={tmp_path / 'run'}"])
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert f"warning: checkpoint {newest} cannot be restored" in out
+    assert f"resumed from {tmp_path / 'run' / 'ckpt-2.npz'} at step 2" in out
+    assert final_json(out)["final_step"] == 6
+    (tmp_path / "tf").mkdir()
+    (tmp_path / "tf" / "config.json").write_text(
+        (tmp_path / "run" / "config.json").read_text().replace('"jax"', '"tensorflow"')
+    )
+    refused = launch([*common, "--train_steps=2", f"--model_dir={tmp_path / 'tf'}"])
+    out, _ = refused.communicate(timeout=300)
+    assert refused.returncode == 2 and "backend='tensorflow' there, 'jax' now" in out, out
