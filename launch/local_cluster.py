@@ -16,14 +16,30 @@ Preemption: interrupted itself (Ctrl-C, SIGTERM, SIGHUP), it sends SIGTERM to th
 which agree on a step, save a checkpoint there and exit with status 3; then it stops the
 serving tasks and exits with 3 too (rerun the same command to resume), or 130 if a trainer did
 not save. A trainer that exits 3 on its own (it was sent SIGTERM) is followed by the others.
+
+Network (``--network=loopback``, the default): TensorFlow's distributed runtime has no
+authentication (TensorFlow's SECURITY.md: run it on trusted networks only), and its gRPC server
+listens on every interface, ``[::]:<port>``, whatever host ``TF_CONFIG`` names; no option of
+TensorFlow 2.21 gives it an address. So the job runs in a network namespace of its own whose
+only interface is loopback, shared by all its tasks: they reach each other on 127.0.0.1, and
+no other host, nor a process of this machine outside the namespace (root aside), can reach
+their ports. Root gets the namespace directly; another user through a user namespace of
+its own that maps only its own user and group IDs. The tasks then have no network beyond
+127.0.0.1: prepare data first. Where the kernel forbids namespaces (e.g. a container under
+Docker's default seccomp profile), one line says so and the job runs on this host's network, as
+with ``--network=host``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -41,9 +57,55 @@ flags.DEFINE_float(
     "(the trainers save a checkpoint in that time; SLURM's and Kubernetes' "
     "default is 30 s too).",
 )
+flags.DEFINE_enum(
+    "network",
+    "loopback",
+    ["loopback", "host"],
+    "loopback: the tasks share a network namespace of their own with only the loopback "
+    "interface, so no other host can reach their (unauthenticated) gRPC ports; they have no "
+    "network beyond 127.0.0.1. host: this host's network; the ports listen on all its interfaces.",
+)
 # resnet_noBN.errors.PREEMPTED_EXIT, written again: importing the package would set
 # TF_ENABLE_ONEDNN_OPTS here, which every task would then inherit as if the user had set it.
 PREEMPTED_EXIT = 3
+
+
+# <sched.h>, <linux/sockios.h>, <net/if.h>
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def isolate_network() -> str | None:
+    """Move this process, and so every task it starts from now on, into a new network namespace
+    whose only interface, loopback, is up. None when done; else the one-line reason why not
+    (this process is then unchanged). OSError if the namespace was made but cannot be set up.
+
+    Root unshares the network namespace; any other user first a user namespace, which gives it
+    the capabilities to own one (user_namespaces(7)), mapping only its own user and group IDs:
+    files it writes are still its own, and it gains no rights outside.
+    """
+    if not sys.platform.startswith("linux"):
+        return "network namespaces are Linux-only"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        why = os.strerror(ctypes.get_errno())
+        uid, gid = os.geteuid(), os.getegid()
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+            if ctypes.get_errno() != errno.EPERM:  # EPERM says no more than the first error
+                why += f"; with a user namespace: {os.strerror(ctypes.get_errno())}"
+            return f"unshare: {why}"
+        for name, text in (
+            ("setgroups", "deny"),  # required before an unprivileged gid_map
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sh22x", b"lo", 0)  # struct ifreq: name, flags
+        lo_flags = struct.unpack("16sh22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", lo_flags | IFF_UP))
+    return None
 
 
 def free_ports(count: int) -> list[int]:
@@ -184,6 +246,25 @@ def main(argv):
     # runs in a session of its own and would outlive this process
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
+    if FLAGS.network == "loopback":
+        try:
+            why_not = isolate_network()
+        except OSError as e:
+            print(f"error: setting up the job's network namespace failed: {e}", file=sys.stderr)
+            sys.exit(2)
+        if why_not:
+            print(
+                f"network: no namespace of its own ({why_not}): the tasks use this host's "
+                "network and their gRPC ports, which take no authentication, listen on all its "
+                "interfaces; run on a trusted network only",
+                flush=True,
+            )
+        else:
+            print(
+                "network: the tasks share a namespace with loopback only; no other host can "
+                "reach their ports (--network=host to use this host's network)",
+                flush=True,
+            )
     job = Job(command, cluster_spec(FLAGS.workers, FLAGS.ps))
     try:
         status = job.wait()

@@ -1,8 +1,11 @@
-"""Scale-out on localhost: multi-worker, parameter servers, kill-and-resume, cluster errors."""
+"""Scale-out on localhost: multi-worker, parameter servers, kill-and-resume, cluster errors,
+and the local job's network: its unauthenticated gRPC ports unreachable from other hosts."""
 
+import ipaddress
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -244,6 +247,225 @@ def test_preempting_the_job_saves_one_step_on_every_worker_and_resumes(tmp_path,
     results = final_lines(proc.stdout)
     assert results["worker0"]["final_step"] == saved + 5
     assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The local job's network: TensorFlow's gRPC server listens on every interface (no address can be
+# given), and takes no authentication; launch/local_cluster.py runs the job in a network
+# namespace of its own with only loopback (--network=loopback, the default).
+
+
+def listening_sockets(pid: int) -> list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]]:
+    """(address, port) of every listening TCP socket that process `pid` holds (its open file
+    descriptors matched by inode against its network namespace's /proc/<pid>/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:[") : -1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:  # 0A: TCP_LISTEN
+                    continue
+                hex_address, hex_port = local.split(":")
+                raw = bytes.fromhex(hex_address)  # 32-bit words in host (little-endian) order
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                out.append((ipaddress.ip_address(raw), int(hex_port, 16)))
+    return out
+
+
+def is_loopback(address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def interfaces(pid: int) -> set[str]:
+    """The network interfaces of process `pid`'s network namespace."""
+    with open(f"/proc/{pid}/net/dev") as f:
+        return {line.split(":")[0].strip() for line in f.readlines()[2:]}
+
+
+def reachable_from_other_hosts(pid: int) -> list[str]:
+    """The listening sockets of `pid` that another host could reach: bound to an address other
+    than loopback (the wildcard included) in a namespace that has an interface besides lo."""
+    if interfaces(pid) <= {"lo"}:
+        return []
+    return [f"{a}:{p}" for a, p in listening_sockets(pid) if not is_loopback(a)]
+
+
+def test_listening_sockets_are_read_with_their_addresses():
+    """The check itself, on sockets of this process: loopback, IPv4 and dual-stack wildcards."""
+    with (
+        socket.socket() as lo,
+        socket.socket() as any4,
+        socket.socket(socket.AF_INET6) as any6,
+        socket.socket(socket.AF_INET6) as lo6,
+        socket.socket() as unbound,
+    ):
+        for s, address in ((lo, "127.0.0.1"), (any4, "0.0.0.0"), (any6, "::"), (lo6, "::1")):
+            s.bind((address, 0))
+            s.listen()
+        unbound.bind(("127.0.0.1", 0))  # bound, not listening
+        found = {p: a for a, p in listening_sockets(os.getpid())}
+        assert found == {
+            lo.getsockname()[1]: ipaddress.ip_address("127.0.0.1"),
+            any4.getsockname()[1]: ipaddress.ip_address("0.0.0.0"),
+            any6.getsockname()[1]: ipaddress.ip_address("::"),
+            lo6.getsockname()[1]: ipaddress.ip_address("::1"),
+        }
+        assert [is_loopback(found[s.getsockname()[1]]) for s in (lo, any4, any6, lo6)] == [
+            True,
+            False,
+            False,
+            True,
+        ]
+    assert is_loopback(ipaddress.ip_address("::ffff:127.0.0.1"))
+    assert "lo" in interfaces(os.getpid())
+
+
+def test_local_job_ports_are_unreachable_from_other_hosts(tmp_path, cifar_bin):
+    """During a 2-worker job no listening socket of the job can be reached from another host:
+    the workers share a network namespace with only loopback, their gRPC ports listen there."""
+    job = start_local_cluster(
+        tmp_path,
+        ["--workers=2"],
+        [
+            "--strategy=multi_worker",
+            f"--data_path={cifar_bin}",
+            f"--model_dir={tmp_path / 'run'}",
+            "--train_steps=100000",
+            "--checkpoint_every=1000",
+            "--eval_every=1000",
+            *SMALL,
+        ],
+    )
+    pids, output = {}, []
+    for line in job.stdout:
+        output.append(line)
+        if line.startswith("network: no namespace of its own"):
+            job.send_signal(signal.SIGTERM)
+            job.communicate(timeout=120)
+            pytest.skip(line.strip())
+        if line.startswith("started "):
+            pids[line.split()[1]] = int(line.split("pid=")[1])
+        if line.startswith("[worker0] step ") and "loss" in line:  # both servers are up
+            break
+    try:
+        assert set(pids) == {"worker0", "worker1"}, "".join(output[-30:])
+        namespaces = {os.readlink(f"/proc/{pid}/ns/net") for pid in pids.values()}
+        assert len(namespaces) == 1, "the tasks must share one namespace (they talk on 127.0.0.1)"
+        assert namespaces != {os.readlink("/proc/self/ns/net")}
+        for name, pid in pids.items():
+            assert interfaces(pid) == {"lo"}, name
+            assert listening_sockets(pid), f"{name} holds no listening socket: its gRPC server?"
+            assert reachable_from_other_hosts(pid) == [], name
+    finally:
+        job.send_signal(signal.SIGTERM)
+        output.append(job.communicate(timeout=120)[0])
+    assert job.returncode == 3, "".join(output)[-3000:]
+
+
+PROBE = (  # a task that reports its user and network
+    "import json, os; "
+    "print(json.dumps({'uid': os.getuid(), 'netns': os.readlink('/proc/self/ns/net'), "
+    "'interfaces': sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev')"
+    ".readlines()[2:])}))"
+)
+
+
+def probe_job(tmp_path, cluster_args, prefix=()):
+    """local_cluster.py with the PROBE as each task (under `prefix`, e.g. unshare): the finished
+    process and the tasks' reports by name."""
+    proc = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            str(REPO / "launch/local_cluster.py"),
+            *cluster_args,
+            "--",
+            sys.executable,
+            "-c",
+            PROBE,
+        ],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=120,
+    )
+    reports = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("[") and "] {" in line:
+            name, text = line[1:].split("] ", 1)
+            reports[name] = json.loads(text)
+    return proc, reports
+
+
+def test_local_cluster_tasks_share_a_loopback_only_namespace(tmp_path):
+    proc, reports = probe_job(tmp_path, ["--workers=2", "--ps=1"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if "network: no namespace of its own" in proc.stdout:
+        pytest.skip(proc.stdout.splitlines()[0])
+    assert proc.stdout.splitlines()[0] == (
+        "network: the tasks share a namespace with loopback only; no other host can reach "
+        "their ports (--network=host to use this host's network)"
+    )
+    assert set(reports) == {"chief0", "worker0", "worker1", "ps0"}
+    assert len({r["netns"] for r in reports.values()}) == 1
+    for report in reports.values():
+        assert report["netns"] != os.readlink("/proc/self/ns/net")
+        assert report["interfaces"] == ["lo"]
+        assert report["uid"] == os.getuid()
+
+
+def test_local_cluster_network_host_keeps_this_hosts_network(tmp_path):
+    proc, reports = probe_job(tmp_path, ["--workers=1", "--network=host"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not proc.stdout.startswith("network:")
+    assert reports["worker0"]["netns"] == os.readlink("/proc/self/ns/net")
+
+
+def unshare_user_works() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not unshare_user_works(), reason="no user namespaces here (unshare --user)")
+def test_local_cluster_needs_no_root(tmp_path):
+    """Run by a user who is not root (uid 1000 in a user namespace of the test's): the job
+    still gets its loopback-only namespace, through a user namespace that maps only that user."""
+    proc, reports = probe_job(
+        tmp_path, ["--workers=2"], ["unshare", "--map-user=1000", "--map-group=1000"]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("network: the tasks share a namespace with loopback only")
+    assert [r["uid"] for r in reports.values()] == [1000, 1000]
+    assert [r["interfaces"] for r in reports.values()] == [["lo"], ["lo"]]
+
+
+@pytest.mark.skipif(not unshare_user_works(), reason="no user namespaces here (unshare --user)")
+def test_local_cluster_without_namespaces_says_so_and_runs(tmp_path):
+    """Where no network namespace can be made (here: the limit of a user namespace set to 0),
+    one line says so and the job runs on this host's network, with the usual exit status."""
+    limit = 'echo 0 > /proc/sys/user/max_net_namespaces && exec "$@"'
+    proc, reports = probe_job(
+        tmp_path, ["--workers=1"], ["unshare", "--map-root-user", "sh", "-c", limit, "sh"]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        "network: no namespace of its own (unshare: No space left on device; with a user "
+        "namespace: No space left on device): the tasks use this host's network and their gRPC "
+        "ports, which take no authentication, listen on all its interfaces; run on a trusted "
+        "network only"
+    )
+    assert reports["worker0"]["netns"] == os.readlink("/proc/self/ns/net")
 
 
 def run_cifar(tmp_path, args, tf_config=None):

@@ -5,6 +5,12 @@ docker/k8s/*.yaml: their TF_CONFIGs form one valid cluster whose addresses are t
 DNS names; docker/slurm/train_cifar.sbatch: valid bash that runs the launcher under srun. Every
 launcher flag these files pass must be one that launch/cifar.py defines (--helpfull). The YAML
 checks need PyYAML (the `test` extra).
+
+Least privilege: the image's default user is a fixed unprivileged UID/GID that owns what the job
+writes; the compose workers sit on an internal network with no published port; the Kubernetes
+pods run unprivileged on a read-only root file system behind a NetworkPolicy that admits the
+gRPC port only from the job's own pods. Where a Docker engine holds the built image, it trains as
+that user (skipped elsewhere: nothing here builds images).
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ DOCKERIGNORE = REPO / ".dockerignore"  # the build context is the repository roo
 COMPOSE = REPO / "docker" / "compose.yaml"
 K8S = REPO / "docker" / "k8s"
 SBATCH = REPO / "docker" / "slurm" / "train_cifar.sbatch"
+# The image's user: the Dockerfile's USER, compose's user:, Kubernetes' runAsUser/runAsGroup.
+IMAGE_UID, IMAGE_GID = 1000, 1000
+# The one path of the image's root file system the job writes (TMPDIR and the caches): an emptyDir
+# where the root file system is read-only.
+SCRATCH = "/tmp"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,6 +107,8 @@ class Dockerfile:
         self.volumes: list[str] = []
         self.exposed: list[str] = []
         self.runs: list[str] = []
+        self.env: dict[str, str] = {}
+        self.user: str | None = None
         self.entrypoint = self.cmd = None
         workdir = PurePosixPath("/")
         for keyword, args in self.instructions:
@@ -121,10 +134,40 @@ class Dockerfile:
                 self.exposed += [p.split("/")[0] for p in args.split()]
             elif keyword == "RUN":
                 self.runs.append(substitute(args, self.args))
+            elif keyword == "ENV":
+                for word in shlex.split(args):
+                    name, _, value = word.partition("=")
+                    self.env[name] = substitute(value, {**self.args, **self.env})
+            elif keyword == "USER":
+                self.user = substitute(args, self.args)
             elif keyword == "ENTRYPOINT":
                 self.entrypoint = json.loads(args)
             elif keyword == "CMD":
                 self.cmd = json.loads(args) if args.startswith("[") else args
+
+    def index(self, keyword: str) -> int:
+        """The position of the first `keyword` instruction."""
+        return next(i for i, (k, _) in enumerate(self.instructions) if k == keyword)
+
+    def owned_by(self, owner: str) -> set[str]:
+        """The paths a RUN before VOLUME hands to `owner` ("UID:GID") with chown (Docker drops
+        changes made to a volume's path after VOLUME)."""
+        paths = set()
+        for keyword, args in self.instructions[: self.index("VOLUME")]:
+            if keyword != "RUN":
+                continue
+            commands, current = [], []
+            for word in shlex.split(substitute(args, self.args)) + ["&&"]:
+                if word in ("&&", ";", "||"):
+                    commands, current = commands + [current], []
+                else:
+                    current.append(word)
+            for words in commands:
+                if words[:1] == ["chown"]:
+                    words = [w for w in words[1:] if not w.startswith("-")]
+                    if words and words[0] == owner:
+                        paths.update(words[1:])
+        return paths
 
     def repo_file_at(self, image_path: str) -> Path | None:
         """The repository file that ends up at `image_path` through a COPY, or None."""
@@ -324,6 +367,115 @@ def test_dockerfile_runs_the_launcher_with_data_and_runs_volumes(dockerfile, lau
     assert data_dir.startswith("/data/")
 
 
+def test_dockerfile_runs_as_a_fixed_non_root_user(dockerfile):
+    assert dockerfile.user, "no USER: the image would run as root"
+    assert dockerfile.user == f"{IMAGE_UID}:{IMAGE_GID}", (
+        f"USER {dockerfile.user}: a fixed numeric UID:GID (Kubernetes' runAsNonRoot can verify "
+        "only a numeric user), the one the compose file and the manifests name"
+    )
+    assert IMAGE_UID != 0 and IMAGE_GID != 0
+    last_user = max(i for i, (k, _) in enumerate(dockerfile.instructions) if k == "USER")
+    assert last_user > max(i for i, (k, _) in enumerate(dockerfile.instructions) if k == "RUN"), (
+        "USER comes after the build's RUN steps"
+    )
+    # the user exists in /etc/passwd (getpwuid works for it), with that group
+    assert any(re.search(rf"\bgroupadd\b[^&]*--gid {IMAGE_GID}\b", r) for r in dockerfile.runs), (
+        "no group with GID {IMAGE_GID}"
+    )
+    assert any(
+        re.search(rf"\buseradd\b[^&]*--uid {IMAGE_UID}\b[^&]*--gid {IMAGE_GID}\b", r)
+        for r in dockerfile.runs
+    ), f"no user with UID {IMAGE_UID} in group {IMAGE_GID}"
+
+
+def test_dockerfile_volumes_home_and_caches_are_writable_by_its_user(dockerfile):
+    owned = dockerfile.owned_by(f"{IMAGE_UID}:{IMAGE_GID}")
+    assert {"/data", "/runs"} <= owned, f"the volumes' mount points must be the user's: {owned}"
+    env = dockerfile.env
+    assert env["HOME"] in owned, f"HOME={env.get('HOME')} is not the user's"
+    for name in ("KERAS_HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME"):
+        assert env[name].startswith(SCRATCH + "/"), f"{name}={env.get(name)} is not under {SCRATCH}"
+    assert "TMPDIR" not in env or env["TMPDIR"].startswith(SCRATCH)
+    data_dir = next(
+        a.split("=", 1)[1] for a in dockerfile.entrypoint if a.startswith("--data_dir=")
+    )
+    assert env["TFDS_DATA_DIR"] == data_dir
+
+
+IMAGE = os.environ.get("RESNET_NOBN_IMAGE", "resnet-nobn:latest")
+
+
+def image_absent() -> str | None:
+    """Why the built image cannot be run here, or None."""
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "no docker CLI"
+    if info.returncode:
+        return "no Docker engine answers"
+    inspect = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
+    if inspect.returncode:
+        return f"no image {IMAGE}: docker build -f docker/Dockerfile -t {IMAGE} ."
+    return None
+
+
+def test_image_trains_as_its_non_root_user(tmp_path, write_cifar):
+    """The built image, as its default user, with what the Kubernetes pods have: a read-only
+    root, a tmpfs on /tmp, no capabilities, no network, a fresh volume on /runs."""
+    why = image_absent()
+    if why:
+        pytest.skip(why)
+    ident = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "id", IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ident.stdout.startswith(f"uid={IMAGE_UID}(") and f" gid={IMAGE_GID}(" in ident.stdout
+    data = tmp_path / "cifar-10-batches-bin"
+    write_cifar(data, "cifar10", 32)
+    data.chmod(0o755)
+    volume = f"resnet-nobn-test-runs-{os.getpid()}"
+    try:
+        proc = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--read-only",
+                "--tmpfs",
+                SCRATCH,
+                "--cap-drop",
+                "ALL",
+                "--security-opt",
+                "no-new-privileges",
+                "--network",
+                "none",
+                "-v",
+                f"{data}:/data/cifar-10-batches-bin:ro",
+                "-v",
+                f"{volume}:/runs",
+                IMAGE,
+                "--data_path=/data/cifar-10-batches-bin",
+                "--model_dir=/runs/t",
+                "--num_residual_units=1",
+                "--stage_widths=16,32,64",
+                "--batch_size=16",
+                "--eval_batch_size=32",
+                "--train_steps=4",
+                "--eval_every=4",
+                "--log_every=2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["final_step"] == 4
+
+
 # ---------------------------------------------------------------------------------------------
 # docker compose
 
@@ -362,6 +514,41 @@ def test_compose_workers_run_the_same_job(yaml, launcher_flags):
         assert s["volumes"] == first["volumes"], "the workers share the data and runs volumes"
         model_dir = [a for a in s["command"] if a.startswith("--model_dir=")]
         assert all(a.split("=", 1)[1].startswith("/runs/") for a in model_dir)
+
+
+def test_compose_workers_are_unprivileged_on_an_internal_network(yaml):
+    """No published port, an internal network, the image's user, no capabilities."""
+    compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    networks = compose.get("networks") or {}
+    for name, s in compose["services"].items():
+        assert "ports" not in s, f"{name} publishes {s['ports']} on the host"
+        assert s.get("network_mode") is None, f"{name}: network_mode {s['network_mode']}"
+        assert s["networks"], f"{name} is on compose's default network, which is not internal"
+        for net in s["networks"]:
+            assert networks[net]["internal"] is True, f"{name}: network {net} is not internal"
+        assert s["user"] == f"{IMAGE_UID}:{IMAGE_GID}", name
+        assert s["cap_drop"] == ["ALL"] and "cap_add" not in s, name
+        assert "no-new-privileges:true" in s["security_opt"], name
+        assert not s.get("privileged"), name
+
+
+def compose_cli() -> bool:
+    try:
+        return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not compose_cli(), reason="no `docker compose` here")
+def test_compose_file_is_valid_for_docker_compose():
+    """`docker compose config` checks the file against the compose specification (no engine)."""
+    proc = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_compose_reserves_one_distinct_gpu_per_worker(yaml):
@@ -435,8 +622,12 @@ def test_k8s_containers_use_the_image_launcher_and_claims(yaml, dockerfile, laun
     assert jobs
     for job in jobs:
         pod = job["spec"]["template"]["spec"]
+        scratch = set()
         for volume in pod.get("volumes", []):
-            assert volume["persistentVolumeClaim"]["claimName"] in claims, volume
+            if "emptyDir" in volume:
+                scratch.add(volume["name"])
+            else:
+                assert volume["persistentVolumeClaim"]["claimName"] in claims, volume
         for container in pod["containers"]:
             if "command" in container:  # replaces the entrypoint: must run a file of the image
                 assert container["command"][0] == "python"
@@ -445,8 +636,77 @@ def test_k8s_containers_use_the_image_launcher_and_claims(yaml, dockerfile, laun
             else:  # appended to the entrypoint: launcher flags
                 check_launcher_args(container["args"], launcher_flags, job["metadata"]["name"])
                 assert "--strategy=multi_worker" in container["args"]
-            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
-            assert mounts <= set(dockerfile.volumes), mounts
+            for mount in container.get("volumeMounts", []):
+                if mount["name"] in scratch:
+                    assert mount["mountPath"] == SCRATCH, mount
+                else:
+                    assert mount["mountPath"] in dockerfile.volumes, mount
+
+
+def test_k8s_pods_run_unprivileged_on_a_read_only_root(yaml, dockerfile):
+    """Every pod: the image's user, never root, no privilege escalation, no capabilities, the
+    runtime's seccomp profile, a read-only root file system with an emptyDir on the one path
+    the job writes besides its volumes, and no Kubernetes API token."""
+    jobs = [o for o in k8s_objects(yaml) if o["kind"] == "Job"]
+    assert jobs
+    for job in jobs:
+        name, pod = job["metadata"]["name"], job["spec"]["template"]["spec"]
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] is True, name
+        assert (security["runAsUser"], security["runAsGroup"]) == (IMAGE_UID, IMAGE_GID), name
+        assert dockerfile.user == f"{security['runAsUser']}:{security['runAsGroup']}"
+        assert security["fsGroup"] == IMAGE_GID, name
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert pod["automountServiceAccountToken"] is False, name
+        assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for container in pod["containers"]:
+            c = container["securityContext"]
+            assert c["allowPrivilegeEscalation"] is False, name
+            assert c["capabilities"] == {"drop": ["ALL"]}, name
+            assert c["readOnlyRootFilesystem"] is True, name
+            assert not c.get("privileged") and c.get("runAsUser", IMAGE_UID) != 0, name
+            mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+            assert "emptyDir" in mounts[SCRATCH], f"{name}: {SCRATCH} must be an emptyDir"
+            for var in ("KERAS_HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME"):  # written at run time
+                assert dockerfile.env[var].startswith(SCRATCH + "/"), var
+
+
+def test_k8s_network_policy_admits_the_grpc_port_only_from_the_jobs_pods(yaml):
+    objects = k8s_objects(yaml)
+    job = next(o for o in objects if o["kind"] == "Job" and o["spec"].get("completionMode"))
+    job_name = job["metadata"]["name"]
+    pod_labels = {**job["spec"]["template"]["metadata"]["labels"], "job-name": job_name}
+    tf_config = next(
+        e["value"]
+        for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "TF_CONFIG"
+    )
+    port = int(re.search(r":(\d+)\"", tf_config).group(1))
+
+    def selects(selector: dict) -> bool:
+        assert set(selector) == {"matchLabels"}, selector  # no matchExpressions to reason about
+        return selector["matchLabels"].items() <= pod_labels.items()
+
+    policies = [
+        o for o in objects if o["kind"] == "NetworkPolicy" and selects(o["spec"]["podSelector"])
+    ]
+    assert len(policies) == 1, "one NetworkPolicy selects the training pods"
+    (policy,) = policies
+    assert policy["apiVersion"] == "networking.k8s.io/v1"
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    rules = policy["spec"]["ingress"]
+    assert rules, "no ingress rule: nothing, not even the other workers, could connect"
+    for rule in rules:
+        # a rule without `from` admits every source; namespaceSelector or ipBlock other sources
+        assert rule["from"], rule
+        for peer in rule["from"]:
+            assert set(peer) == {"podSelector"}, f"a source beyond the job's pods: {peer}"
+            assert "job-name" in peer["podSelector"]["matchLabels"], peer
+            assert selects(peer["podSelector"]), f"{peer} does not select the job's pods"
+            # ... and only them: the Job controller's job-name label is the job's own
+            assert peer["podSelector"]["matchLabels"]["job-name"] == job_name
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}], rule["ports"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,6 +777,15 @@ def test_sbatch_script_srun_command_line(tmp_path, container):
         flags += [f"--data_dir={REPO}/data/tensorflow_datasets", f"--model_dir={tmp_path}/runs/r1"]
     assert args[-len(flags) - 1 :] == flags + ["--train_steps=5"]
     assert (tmp_path / "runs").is_dir()
+
+
+def test_sbatch_script_needs_no_root():
+    """Nothing in the script asks for privileges: it runs as the submitting user."""
+    code = [line.split("#", 1)[0] for line in SBATCH.read_text(encoding="utf-8").splitlines()]
+    for word in ("sudo", "su", "chown", "setcap", "mount", "unshare", "nsenter", "--userns"):
+        hits = [line for line in code if re.search(rf"(^|[\s;(&|]){word}\b", line)]
+        assert not hits, f"train_cifar.sbatch uses {word}: {hits}"
+    assert "--fakeroot" not in " ".join(code)
 
 
 def test_sbatch_container_paths_are_in_the_image(dockerfile):
