@@ -614,9 +614,9 @@ def describe_run(
 def measure_input_pipeline(args, data_path: str) -> dict:
     """Images/s of the training input pipeline alone, over --input_batches after one pass of the
     records (which fills the cache and the shuffle buffer)."""
-    from resnet_noBN import cifar_input
+    from resnet_noBN import cifar_data
 
-    records = cifar_input.num_records("cifar10", data_path, "train")
+    records = cifar_data.num_records("cifar10", data_path, "train")
     warm = math.ceil(records / args.batch_size) + 1
     it = iter(train_dataset(args, data_path, args.batch_size))
     for _ in range(warm):
@@ -638,7 +638,8 @@ def build_trainer(args, data_path: str, model_dir: str):
     import tensorflow as tf
 
     from resnet_noBN.model import ModelConfig, build_cifar_model
-    from resnet_noBN.training import TrainConfig, Trainer
+    from resnet_noBN.recipe import TrainConfig
+    from resnet_noBN.training import Trainer
 
     model_cfg = ModelConfig(**MODELS[args.model], data_format=args.data_format)
     train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)

@@ -27,10 +27,12 @@ import time
 
 from absl import flags
 
-from resnet_noBN import cifar_input, claims, cli, cpu, run_log
+from resnet_noBN import backend, cifar_data, claims, cli, cpu, run_log
+from resnet_noBN.cifar_sources import sources
+from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "cifar10", list(cifar_input.DATASETS), "Data set.")
+flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
 flags.DEFINE_string(
     "data_path",
     None,
@@ -39,7 +41,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string(
     "data_dir",
-    str(cifar_input.DEFAULT_TFDS_DIR),
+    str(DEFAULT_TFDS_DIR),
     "tensorflow-datasets directory (see data/README.md).",
 )
 flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
@@ -90,20 +92,26 @@ def arms_from_flags() -> list[claims.Arm]:
 
 
 def machine() -> str:
-    """CPU model, cores, ISA and oneDNN: where the figures were taken."""
-    host = cpu.runtime_report()
+    """CPU model, cores, ISA, and oneDNN (TensorFlow) or the devices (JAX): where the figures
+    were taken."""
+    host = backend.report(backend.local_runtime(0))
+    where = (
+        f"oneDNN {'on' if host['onednn'] else 'off'}"
+        if host["backend"] == "tensorflow"
+        else f"JAX on {', '.join(host['devices'])}"
+    )
     return (
         f"{cpu.cpu_name()}, {len(os.sched_getaffinity(0))} cores "
-        f"({', '.join(host['cpu_isa'])}), oneDNN {'on' if host['onednn'] else 'off'}"
+        f"({', '.join(host['cpu_isa'])}), {where}"
     )
 
 
 @cli.exit_codes
 def main(argv):
     sweep, arms = sweep_from_flags(), arms_from_flags()
-    num_classes = cifar_input.num_classes(FLAGS.dataset)
+    num_classes = cifar_data.num_classes(FLAGS.dataset)
     if FLAGS.data_path:
-        cifar_input.check_data_path(FLAGS.dataset, FLAGS.data_path)
+        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
     label = FLAGS.label or (
         f"{FLAGS.dataset} ({FLAGS.data_path})"
         if FLAGS.data_path
@@ -122,11 +130,12 @@ def main(argv):
         }
         run_log.check_resumable(model_dir, configs[model_dir])
 
-    from resnet_noBN import speed
+    if backend.is_tensorflow():
+        from resnet_noBN import cifar_input, speed
 
-    speed.configure("float32", *speed.default_threads())
-    if not FLAGS.data_path:
-        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
+        speed.configure("float32", *speed.default_threads())
+        if not FLAGS.data_path:
+            cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     header = (
         f"# The paper's claims, measured: {label}\n\n"
@@ -155,15 +164,19 @@ def main(argv):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         run_log.record_config(model_dir, configs[model_dir])
 
-        dataset_fn = cifar_input.split_fns(
-            FLAGS.dataset, data_path=FLAGS.data_path, data_dir=FLAGS.data_dir, seed=seed
-        )
         result = claims.train_one(
             arm,
             seed,
             sweep,
             model_dir,
-            dataset_fn,
+            lambda cfg, seed=seed: sources(
+                FLAGS.dataset,
+                cfg.batch_size,
+                cfg.eval_batch_size,
+                seed=seed,
+                data_path=FLAGS.data_path,
+                data_dir=FLAGS.data_dir,
+            ),
             num_classes,
             print_fn=lambda line, tag=f"{arm.name}-seed{seed}": print(
                 f"  [{tag}] {line}", flush=True

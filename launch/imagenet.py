@@ -21,7 +21,7 @@ from absl import flags
 
 from resnet_noBN import cli, distribute, imagenet_input, run_log
 from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.training import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(

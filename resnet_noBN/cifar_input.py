@@ -164,6 +164,7 @@ def build_dataset(
     start_step: int = 0,
     input_context: tf.distribute.InputContext | None = None,
     layout: str = "official",
+    drop_remainder: bool = False,
 ) -> tf.data.Dataset:
     """Batches (float32 images [B, 32, 32, 3], int32 labels [B]) of `split` ("train"/"test").
 
@@ -177,7 +178,8 @@ def build_dataset(
     step `start_step` on (the first batch is the one a run from step 0 reaches at that step),
     keyed by `seed`; with several input pipelines each derives its own seed from it; None:
     drawn at random. Evaluation (train=False): one pass over the whole split (or this
-    pipeline's shard) in order, standardised only, keeping the last partial batch.
+    pipeline's shard) in order, standardised only, keeping the last partial batch unless
+    `drop_remainder` (a benchmark's fixed shapes).
     """
     _spec(dataset)  # a known data set
     check_split(split, SPLITS)
@@ -193,7 +195,7 @@ def build_dataset(
     if not train:
         return (
             tf.data.Dataset.from_tensor_slices((images, labels))
-            .batch(batch_size)
+            .batch(batch_size, drop_remainder=drop_remainder)
             .map(lambda x, y: (stream.standardize(x), y), num_parallel_calls=tf.data.AUTOTUNE)
             .prefetch(tf.data.AUTOTUNE)
         )

@@ -22,7 +22,8 @@ from resnet_noBN import imagenet_input
 from resnet_noBN.imagenet_input import DataError
 from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.model import param_counts
-from resnet_noBN.training import TrainConfig, Trainer, exponential_learning_rate_schedule
+from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.training import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "launch" / "imagenet.py"

@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from resnet_noBN import speed
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.training import TrainConfig, Trainer
+from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.training import Trainer
 
 SMALL = ModelConfig(num_residual_units=2, stage_widths=(16, 32, 64))
 STEPS = 4

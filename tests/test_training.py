@@ -8,14 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_noBN.loop import CheckpointError, TrainingDiverged
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.training import (
-    CheckpointError,
-    TrainConfig,
-    Trainer,
-    TrainingDiverged,
-    learning_rate_schedule,
-)
+from resnet_noBN.recipe import TrainConfig, learning_rate_schedule
+from resnet_noBN.training import Trainer
 
 SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
 RNG = np.random.default_rng(0)
