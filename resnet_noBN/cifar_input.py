@@ -126,7 +126,9 @@ def load_arrays(
     return images, labels
 
 
-def _shard(arrays, input_context):
+def _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout):
+    """`load_arrays`, then this input pipeline's records: i, i+n, ... of n pipelines."""
+    arrays = load_arrays(dataset, split, data_path=data_path, data_dir=data_dir, layout=layout)
     shard = pipeline_shard(input_context)
     return arrays if shard is None else tuple(a[shard[1] :: shard[0]] for a in arrays)
 
@@ -144,10 +146,7 @@ def read_records(
     int32 label). With an `input_context` of n > 1 input pipelines, pipeline i reads records i,
     i+n, ...: the n parts are disjoint and cover the split."""
     return tf.data.Dataset.from_tensor_slices(
-        _shard(
-            load_arrays(dataset, split, data_path=data_path, data_dir=data_dir, layout=layout),
-            input_context,
-        )
+        _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout)
     )
 
 
@@ -188,10 +187,7 @@ def build_dataset(
     train = split == "train" if train is None else train
     if start_step < 0:
         raise DataError(f"start_step must be >= 0, got {start_step}")
-    images, labels = _shard(
-        load_arrays(dataset, split, data_path=data_path, data_dir=data_dir, layout=layout),
-        input_context,
-    )
+    images, labels = _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout)
     if not train:
         return (
             tf.data.Dataset.from_tensor_slices((images, labels))

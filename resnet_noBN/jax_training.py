@@ -43,7 +43,13 @@ from resnet_noBN.loop import (
     unreadable_checkpoint_line,
 )
 from resnet_noBN.model import decayed_weights, weight_decay_loss
-from resnet_noBN.recipe import TrainConfig, eval_counts, learning_rate_schedule, objective
+from resnet_noBN.recipe import (
+    TrainConfig,
+    eval_counts,
+    learning_rate_schedule,
+    make_optimizer,
+    objective,
+)
 from resnet_noBN.run_log import RunLog
 
 INDEX_FILE = "checkpoints.json"
@@ -82,7 +88,7 @@ class JaxTrainer(TrainLoop):
             )
         self.model = build_model()
         self._schedule = schedule or learning_rate_schedule(cfg)
-        self.optimizer = keras.optimizers.SGD(learning_rate=self._schedule, momentum=cfg.momentum)
+        self.optimizer = make_optimizer(cfg, self._schedule)
         self.optimizer.build(self.model.trainable_variables)
         decayed = {id(w) for w in decayed_weights(self.model)}
         self._decayed = [
@@ -104,6 +110,10 @@ class JaxTrainer(TrainLoop):
             self.model.non_trainable_variables,
             self.optimizer.variables,
         )
+
+    def _values(self):
+        """The Keras variables' values, grouped as the compiled step's state."""
+        return tuple([v.value for v in group] for group in self._variables())
 
     def _loss(self, trainable, non_trainable, images, labels):
         logits, non_trainable = self.model.stateless_call(
@@ -148,9 +158,7 @@ class JaxTrainer(TrainLoop):
                 f"--batch_size={self.cfg.batch_size} exceeds the {len(source.images)} training "
                 "images; use a smaller batch"
             )
-        self._state = jax.device_put(
-            tuple([v.value for v in group] for group in self._variables()), self._replicated
-        )
+        self._state = jax.device_put(self._values(), self._replicated)
         return {
             "images": jax.device_put(source.images, self._replicated),
             "labels": jax.device_put(source.labels, self._replicated),
@@ -182,8 +190,7 @@ class JaxTrainer(TrainLoop):
 
     def evaluate(self, eval_source) -> dict:
         images, labels = eval_source
-        self._sync()
-        trainable, non_trainable, _ = ([v.value for v in group] for group in self._variables())
+        trainable, non_trainable, _ = self._values() if self._state is None else self._state
         totals = np.zeros(3 if self.top5 else 2, np.int64)
         size = self.cfg.eval_batch_size
         for begin in range(0, len(images), size):

@@ -121,6 +121,22 @@ def launch(args, **kwargs):
     )
 
 
+def small_run(tmp_path, write_cifar, **intervals) -> list[str]:
+    """Writes 40 training / 8 test CIFAR-10 records under tmp_path/data; returns the flags of a
+    small run on them (1 block per stage, batch 8, seed 4) with the given --name=value
+    ``intervals``."""
+    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    return [
+        f"--data_path={tmp_path / 'data'}",
+        "--num_residual_units=1",
+        "--stage_widths=16,32,64",
+        "--batch_size=8",
+        "--eval_batch_size=16",
+        "--seed=4",
+        *(f"--{name}={value}" for name, value in intervals.items()),
+    ]
+
+
 def final_json(output: str) -> dict:
     return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
 
@@ -130,19 +146,9 @@ def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
 ):
     """launch/cifar.py on JAX with TensorFlow unimportable: SIGTERM at step 3 checkpoints and exits
     3; the rerun resumes there and ends with the weights of an uninterrupted run."""
-    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
-    common = [
-        f"--data_path={tmp_path / 'data'}",
-        "--num_residual_units=1",
-        "--stage_widths=16,32,64",
-        "--batch_size=8",
-        "--eval_batch_size=16",
-        "--train_steps=10",
-        "--log_every=1",
-        "--eval_every=5",
-        "--checkpoint_every=5",
-        "--seed=4",
-    ]
+    common = small_run(
+        tmp_path, write_cifar, train_steps=10, log_every=1, eval_every=5, checkpoint_every=5
+    )
     whole = launch([*common, f"--model_dir={tmp_path / 'whole'}"])
     out, _ = whole.communicate(timeout=600)
     assert whole.returncode == 0, out
@@ -178,18 +184,7 @@ def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
 def test_tensorflow_only_flags_and_a_corrupt_checkpoint_on_jax(tmp_path, write_cifar):
     """A TensorFlow-only flag is one line and exit 2 with nothing written; a truncated newest
     checkpoint is named and the one before it restored; a TensorFlow run's folder is refused."""
-    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
-    common = [
-        f"--data_path={tmp_path / 'data'}",
-        "--num_residual_units=1",
-        "--stage_widths=16,32,64",
-        "--batch_size=8",
-        "--eval_batch_size=16",
-        "--log_every=2",
-        "--eval_every=4",
-        "--checkpoint_every=2",
-        "--seed=4",
-    ]
+    common = small_run(tmp_path, write_cifar, log_every=2, eval_every=4, checkpoint_every=2)
     for flag in ("--jit_compile", "--intra_op_threads=2", "--strategy=multi_worker"):
         bad = launch([*common, "--train_steps=4", flag, f"--model_dir={tmp_path / 'bad'}"])
         out, _ = bad.communicate(timeout=300)
