@@ -372,12 +372,21 @@ def test_local_job_ports_are_unreachable_from_other_hosts(tmp_path, cifar_bin):
     assert job.returncode == 3, "".join(output)[-3000:]
 
 
-PROBE = (  # a task that reports its user and network
-    "import json, os; "
-    "print(json.dumps({'uid': os.getuid(), 'netns': os.readlink('/proc/self/ns/net'), "
-    "'interfaces': sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev')"
-    ".readlines()[2:])}))"
-)
+PROBE = """
+import json, os, time
+devices = open('/proc/self/net/dev').readlines()[2:]
+print(json.dumps({'uid': os.getuid(), 'netns': os.readlink('/proc/self/ns/net'),
+    'interfaces': sorted(line.split(':')[0].strip() for line in devices)}), flush=True)
+# a barrier: the job stops the other tasks once its trainers exit, so none exits before all reported
+config = json.loads(os.environ['TF_CONFIG'])
+here = os.path.join(os.environ['TMPDIR'], 'reported')
+os.makedirs(here, exist_ok=True)
+open(os.path.join(here, config['task']['type'] + str(config['task']['index'])), 'w').close()
+tasks = sum(len(addresses) for addresses in config['cluster'].values())
+deadline = time.monotonic() + 60
+while len(os.listdir(here)) < tasks and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""  # a task that reports its user and network, then waits for the others to have reported
 
 
 def probe_job(tmp_path, cluster_args, prefix=()):
