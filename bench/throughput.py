@@ -1,31 +1,36 @@
-"""Training / evaluation / input throughput of the paper's CIFAR network on this device.
+"""Training / evaluation / input throughput of the paper's CIFAR network on this device, on the
+Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, or jax).
 
     python bench/throughput.py                                 # paper model, batch 128
     python bench/throughput.py --synthetic                     # compute only (cached batch)
     python bench/throughput.py --synthetic --compare_torch     # TF, then the PyTorch twin
     python bench/throughput.py --precision=mixed_bfloat16 --jit_compile
     python bench/throughput.py --model=small --steps=2 --warmup=1 --eval_batches=1
+    KERAS_BACKEND=jax python bench/throughput.py --precision=mixed_bfloat16 --compare_torch
 
-Measures, for ``resnet_noBN.training.Trainer`` (the real training step: forward, backward,
-weight decay, momentum SGD) on the current device:
+Measures, for the launchers' trainer (``training.Trainer`` on TensorFlow,
+``jax_training.JaxTrainer`` on JAX: the real training step, forward, backward, weight decay,
+momentum SGD) on the current device:
 
 * training seconds/step and images/s: median and spread (p10/p90, min/max) of ``--steps``
   individually timed steps (``trainer.run_steps(it, 1)``) after ``--warmup`` untimed ones, and,
   with ``--chunk_steps K``, one call of K steps (the launcher's way: no host wake-up per step);
 * the first step's time (tracing + compile + one step);
 * evaluation images/s (``trainer.evaluate`` over ``--eval_batches`` batches, after one warm-up);
-* the input pipeline alone (``cifar_input.build_dataset``, training split, augmentation, from
-  ``--data_path``: the official binary files or an image folder; default: random records written
-  to a temporary folder in the official binary layout);
+* the input alone, from ``--data_path`` (the official binary files or an image folder; default:
+  random records written to a temporary folder in the official binary layout): TensorFlow's
+  ``cifar_input.build_dataset`` (training split, augmentation), or on JAX the batch maker that
+  runs inside the step on the device (``stream.training_batch``), compiled on its own;
 * peak memory: host RSS (``resource.getrusage``), and the GPU's peak when there is one;
 * FLOPs per image, computed analytically from the layer shapes (2 k^2 c_in c_out H_out W_out per
   conv, a multiply-add counting 2; a training step ~ 3x the forward pass), the achieved FLOP/s,
   and its fraction of the device's peak (MFU) from ``GPU_PEAKS`` or, on a CPU, a stated peak:
   cores x FLOP/cycle x clock (``cpu_peak``), beside a measured matmul rate.
 
-``--synthetic`` feeds one cached batch instead of the pipeline (compute without input).
-``--compare_torch`` then runs ``bench/torch_twin.py`` (a subprocess, after TF) on the same model,
-batch and thread count and prints both s/step and the ratio TF / torch.
+``--synthetic`` (TensorFlow) feeds one cached batch instead of the pipeline (compute without
+input). ``--compare_torch`` then runs ``bench/torch_twin.py`` (a subprocess, after ours) on the
+same model, batch and thread count and prints both s/step and the ratio ours / torch. What
+differs between the backends is in ``engines.py``.
 
 The LAST stdout line is the result as JSON (also written to ``--output``).
 """
@@ -318,17 +323,21 @@ def write_random_cifar10(folder: Path, records_per_file: int = 256, seed: int = 
     return folder
 
 
-def measure_matmul(tf, dtype: str, n: int = 2048, reps: int = 5) -> float:
-    """FLOP/s of an n x n x n matmul on the current device (a practical peak)."""
-    tf_dtype = tf.bfloat16 if dtype == "bfloat16" else tf.float32
-    a = tf.random.normal([n, n], dtype=tf.float32)
-    a = tf.cast(a, tf_dtype)
-    matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
-    float(tf.reduce_sum(tf.cast(matmul(a)[:1, :1], tf.float32)))
+def measure_matmul(dtype: str, n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of an n x n x n matmul on the current device (a practical peak), in keras.ops:
+    the backend's own kernel; reading one element back waits for the last product."""
+    import keras
+
+    a = keras.ops.cast(keras.random.normal([n, n], seed=0), dtype)
+
+    def finish(out):
+        return float(keras.ops.convert_to_numpy(keras.ops.cast(out[:1, :1], "float32"))[0, 0])
+
+    finish(keras.ops.matmul(a, a))
     t0 = time.perf_counter()
     for _ in range(reps):
-        out = matmul(a)
-    float(tf.reduce_sum(tf.cast(out[:1, :1], tf.float32)))
+        out = keras.ops.matmul(a, a)
+    finish(out)
     return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
@@ -360,7 +369,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--profile_dir",
         default=None,
-        help="then trace --profile_steps steps (one run_steps call) with tf.profiler "
+        help="then trace --profile_steps steps (one run_steps call) with tf.profiler or "
+        "jax.profiler "
         "into this folder: TensorBoard's Profile tab shows where the time goes",
     )
     p.add_argument("--profile_steps", type=int, default=3)
@@ -369,7 +379,8 @@ def parse_args(argv=None):
         "--jit_compile",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="XLA-compile the forward/backward (Trainer(jit_compile=True))",
+        help="XLA-compile the forward/backward (Trainer(jit_compile=True)); TensorFlow only: "
+        "JAX always compiles",
     )
     p.add_argument(
         "--data_format", choices=("channels_last", "channels_first"), default="channels_last"
@@ -496,92 +507,65 @@ def set_environment(args) -> None:
     import resnet_noBN  # noqa: F401
 
 
-def configure_runtime(args) -> tuple[int, int]:
-    """Thread pools and precision (before TensorFlow runs anything) and the seed: (intra, inter)."""
-    import keras
-
-    from resnet_noBN import speed
-
-    intra, inter = speed.default_threads()
-    intra = intra if args.intra_op_threads is None else args.intra_op_threads
-    inter = inter if args.inter_op_threads is None else args.inter_op_threads
-    speed.configure(args.precision, intra, inter)
-    keras.utils.set_random_seed(args.seed)
-    return intra, inter
-
-
-def describe_device(args) -> dict:
+def describe_device(args, eng) -> dict:
     """device ("cpu" or "gpu"), device_name, cores, and the peak FLOP/s at peak_precision (bf16
     for mixed_bfloat16, tf32 for float32 on a GPU that runs float32 as TF32)."""
-    import tensorflow as tf
-
     from resnet_noBN import cpu
 
-    gpus = tf.config.list_physical_devices("GPU")
-    device = "gpu" if gpus else "cpu"
-    name = (
-        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-        if gpus
-        else cpu.cpu_name()
-    )
     if args.precision == "mixed_bfloat16":
         precision = "bfloat16"
-    elif device == "gpu" and tf.config.experimental.tensor_float_32_execution_enabled():
+    elif eng.float32_as_tf32:
         precision = "tf32"
     else:
         precision = "float32"
+    name = eng.gpu_name or cpu.cpu_name()
     cores = len(os.sched_getaffinity(0))
     return {
-        "device": device,
+        "device": eng.device,
         "device_name": name,
         "cores": cores,
         "peak_precision": precision,
-        "peak": device_peak_flops(device, precision, name, args.cpu_clock_ghz, cores),
+        "peak": device_peak_flops(eng.device, precision, name, args.cpu_clock_ghz, cores),
     }
 
 
 def training_data(args, folder: Path) -> tuple[str, str]:
     """(data_path, where it came from): --data_path, or random records written into folder."""
-    from resnet_noBN import cifar_input
+    from resnet_noBN import cifar_data
 
     if args.data_path:
         data_path, source = args.data_path, "--data_path"
     else:
         data_path = str(write_random_cifar10(folder / "cifar-10-batches-bin"))
         source = "random records (no --data_path)"
-    cifar_input.check_data_path("cifar10", data_path)
+    cifar_data.check_data_path("cifar10", data_path)
     return data_path, source
 
 
-def train_dataset(args, data_path: str, batch_size: int):
-    from resnet_noBN import cifar_input
-
-    return cifar_input.build_dataset(
-        "cifar10", "train", batch_size, data_path=data_path, seed=args.seed
-    )
-
-
-def describe_run(
-    args, dev: dict, intra: int, inter: int, data_path: str, data_source: str, flops: dict
-) -> dict:
+def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: dict) -> dict:
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
-    import tensorflow as tf
 
-    from resnet_noBN import cpu
+    from resnet_noBN import backend, cpu
 
     model_kwargs = MODELS[args.model]
+    tensorflow = eng.name == "tensorflow"
     say(
-        f"{dev['device_name']} ({dev['device']}); TF {tf.__version__}, Keras "
-        f"{keras.__version__}; model {args.model}, batch {args.batch_size}, {args.precision}, "
-        f"jit_compile={args.jit_compile}, {args.data_format}, threads intra={intra} "
-        f"inter={inter}, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}; "
-        f"input: {'synthetic (one cached batch)' if args.synthetic else 'pipeline'} "
-        f"from {data_path} ({data_source})"
+        f"{dev['device_name']} ({dev['device']}); {eng.version}, Keras {keras.__version__}; "
+        f"model {args.model}, batch {args.batch_size}, {args.precision}, "
+        + (f"jit_compile={args.jit_compile}, " if tensorflow else "")
+        + f"{args.data_format}, "
+        + (
+            f"threads intra={eng.intra} inter={eng.inter}, "
+            f"TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}; "
+            if tensorflow
+            else ""
+        )
+        + f"input: {eng.input} from {data_path} ({data_source})"
     )
     result = {
-        "framework": "tensorflow",
-        "tf_version": tf.__version__,
+        "framework": eng.name,
+        "framework_version": eng.version,
         "keras_version": keras.__version__,
         "device": dev["device"],
         "device_name": dev["device_name"],
@@ -591,77 +575,39 @@ def describe_run(
         },
         "batch_size": args.batch_size,
         "precision": args.precision,
-        "jit_compile": args.jit_compile,
+        "jit_compile": args.jit_compile if tensorflow else True,
         "data_format": args.data_format,
-        "intra_op_threads": intra,
-        "inter_op_threads": inter,
-        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-        **cpu.runtime_report(),
-        "onednn_isa": onednn_isa() if dev["device"] == "cpu" else None,
+        "intra_op_threads": eng.intra,
+        "inter_op_threads": eng.inter,
         "synthetic": args.synthetic,
+        "input": eng.input,
         "data_path": data_path,
         "data_source": data_source,
         **flops,
         "load_average_at_start": list(os.getloadavg()),
     }
-    say(
-        f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
-        f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}"
-    )
+    if tensorflow:
+        result.update(
+            TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+            **cpu.runtime_report(),
+            onednn_isa=onednn_isa() if dev["device"] == "cpu" else None,
+        )
+        say(
+            f"oneDNN {'on' if result['onednn'] else 'off'} ({result['onednn_reason']}), ISA "
+            f"{result['onednn_isa']}; CPU {', '.join(result['cpu_isa'])}"
+        )
+    else:
+        result["cpu_isa"] = [isa for isa, present in cpu.isa().items() if present]
+        say(f"XLA on {backend.name()}; CPU {', '.join(result['cpu_isa'])}")
     return result
 
 
-def measure_input_pipeline(args, data_path: str) -> dict:
-    """Images/s of the training input pipeline alone, over --input_batches after one pass of the
-    records (which fills the cache and the shuffle buffer)."""
-    from resnet_noBN import cifar_data
-
-    records = cifar_data.num_records("cifar10", data_path, "train")
-    warm = math.ceil(records / args.batch_size) + 1
-    it = iter(train_dataset(args, data_path, args.batch_size))
-    for _ in range(warm):
-        next(it)
-    t0 = time.perf_counter()
-    for _ in range(args.input_batches):
-        next(it)
-    rate = round(args.input_batches * args.batch_size / (time.perf_counter() - t0), 1)
-    say(
-        f"input pipeline alone: {rate} images/s ({args.input_batches} batches after {warm} "
-        "warm-up batches)"
-    )
-    return {"input_images_per_s": rate}
-
-
-def build_trainer(args, data_path: str, model_dir: str):
-    """(the Trainer of --model, the iterator it trains from: the pipeline, or one cached batch
-    with --synthetic)."""
-    import tensorflow as tf
-
-    from resnet_noBN.model import ModelConfig, build_cifar_model
-    from resnet_noBN.recipe import TrainConfig
-    from resnet_noBN.training import Trainer
-
-    model_cfg = ModelConfig(**MODELS[args.model], data_format=args.data_format)
-    train_cfg = TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size)
-    trainer = Trainer(
-        tf.distribute.get_strategy(),
-        lambda: build_cifar_model(model_cfg),
-        train_cfg,
-        model_dir,
-        is_chief=False,
-        jit_compile=args.jit_compile,
-    )
-    if args.synthetic:
-        batch = next(iter(train_dataset(args, data_path, args.batch_size)))
-
-        def train_fn(ctx):
-            return tf.data.Dataset.from_tensors(batch).repeat()
-    else:
-
-        def train_fn(ctx):
-            return train_dataset(args, data_path, ctx.get_per_replica_batch_size(args.batch_size))
-
-    return trainer, trainer.distribute(train_fn)
+def measure_input_pipeline(args, eng, data_path: str) -> dict:
+    """Images/s of the training input alone (the backend's: tf.data on TensorFlow, the on-device
+    batch maker on JAX), over --input_batches."""
+    rate, how = eng.input_rate(data_path, args.input_batches)
+    say(f"input alone: {rate:.1f} images/s ({how})")
+    return {"input_images_per_s": round(rate, 1)}
 
 
 def count_model(model) -> dict:
@@ -735,13 +681,11 @@ def measure_chunk(args, trainer, iterator) -> dict:
     return result
 
 
-def profile(args, trainer, iterator) -> dict:
-    """A tf.profiler trace of --profile_steps steps (one call) into --profile_dir."""
-    import tensorflow as tf
-
-    tf.profiler.experimental.start(args.profile_dir)
-    trainer.run_steps(iterator, args.profile_steps)
-    tf.profiler.experimental.stop()
+def profile(args, eng, trainer, iterator) -> dict:
+    """A profiler trace (tf.profiler or jax.profiler) of --profile_steps steps (one call) into
+    --profile_dir."""
+    with eng.profile(args.profile_dir):
+        trainer.run_steps(iterator, args.profile_steps)
     say(
         f"profile of {args.profile_steps} steps: {args.profile_dir} "
         f"(tensorboard --logdir {args.profile_dir}, Profile tab)"
@@ -749,41 +693,12 @@ def profile(args, trainer, iterator) -> dict:
     return {"profile_dir": args.profile_dir}
 
 
-def measure_evaluation(args, trainer, data_path: str, flops: dict) -> dict:
+def measure_evaluation(args, eng, trainer, data_path: str, flops: dict) -> dict:
     """Images/s and FLOP/s of ``trainer.evaluate`` over --eval_batches, after one (the trace)."""
-    import tensorflow as tf
-
-    from resnet_noBN import cifar_input
-
-    if args.synthetic:
-        eval_batch = next(
-            iter(
-                cifar_input.build_dataset(
-                    "cifar10", "test", args.eval_batch_size, data_path=data_path
-                ).repeat()
-            )
-        )
-
-        def eval_fn(n):
-            return lambda ctx: tf.data.Dataset.from_tensors(eval_batch).repeat(n)
-    else:
-
-        def eval_fn(n):
-            return lambda ctx: (
-                cifar_input.build_dataset(
-                    "cifar10",
-                    "test",
-                    args.eval_batch_size,
-                    data_path=data_path,
-                    drop_remainder=True,
-                )
-                .repeat()
-                .take(n)
-            )
-
-    trainer.evaluate(eval_fn(1))  # trace
+    trainer.evaluate(eng.eval_source(data_path, 1))  # trace
+    source = eng.eval_source(data_path, args.eval_batches)
     t0 = time.perf_counter()
-    images = trainer.evaluate(eval_fn(args.eval_batches))["test_examples"]
+    images = trainer.evaluate(source)["test_examples"]
     seconds = time.perf_counter() - t0
     result = {
         "eval_images_per_s": round(images / seconds, 1),
@@ -799,14 +714,12 @@ def measure_evaluation(args, trainer, data_path: str, flops: dict) -> dict:
 def measure_mfu(args, dev: dict, flops: dict, measured: dict) -> dict:
     """The training FLOP/s in ``measured`` as a fraction of the device's peak (MFU), of a timed
     matmul (--measure_matmul), and for the --chunk_steps call."""
-    import tensorflow as tf
-
     achieved = measured["train_flops_per_s"]
     peak, precision = dev["peak"], dev["peak_precision"]
     matmul_precision = precision if precision == "bfloat16" else "float32"
     result = {}
     if args.measure_matmul:
-        rate = measure_matmul(tf, matmul_precision, n=8192 if dev["device"] == "gpu" else 2048)
+        rate = measure_matmul(matmul_precision, n=8192 if dev["device"] == "gpu" else 2048)
         result["matmul_flops_per_s"] = round(rate)
         result["mfu_vs_matmul"] = round(achieved / rate, 4)
     result.update(
@@ -846,17 +759,13 @@ def measure_mfu(args, dev: dict, flops: dict, measured: dict) -> dict:
     return result
 
 
-def measure_memory(dev: dict) -> dict:
+def measure_memory(eng) -> dict:
     """Peak host RSS, and the GPU's peak memory where there is one (MiB)."""
-    import tensorflow as tf
-
     result = {
         "peak_host_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     }
-    if dev["device"] == "gpu":
-        result["peak_gpu_memory_mib"] = round(
-            tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1
-        )
+    if eng.device == "gpu":
+        result["peak_gpu_memory_mib"] = round(eng.gpu_peak_mib(), 1)
     say(
         f"peak host RSS {result['peak_host_rss_mib']} MiB"
         + (
@@ -869,45 +778,47 @@ def measure_memory(dev: dict) -> dict:
 
 
 def compare_with_torch(
-    args, threads: int, times: list[float], time_tf_window, trainable_params: int
+    args, eng, threads: int, times: list[float], time_window, trainable_params: int
 ) -> dict:
-    """TF against the PyTorch twin: --compare_rounds rounds, each a TF window (the first: the
-    ``times`` already taken; then ``time_tf_window()``) and a fresh torch_twin.py run."""
-    tf_times, rounds = list(times), []
+    """This backend against the PyTorch twin: --compare_rounds rounds, each a window of ours (the
+    first: the ``times`` already taken; then ``time_window()``) and a fresh torch_twin.py run."""
+    ours, label, rounds = list(times), eng.version.split()[0], []
     for r in range(args.compare_rounds):
-        window = time_tf_window() if r else times
-        tf_times += window if r else []
+        window = time_window() if r else times
+        ours += window if r else []
         twin = run_torch_twin(args, threads, say)
         rounds.append(
             {
-                "tf_median_s": round(statistics.median(window), 5),
+                "keras_median_s": round(statistics.median(window), 5),
                 "torch_median_s": twin["train_s_per_step"]["median"],
             }
         )
         if args.compare_rounds > 1:
             say(
-                f"round {r + 1}: TF {rounds[-1]['tf_median_s']:.4f} s/step, torch "
+                f"round {r + 1}: {label} {rounds[-1]['keras_median_s']:.4f} s/step, torch "
                 f"{rounds[-1]['torch_median_s']:.4f} s/step"
             )
-    tf_med = statistics.median(tf_times)
-    torch_med = statistics.median(r["torch_median_s"] for r in rounds)
+    our_median = statistics.median(ours)
+    torch_median = statistics.median(r["torch_median_s"] for r in rounds)
     say(
-        f"TF {tf_med:.4f} s/step vs torch {torch_med:.4f} s/step: TF / torch = "
-        f"{tf_med / torch_med:.3f}"
+        f"{label} {our_median:.4f} s/step vs torch {torch_median:.4f} s/step: {label} / torch = "
+        f"{our_median / torch_median:.3f}"
         + (
-            ""
-            if args.synthetic
-            else " (TF with its input pipeline: add --synthetic for compute vs compute)"
+            " (TF with its input pipeline: add --synthetic for compute vs compute)"
+            if eng.input == "pipeline"
+            else ""
         )
     )
     return {
         "torch": twin,
         "compare": {
             "rounds": rounds,
-            "tf_s_per_step": round(tf_med, 5),
-            "torch_s_per_step": round(torch_med, 5),
-            "tf_over_torch": round(tf_med / torch_med, 4),
-            "tf_input": "synthetic" if args.synthetic else "pipeline (torch: synthetic)",
+            "keras_backend": eng.name,
+            "keras_s_per_step": round(our_median, 5),
+            "torch_s_per_step": round(torch_median, 5),
+            "keras_over_torch": round(our_median / torch_median, 4),
+            "keras_input": eng.input,
+            "torch_input": "synthetic (one cached batch)",
             "torch_trainable_params": twin["trainable_params"],
             "same_param_count": twin["trainable_params"] == trainable_params,
         },
@@ -917,15 +828,17 @@ def compare_with_torch(
 def main(argv=None) -> dict:
     args = parse_args(argv)
     set_environment(args)
-    intra, inter = configure_runtime(args)
-    dev = describe_device(args)
+    from engines import engine
+
+    eng = engine(args)
+    dev = describe_device(args, eng)
     flops = model_flops(**MODELS[args.model])
     with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:
         data_path, data_source = training_data(args, Path(tmp))
-        result = describe_run(args, dev, intra, inter, data_path, data_source, flops)
+        result = describe_run(args, eng, dev, data_path, data_source, flops)
         if args.input_batches:  # before the model exists: nothing else competes for the CPU
-            result.update(measure_input_pipeline(args, data_path))
-        trainer, iterator = build_trainer(args, data_path, tmp + "/model")
+            result.update(measure_input_pipeline(args, eng, data_path))
+        trainer, iterator = eng.trainer(MODELS[args.model], data_path, tmp + "/model")
         result.update(count_model(trainer.model))
         result.update(measure_first_step(args, trainer, iterator))
         training, times = measure_training(args, trainer, iterator, flops)
@@ -933,16 +846,17 @@ def main(argv=None) -> dict:
         if args.chunk_steps:
             result.update(measure_chunk(args, trainer, iterator))
         if args.profile_dir:
-            result.update(profile(args, trainer, iterator))
+            result.update(profile(args, eng, trainer, iterator))
         if args.eval_batches:
-            result.update(measure_evaluation(args, trainer, data_path, flops))
+            result.update(measure_evaluation(args, eng, trainer, data_path, flops))
         result.update(measure_mfu(args, dev, flops, result))
-        result.update(measure_memory(dev))
+        result.update(measure_memory(eng))
         if args.compare_torch:
             result.update(
                 compare_with_torch(
                     args,
-                    intra or dev["cores"],
+                    eng,
+                    eng.intra or dev["cores"],
                     times,
                     lambda: time_steps(trainer, iterator, args.steps)[0],
                     result["trainable_params"],

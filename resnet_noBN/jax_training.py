@@ -172,7 +172,9 @@ class JaxTrainer(TrainLoop):
         ``fori_loop`` of them: XLA's CPU backend runs a loop body's convolutions tens of times
         slower than the same step on its own."""
         seed = np.uint32(data["seed"] % 2**32)
-        totals = jax.numpy.zeros([3], jax.numpy.float32)
+        # placed as the step's own output is, so the step compiles once, not again for its
+        # second call in a chunk
+        totals = jax.device_put(np.zeros([3], np.float32), self._replicated)
         for i in range(num_steps):
             self._state, totals = self._step_jit(
                 self._state,

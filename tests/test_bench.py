@@ -3,6 +3,7 @@ Keras model, and the benchmark end to end on a tiny network (correctness only: n
 asserted)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -159,7 +160,7 @@ def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
 
 
 # ------------------------------------------------------------------ end to end
-def _run_bench(args, tmp_path):
+def _run_bench(args, tmp_path, keras_backend="tensorflow"):
     out = tmp_path / "result.json"
     proc = subprocess.run(
         [
@@ -176,6 +177,7 @@ def _run_bench(args, tmp_path):
         text=True,
         cwd=REPO,
         timeout=600,
+        env=dict(os.environ, KERAS_BACKEND=keras_backend),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -183,7 +185,8 @@ def _run_bench(args, tmp_path):
     return last
 
 
-def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
+@pytest.mark.parametrize("keras_backend", ["tensorflow", "jax"])
+def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
     throughput.write_random_cifar10(tmp_path / "cifar-10-batches-bin", records_per_file=16)
     profile = tmp_path / "profile"
     result = _run_bench(
@@ -198,6 +201,11 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
             "--profile_steps=1",
         ],
         tmp_path,
+        keras_backend,
+    )
+    assert result["framework"] == keras_backend
+    assert result["input"] == (
+        "pipeline" if keras_backend == "tensorflow" else "on the device, inside the step"
     )
     traces = list(profile.glob("plugins/profile/*/*.xplane.pb"))
     assert len(traces) == 1 and traces[0].stat().st_size > 0  # what TensorBoard's Profile reads
@@ -234,6 +242,24 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path):
         )
 
 
+def test_benchmark_on_jax_refuses_tensorflow_only_flags(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "throughput.py"), "--synthetic", "--intra_op_threads=2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, KERAS_BACKEND="jax"),
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --intra_op_threads, --synthetic only apply on the TensorFlow backend (on JAX "
+        "every step is compiled, XLA sets its threads, and the batch is made on the device "
+        "inside the step); drop them or run with KERAS_BACKEND=tensorflow"
+    )
+    assert proc.stdout == ""
+
+
 def test_benchmark_synthetic_compared_with_torch(tmp_path):
     pytest.importorskip("torch")
     result = _run_bench(
@@ -243,8 +269,8 @@ def test_benchmark_synthetic_compared_with_torch(tmp_path):
     assert result["matmul_flops_per_s"] > 0
     compare = result["compare"]
     assert compare["same_param_count"]
-    assert compare["tf_over_torch"] == pytest.approx(
-        compare["tf_s_per_step"] / compare["torch_s_per_step"], rel=2e-2
+    assert compare["keras_over_torch"] == pytest.approx(
+        compare["keras_s_per_step"] / compare["torch_s_per_step"], rel=2e-2
     )
     assert result["torch"]["timed_steps"] == 2 and result["torch"]["batch_size"] == 8
 

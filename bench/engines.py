@@ -1,0 +1,233 @@
+"""What ``throughput.py`` does differently on each Keras backend: the runtime, the device, the
+trainer and what it trains from, the input alone, evaluation's input, profiling and GPU memory.
+
+Everything else (FLOPs, peaks, timing, the PyTorch comparison) is backend-agnostic and stays in
+``throughput.py``; ``engine()`` picks the class of the backend Keras loaded (``KERAS_BACKEND``).
+
+* TensorFlow: ``training.Trainer`` fed by ``cifar_input.build_dataset`` (tf.data on the host).
+* JAX: ``jax_training.JaxTrainer``, which makes each augmented batch on the device inside the
+  compiled step from the uint8 split held there; "the input alone" is that batch maker, compiled
+  on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import keras
+import numpy as np
+
+from resnet_noBN import backend
+
+
+def engine(args) -> TensorFlowEngine | JaxEngine:
+    """The engine of the backend in use, after its runtime is configured from ``args``."""
+    return (TensorFlowEngine if backend.is_tensorflow() else JaxEngine)(args)
+
+
+def _configs(args, model_kwargs: dict):
+    from resnet_noBN.model import ModelConfig
+    from resnet_noBN.recipe import TrainConfig
+
+    return (
+        ModelConfig(**model_kwargs, data_format=args.data_format),
+        TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size),
+    )
+
+
+class TensorFlowEngine:
+    """tf.data input, ``training.Trainer`` under the default strategy, tf.profiler."""
+
+    name = "tensorflow"
+
+    def __init__(self, args):
+        from resnet_noBN import speed
+
+        intra, inter = speed.default_threads()
+        self.intra = intra if args.intra_op_threads is None else args.intra_op_threads
+        self.inter = inter if args.inter_op_threads is None else args.inter_op_threads
+        speed.configure(args.precision, self.intra, self.inter)
+        keras.utils.set_random_seed(args.seed)
+        import tensorflow as tf
+
+        self.tf, self.args = tf, args
+        self.version = f"TF {tf.__version__}"
+        gpus = tf.config.list_physical_devices("GPU")
+        self.device = "gpu" if gpus else "cpu"
+        self.gpu_name = (
+            tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+            if gpus
+            else None
+        )
+        # float32 convs and matmuls run as TF32 on Ampere and newer unless turned off
+        self.float32_as_tf32 = (
+            bool(gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
+        )
+        self.input = "pipeline" if not args.synthetic else "synthetic (one cached batch)"
+
+    def _dataset(self, data_path: str, split: str, batch_size: int, **kwargs):
+        from resnet_noBN import cifar_input
+
+        return cifar_input.build_dataset(
+            "cifar10", split, batch_size, data_path=data_path, seed=self.args.seed, **kwargs
+        )
+
+    def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
+        """(images/s of the training pipeline over ``batches``, how), after one pass of the
+        records (which fills the cache and the shuffle buffer)."""
+        from resnet_noBN import cifar_data
+
+        records = cifar_data.num_records("cifar10", data_path, "train")
+        warm = math.ceil(records / self.args.batch_size) + 1
+        it = iter(self._dataset(data_path, "train", self.args.batch_size))
+        for _ in range(warm):
+            next(it)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        rate = batches * self.args.batch_size / (time.perf_counter() - t0)
+        return rate, f"tf.data, {batches} batches after {warm} warm-up batches"
+
+    def trainer(self, model_kwargs: dict, data_path: str, model_dir: str):
+        """(the Trainer, the iterator it trains from: the pipeline, or one cached batch)."""
+        from resnet_noBN.model import build_cifar_model
+        from resnet_noBN.training import Trainer
+
+        tf, args = self.tf, self.args
+        model_cfg, train_cfg = _configs(args, model_kwargs)
+        trainer = Trainer(
+            tf.distribute.get_strategy(),
+            lambda: build_cifar_model(model_cfg),
+            train_cfg,
+            model_dir,
+            is_chief=False,
+            jit_compile=args.jit_compile,
+        )
+        if args.synthetic:
+            batch = next(iter(self._dataset(data_path, "train", args.batch_size)))
+
+            def train_fn(ctx):
+                return tf.data.Dataset.from_tensors(batch).repeat()
+        else:
+
+            def train_fn(ctx):
+                return self._dataset(
+                    data_path, "train", ctx.get_per_replica_batch_size(args.batch_size)
+                )
+
+        return trainer, trainer.distribute(train_fn)
+
+    def eval_source(self, data_path: str, batches: int):
+        """What ``trainer.evaluate`` takes for ``batches`` test batches (the cached first one
+        repeated, with --synthetic)."""
+        tf, size = self.tf, self.args.eval_batch_size
+        if self.args.synthetic:
+            batch = next(iter(self._dataset(data_path, "test", size).repeat()))
+            return lambda ctx: tf.data.Dataset.from_tensors(batch).repeat(batches)
+        return lambda ctx: (
+            self._dataset(data_path, "test", size, drop_remainder=True).repeat().take(batches)
+        )
+
+    def profile(self, folder: str):
+        return _trace(
+            self.tf.profiler.experimental.start, self.tf.profiler.experimental.stop, folder
+        )
+
+    def gpu_peak_mib(self) -> float:
+        return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+
+
+class JaxEngine:
+    """``JaxTrainer`` on the first local device, its batches made on the device."""
+
+    name = "jax"
+
+    def __init__(self, args):
+        import jax
+
+        # the flags that only mean something on TensorFlow (the launchers refuse them too)
+        given = [
+            flag
+            for flag in ("intra_op_threads", "inter_op_threads", "onednn", "synthetic")
+            if getattr(args, flag) is not None and getattr(args, flag) is not False
+        ] + (["jit_compile"] if args.jit_compile else [])
+        if given:
+            raise SystemExit(
+                f"error: {', '.join('--' + f for f in given)} only apply on the TensorFlow "
+                "backend (on JAX every step is compiled, XLA sets its threads, and the batch is "
+                "made on the device inside the step); drop them or run with "
+                "KERAS_BACKEND=tensorflow"
+            )
+        backend.set_precision(args.precision, has_gpu=jax.devices()[0].platform == "gpu")
+        keras.utils.set_random_seed(args.seed)
+        self.jax, self.args = jax, args
+        self.intra = self.inter = None
+        self.version = f"JAX {jax.__version__}"
+        first = jax.devices()[0]
+        self.device = "gpu" if first.platform == "gpu" else "cpu"
+        self.gpu_name = first.device_kind if self.device == "gpu" else None
+        # XLA runs float32 convs and matmuls as TF32 on Ampere and newer at its default
+        # precision (jax_default_matmul_precision unset)
+        self.float32_as_tf32 = self.device == "gpu" and jax.config.jax_default_matmul_precision in (
+            None,
+            "default",
+        )
+        self.input = "on the device, inside the step"
+
+    def _split(self, data_path: str, split: str):
+        from resnet_noBN.cifar_data import load_split
+
+        return load_split("cifar10", split, data_path)
+
+    def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
+        """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
+        on the device, over ``batches`` batches after one, how)."""
+        from resnet_noBN import stream
+
+        jax, size = self.jax, self.args.batch_size
+        images, labels = (jax.device_put(a) for a in self._split(data_path, "train"))
+        make = jax.jit(stream.training_batch, static_argnums=(4, 5))
+        seed = np.uint32(self.args.seed)
+        jax.block_until_ready(make(images, labels, seed, np.int32(0), size, 2))
+        t0 = time.perf_counter()
+        for step in range(1, batches + 1):
+            out = make(images, labels, seed, np.int32(step), size, 2)
+        jax.block_until_ready(out)
+        rate = batches * size / (time.perf_counter() - t0)
+        return rate, f"stream.training_batch jitted alone on the device, {batches} batches"
+
+    def trainer(self, model_kwargs: dict, data_path: str, model_dir: str):
+        """(the JaxTrainer, the device-held split its steps make their batches from)."""
+        from resnet_noBN.cifar_sources import TrainSplit
+        from resnet_noBN.jax_training import JaxTrainer
+        from resnet_noBN.model import build_cifar_model
+
+        model_cfg, train_cfg = _configs(self.args, model_kwargs)
+        trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)
+        split = TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
+        return trainer, trainer.start(split, 0)
+
+    def eval_source(self, data_path: str, batches: int):
+        """The first ``batches`` x --eval_batch_size test images (repeated where fewer)."""
+        images, labels = self._split(data_path, "test")
+        count = batches * self.args.eval_batch_size
+        order = np.arange(count) % len(images)
+        return images[order], labels[order]
+
+    def profile(self, folder: str):
+        return _trace(self.jax.profiler.start_trace, self.jax.profiler.stop_trace, folder)
+
+    def gpu_peak_mib(self) -> float:
+        return self.jax.devices()[0].memory_stats()["peak_bytes_in_use"] / 2**20
+
+
+@contextlib.contextmanager
+def _trace(start, stop, folder: str):
+    """A profiler trace (TensorBoard's Profile tab) of what runs inside the block."""
+    start(folder)
+    try:
+        yield
+    finally:
+        stop()
