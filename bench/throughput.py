@@ -7,6 +7,7 @@ Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, or jax).
     python bench/throughput.py --precision=mixed_bfloat16 --jit_compile
     python bench/throughput.py --model=small --steps=2 --warmup=1 --eval_batches=1
     KERAS_BACKEND=jax python bench/throughput.py --precision=mixed_bfloat16 --compare_torch
+    python bench/throughput.py --synthetic --compare_backend   # TF, then the same on JAX
 
 Measures, for the launchers' trainer (``training.Trainer`` on TensorFlow,
 ``jax_training.JaxTrainer`` on JAX: the real training step, forward, backward, weight decay,
@@ -29,8 +30,9 @@ momentum SGD) on the current device:
 
 ``--synthetic`` (TensorFlow) feeds one cached batch instead of the pipeline (compute without
 input). ``--compare_torch`` then runs ``bench/torch_twin.py`` (a subprocess, after ours) on the
-same model, batch and thread count and prints both s/step and the ratio ours / torch. What
-differs between the backends is in ``engines.py``.
+same model, batch and thread count and prints both s/step and the ratio ours / torch;
+``--compare_backend`` times the same training on the other Keras backend (a subprocess) and
+prints the JAX / TF ratio. What differs between the backends is in ``engines.py``.
 
 The LAST stdout line is the result as JSON (also written to ``--output``).
 """
@@ -447,11 +449,18 @@ def parse_args(argv=None):
         "threads, and print the TF / torch s/step ratio",
     )
     p.add_argument(
+        "--compare_backend",
+        action="store_true",
+        help="then time the same training on the other Keras backend (TensorFlow or JAX: a "
+        "subprocess) and print the JAX / TF s/step ratio",
+    )
+    p.add_argument(
         "--compare_rounds",
         type=int,
         default=1,
-        help="with --compare_torch: alternate TF and torch timed windows this many "
-        "times (TF re-timed in-process, torch a fresh subprocess each round)",
+        help="with --compare_torch or --compare_backend: alternate our timed windows with the "
+        "peer's this many times (ours re-timed in-process, the peer a fresh subprocess each "
+        "round)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="also write the JSON result here")
@@ -465,11 +474,13 @@ def parse_args(argv=None):
     return args
 
 
-def run_torch_twin(args, threads: int, print_fn=print) -> dict:
-    """bench/torch_twin.py in a subprocess (its own thread pools); its last line's JSON."""
+def run_torch_twin(args, threads: int, device: str = "cpu", print_fn=print) -> dict:
+    """bench/torch_twin.py in a subprocess (its own thread pools) on ``device`` ("cpu" or
+    "gpu": CUDA); its last line's JSON."""
     cmd = [
         sys.executable,
         str(BENCH / "torch_twin.py"),
+        f"--device={'cuda' if device == 'gpu' else 'cpu'}",
         f"--model={args.model}",
         f"--batch_size={args.batch_size}",
         f"--steps={args.steps}",
@@ -777,51 +788,114 @@ def measure_memory(eng) -> dict:
     return result
 
 
-def compare_with_torch(
-    args, eng, threads: int, times: list[float], time_window, trainable_params: int
-) -> dict:
-    """This backend against the PyTorch twin: --compare_rounds rounds, each a window of ours (the
-    first: the ``times`` already taken; then ``time_window()``) and a fresh torch_twin.py run."""
-    ours, label, rounds = list(times), eng.version.split()[0], []
+def compare(args, label: str, peer: str, run_peer, times: list[float], time_window) -> dict:
+    """Ours against ``peer`` over --compare_rounds rounds, each a window of ours (the first: the
+    ``times`` already taken; then ``time_window()``) and a fresh ``run_peer()`` (a subprocess's
+    JSON result): the medians of both, their ratio, the rounds and the peer's last result."""
+    ours, rounds = list(times), []
     for r in range(args.compare_rounds):
         window = time_window() if r else times
         ours += window if r else []
-        twin = run_torch_twin(args, threads, say)
+        result = run_peer()
         rounds.append(
             {
-                "keras_median_s": round(statistics.median(window), 5),
-                "torch_median_s": twin["train_s_per_step"]["median"],
+                "ours_median_s": round(statistics.median(window), 5),
+                "peer_median_s": result["train_s_per_step"]["median"],
             }
         )
         if args.compare_rounds > 1:
             say(
-                f"round {r + 1}: {label} {rounds[-1]['keras_median_s']:.4f} s/step, torch "
-                f"{rounds[-1]['torch_median_s']:.4f} s/step"
+                f"round {r + 1}: {label} {rounds[-1]['ours_median_s']:.4f} s/step, {peer} "
+                f"{rounds[-1]['peer_median_s']:.4f} s/step"
             )
     our_median = statistics.median(ours)
-    torch_median = statistics.median(r["torch_median_s"] for r in rounds)
+    peer_median = statistics.median(r["peer_median_s"] for r in rounds)
     say(
-        f"{label} {our_median:.4f} s/step vs torch {torch_median:.4f} s/step: {label} / torch = "
-        f"{our_median / torch_median:.3f}"
-        + (
-            " (TF with its input pipeline: add --synthetic for compute vs compute)"
-            if eng.input == "pipeline"
-            else ""
-        )
+        f"{label} {our_median:.4f} s/step vs {peer} {peer_median:.4f} s/step: {label} / {peer} = "
+        f"{our_median / peer_median:.3f}"
     )
+    return {
+        "rounds": rounds,
+        "ours_s_per_step": round(our_median, 5),
+        "peer_s_per_step": round(peer_median, 5),
+        "ours_over_peer": round(our_median / peer_median, 4),
+        "peer_result": result,
+    }
+
+
+def compare_with_torch(args, eng, threads: int, times, time_window, trainable_params) -> dict:
+    """This backend against the PyTorch twin on the same device (``compare``)."""
+    label = eng.version.split()[0]
+    if eng.input == "pipeline":
+        say("(ours with its input pipeline, torch on one batch: --synthetic for compute only)")
+    result = compare(
+        args,
+        label,
+        "torch",
+        lambda: run_torch_twin(args, threads, eng.device, say),
+        times,
+        time_window,
+    )
+    twin = result.pop("peer_result")
     return {
         "torch": twin,
         "compare": {
-            "rounds": rounds,
-            "keras_backend": eng.name,
-            "keras_s_per_step": round(our_median, 5),
-            "torch_s_per_step": round(torch_median, 5),
-            "keras_over_torch": round(our_median / torch_median, 4),
-            "keras_input": eng.input,
+            **result,
+            "ours": eng.name,
+            "ours_input": eng.input,
             "torch_input": "synthetic (one cached batch)",
             "torch_trainable_params": twin["trainable_params"],
             "same_param_count": twin["trainable_params"] == trainable_params,
         },
+    }
+
+
+def run_other_backend(args, other: str) -> dict:
+    """This benchmark's training timing on the ``other`` Keras backend (a subprocess with the
+    same model, batch, steps, precision and data; nothing else measured): its JSON result."""
+    cmd = [
+        sys.executable,
+        str(BENCH / "throughput.py"),
+        f"--model={args.model}",
+        f"--batch_size={args.batch_size}",
+        f"--steps={args.steps}",
+        f"--warmup={args.warmup}",
+        f"--precision={args.precision}",
+        f"--data_format={args.data_format}",
+        f"--seed={args.seed}",
+        "--eval_batches=0",
+        "--input_batches=0",
+        "--no-measure_matmul",
+        *([f"--data_path={args.data_path}"] if args.data_path else []),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, KERAS_BACKEND=other)
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    lines = proc.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        say(f"[{other}] {line}")
+    return json.loads(lines[-1])
+
+
+def compare_with_other_backend(args, eng, times, time_window) -> dict:
+    """This backend against the other one (TensorFlow against JAX), same machine, same run."""
+    other = "jax" if eng.name == "tensorflow" else "tensorflow"
+    label, peer = eng.version.split()[0], "JAX" if other == "jax" else "TF"
+    result = compare(args, label, peer, lambda: run_other_backend(args, other), times, time_window)
+    peer_result = result.pop("peer_result")
+    return {
+        "backend_compare": {
+            **result,
+            "ours": eng.name,
+            "peer": other,
+            "peer_version": peer_result["framework_version"],
+            "jax_over_tensorflow": round(
+                result["ours_over_peer"] if eng.name == "jax" else 1 / result["ours_over_peer"],
+                4,
+            ),
+        }
     }
 
 
@@ -860,6 +934,12 @@ def main(argv=None) -> dict:
                     times,
                     lambda: time_steps(trainer, iterator, args.steps)[0],
                     result["trainable_params"],
+                )
+            )
+        if args.compare_backend:
+            result.update(
+                compare_with_other_backend(
+                    args, eng, times, lambda: time_steps(trainer, iterator, args.steps)[0]
                 )
             )
     result["load_average_at_end"] = list(os.getloadavg())

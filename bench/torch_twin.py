@@ -153,6 +153,7 @@ def make_train_step(
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
     precision: str = "float32",
+    device: str = "cpu",
 ):
     """One recipe step: cross-entropy + weight_decay * sum ||W||^2 / 2, SGD with momentum.
 
@@ -164,7 +165,7 @@ def make_train_step(
 
     def step(images, labels):
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16"):
             logits = model(images)
         loss = F.cross_entropy(logits.float(), labels)
         loss = loss + weight_decay * sum(w.pow(2).sum() for w in decayed) / 2
@@ -199,6 +200,7 @@ def run(
     channels_last: bool = True,
     flush_denormal: bool = False,
     seed: int = 0,
+    device: str = "cpu",
     print_fn=print,
 ) -> dict:
     """Warm-up steps, then ``steps`` individually timed steps; returns the result dict."""
@@ -214,10 +216,10 @@ def run(
     kwargs = model_kwargs(model)
     net = HardtMaNet(**kwargs, projection_seed=seed)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    net = net.to(memory_format=fmt)
-    images = torch.randn(batch_size, 3, 32, 32).contiguous(memory_format=fmt)
-    labels = torch.randint(0, kwargs["num_classes"], (batch_size,))
-    step = make_train_step(net, precision=precision)
+    net = net.to(device, memory_format=fmt)
+    images = torch.randn(batch_size, 3, 32, 32).contiguous(memory_format=fmt).to(device)
+    labels = torch.randint(0, kwargs["num_classes"], (batch_size,)).to(device)
+    step = make_train_step(net, precision=precision, device=device)
 
     t0 = time.perf_counter()
     step(images, labels).item()
@@ -235,13 +237,18 @@ def run(
     flops = model_flops(**kwargs)
     stats = summarize(times)
     train_flops_per_s = 3 * flops["forward_flops_per_image"] * batch_size / stats["median"]
-    peak = device_peak_flops("cpu", "bfloat16" if precision == "bfloat16" else "float32")
+    if device == "cuda":  # cuDNN runs float32 convolutions as TF32 by default
+        name = torch.cuda.get_device_name()
+        peak = device_peak_flops("gpu", "bfloat16" if precision == "bfloat16" else "tf32", name)
+    else:
+        peak = device_peak_flops("cpu", "bfloat16" if precision == "bfloat16" else "float32")
     result = {
         "framework": "torch",
         "torch_version": torch.__version__,
         "model": model,
         "batch_size": batch_size,
         "precision": precision,
+        "device": device,
         "threads": threads,
         "channels_last": channels_last,
         "flush_denormal": flush_denormal,
@@ -280,7 +287,10 @@ def main(argv=None) -> dict:
         "--precision",
         choices=("float32", "bfloat16"),
         default="float32",
-        help="bfloat16: torch.autocast('cpu', bfloat16)",
+        help="bfloat16: torch.autocast(device, bfloat16)",
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the step runs"
     )
     parser.add_argument("--channels_last", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
@@ -304,6 +314,7 @@ def main(argv=None) -> dict:
         args.channels_last,
         args.flush_denormal,
         args.seed,
+        args.device,
     )
     line = json.dumps(result)
     if args.output:

@@ -242,6 +242,22 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
         )
 
 
+def test_benchmark_compares_the_two_keras_backends_in_one_run(tmp_path):
+    result = _run_bench(
+        ["--compare_backend", "--eval_batches=0", "--input_batches=0", "--no-measure_matmul"],
+        tmp_path,
+    )
+    compare = result["backend_compare"]
+    assert (compare["ours"], compare["peer"]) == ("tensorflow", "jax")
+    assert compare["peer_version"].startswith("JAX ")
+    assert len(compare["rounds"]) == 1
+    assert compare["ours_s_per_step"] == pytest.approx(result["train_s_per_step"]["median"], 1e-3)
+    assert compare["ours_over_peer"] == pytest.approx(
+        compare["ours_s_per_step"] / compare["peer_s_per_step"], rel=2e-2
+    )
+    assert compare["jax_over_tensorflow"] == pytest.approx(1 / compare["ours_over_peer"], 1e-3)
+
+
 def test_benchmark_on_jax_refuses_tensorflow_only_flags(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "throughput.py"), "--synthetic", "--intra_op_threads=2"],
@@ -269,8 +285,9 @@ def test_benchmark_synthetic_compared_with_torch(tmp_path):
     assert result["matmul_flops_per_s"] > 0
     compare = result["compare"]
     assert compare["same_param_count"]
-    assert compare["keras_over_torch"] == pytest.approx(
-        compare["keras_s_per_step"] / compare["torch_s_per_step"], rel=2e-2
+    assert compare["ours"] == "tensorflow"
+    assert compare["ours_over_peer"] == pytest.approx(
+        compare["ours_s_per_step"] / compare["peer_s_per_step"], rel=2e-2
     )
     assert result["torch"]["timed_steps"] == 2 and result["torch"]["batch_size"] == 8
 
