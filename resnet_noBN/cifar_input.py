@@ -189,12 +189,7 @@ def build_dataset(
         raise DataError(f"start_step must be >= 0, got {start_step}")
     images, labels = _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout)
     if not train:
-        return (
-            tf.data.Dataset.from_tensor_slices((images, labels))
-            .batch(batch_size, drop_remainder=drop_remainder)
-            .map(lambda x, y: (stream.standardize(x), y), num_parallel_calls=tf.data.AUTOTUNE)
-            .prefetch(tf.data.AUTOTUNE)
-        )
+        return evaluation_dataset(images, labels, batch_size, drop_remainder)
     if batch_size > len(images):
         raise DataError(
             f"a batch of {batch_size} exceeds the {len(images)} training images this input "
@@ -212,6 +207,19 @@ def build_dataset(
             lambda step: stream.training_batch(images, labels, seed, step, batch_size, pad),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def evaluation_dataset(
+    images: np.ndarray, labels: np.ndarray, batch_size: int, drop_remainder: bool = False
+) -> tf.data.Dataset:
+    """Batches of uint8 ``images`` [N, 32, 32, 3] and their labels, in order, standardised only
+    (`stream.standardize`): what evaluation reads."""
+    return (
+        tf.data.Dataset.from_tensor_slices((images, labels))
+        .batch(batch_size, drop_remainder=drop_remainder)
+        .map(lambda x, y: (stream.standardize(x), y), num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
 

@@ -55,3 +55,14 @@ def sources(
 
     train = TrainSplit(*load_split(dataset, "train", data_path, layout), seed=seed, pad=pad)
     return train, load_split(dataset, "test", data_path, layout)
+
+
+def evaluation_source(images: np.ndarray, labels: np.ndarray, batch: int):
+    """What the trainer of the backend in use evaluates from, for given arrays (uint8 images
+    [N, 32, 32, 3], int32 labels [N]) and one process: the arrays themselves on JAX, on
+    TensorFlow a ``dataset_fn`` of `cifar_input.evaluation_dataset`."""
+    if not backend.is_tensorflow():
+        return images, labels
+    from resnet_noBN import cifar_input
+
+    return lambda input_context: cifar_input.evaluation_dataset(images, labels, batch)

@@ -17,6 +17,7 @@ the summaries are written by the tensorboard package's own writer, on every back
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -84,9 +85,15 @@ class RunLog:
 
     def __init__(self, model_dir: str, title: str, enabled: bool = True):
         self.model_dir, self.title, self.enabled = model_dir, title, enabled
-        if enabled:
-            self._train_writer = Writer(os.path.join(model_dir, "train"))
-            self._eval_writer = Writer(os.path.join(model_dir, "eval"))
+
+    # opened at the first scalar: a trainer that only restores and evaluates writes nothing
+    @functools.cached_property
+    def _train_writer(self) -> Writer:
+        return Writer(os.path.join(self.model_dir, "train"))
+
+    @functools.cached_property
+    def _eval_writer(self) -> Writer:
+        return Writer(os.path.join(self.model_dir, "eval"))
 
     def train(self, step: int, scalars: dict[str, float]) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``."""

@@ -1,0 +1,106 @@
+"""launch/evaluate.py and resnet_noBN.evaluation: a finished run's checkpoint evaluated again,
+and the probe of the original CIFAR-100 reader's label leak (the first red pixel replaced)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_launch_cifar import REPO, SMALL, cifar
+
+from resnet_noBN import cifar_data
+from resnet_noBN.errors import InputError
+from resnet_noBN.evaluation import probed_test_split
+
+
+@pytest.fixture(scope="module")
+def c100(tmp_path_factory, write_cifar):
+    folder = tmp_path_factory.mktemp("data") / "cifar-100-binary"
+    return folder, write_cifar(folder, "cifar100", 40)
+
+
+@pytest.fixture(scope="module")
+def leaky_run(tmp_path_factory, c100):
+    """4 steps on CIFAR-100 read as the original 2016 code did."""
+    model_dir = tmp_path_factory.mktemp("run") / "c100_2016"
+    proc = cifar(
+        *SMALL,
+        "--dataset=cifar100",
+        "--cifar100_layout=original_2016",
+        f"--data_path={c100[0]}",
+        "--train_steps=4",
+        f"--model_dir={model_dir}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return model_dir
+
+
+def evaluate(*args):
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch/evaluate.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+
+
+def listing(folder):
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def test_the_probe_replaces_only_the_first_red_pixel(c100):
+    folder, written = c100
+    as_read, labels = probed_test_split("cifar100", folder, "original_2016")
+    assert np.array_equal(as_read[:, 0, 0, 0], labels)  # the leak
+    wrong, wrong_labels = probed_test_split("cifar100", folder, "original_2016", "wrong_label")
+    true, _ = probed_test_split("cifar100", folder, "original_2016", "true_pixel")
+    assert np.array_equal(wrong_labels, labels)
+    assert np.all(wrong[:, 0, 0, 0] != labels) and np.all(wrong[:, 0, 0, 0] < 100)
+    assert np.array_equal(true[:, 0, 0, 0], written["test"][0][:, 0, 0, 0])
+    for probed in (wrong, true):
+        rest = np.ones(as_read.shape, bool)
+        rest[:, 0, 0, 0] = False
+        assert np.array_equal(probed[rest], as_read[rest])
+    assert not np.array_equal(wrong[:, 0, 0, 0], true[:, 0, 0, 0])
+    cifar_data.clear_cache()
+
+
+def test_the_probe_needs_the_original_layout(c100):
+    with pytest.raises(InputError, match="--first_red_pixel=wrong_label probes the label leak"):
+        probed_test_split("cifar100", c100[0], "official", "wrong_label")
+
+
+def test_a_run_evaluated_again_gives_its_own_figure_and_writes_nothing(leaky_run, c100):
+    before = listing(leaky_run)
+    proc = evaluate(f"--model_dir={leaky_run}", f"--data_path={c100[0]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    last = json.loads((leaky_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (result["step"], result["test_examples"]) == (4, 40)
+    assert result["test_error"] == last["test_error"]
+    assert (result["layout"], result["first_red_pixel"]) == ("original_2016", "as_read")
+    assert listing(leaky_run) == before
+
+
+@pytest.mark.parametrize("probe", ["wrong_label", "true_pixel"])
+def test_the_leak_probe_evaluates_every_test_image(leaky_run, c100, probe):
+    proc = evaluate(
+        f"--model_dir={leaky_run}", f"--data_path={c100[0]}", f"--first_red_pixel={probe}"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (result["first_red_pixel"], result["test_examples"]) == (probe, 40)
+    assert 0 <= result["test_error"] <= 1
+
+
+def test_a_folder_without_a_run_is_one_line(tmp_path, c100):
+    proc = evaluate(f"--model_dir={tmp_path}", f"--data_path={c100[0]}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir {tmp_path} has no config.json: not a run of launch/cifar.py; name "
+        "the folder a run wrote"
+    )
+    assert list(tmp_path.iterdir()) == []
