@@ -340,6 +340,7 @@ class Job:
         self.file = runs.parent / "compose.yaml"
         self.file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         self.engine, self.base = engine, [*compose, "-p", project, "-f", str(self.file)]
+        self.networks = [f"{project}_{n}" for n in config.get("networks", {})]
 
     def __call__(self, *args, timeout=600):
         return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout)
@@ -363,6 +364,8 @@ class Job:
 
     def down(self):
         self("down", timeout=300)
+        for network in self.networks:  # podman-compose 1.0.3's `down` leaves them
+            subprocess.run([self.engine, "network", "rm", network], capture_output=True)
 
 
 @pytest.fixture(scope="module")
