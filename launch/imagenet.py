@@ -100,7 +100,8 @@ def main(argv):
     model_dir = FLAGS.model_dir or "runs/imagenet"
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
     run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
-    run_log.check_resumable(model_dir, run_config)
+    # a key an older config.json lacks (a block switch ImageNet did not have) stands for its default
+    run_log.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ImageNetConfig()))
 
     import tensorflow as tf
 

@@ -4,8 +4,9 @@ Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
 parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
-(its :class:`~resnet_noBN.model.BlockConfig`, ``conv``, ``residual_stages``,
-``pool_and_project``), so the two networks differ only where ImageNet forces them to:
+(its :class:`~resnet_noBN.model.NetworkConfig` with the block's switches, ``conv``,
+``residual_stages``, ``pool_and_project``), so the two networks differ only where ImageNet
+forces them to, and every block switch and block variant of the CIFAR model is one here too:
 
 * **Stem**: He et al.'s 7x7 stride-2 convolution to 64 channels (He init sqrt(2/(k^2 c)), as the
   CIFAR model's first conv), and like the CIFAR model's ``init_conv`` no activation after it: in
@@ -74,30 +75,27 @@ import dataclasses
 import keras
 
 from resnet_noBN.model import (
-    BlockConfig,
-    ModelConfig,
-    check_head,
+    NetworkConfig,
+    activation,
     conv,
     he_stddev,
     image_input,
     pool_and_project,
     residual_stages,
-    same_field,
 )
 
 DOWNSAMPLES = ("block", "conv")
 
 
 @dataclasses.dataclass(frozen=True)
-class ImageNetConfig:
+class ImageNetConfig(NetworkConfig):
     """The ImageNet architecture, ResNet-34's layout by default; the fields with a ``help`` are
     flags of ``launch/imagenet.py`` (not ``num_classes``, ``stem_kernel``, ``data_format``).
 
-    ``stage_units`` / ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests
-    and smoke runs. ``head`` means what it means in :class:`resnet_noBN.model.ModelConfig`;
-    ``init``, ``shortcut``, ``conv_bias`` and ``data_format`` are the block's switches
-    (:class:`resnet_noBN.model.BlockConfig`, read through :attr:`block`; the others keep the
-    paper's ReLU, identity shortcut and no batch norm); these five are declared there.
+    The block's switches (``init`` .. ``data_format``), ``num_classes`` and ``head`` are
+    :class:`resnet_noBN.model.NetworkConfig`'s, declared there once for both networks, at the
+    paper's values (the block reads them through :attr:`block`). ``stage_units`` /
+    ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests and smoke runs.
     """
 
     num_classes: int = 1000
@@ -126,11 +124,6 @@ class ImageNetConfig:
             "block; conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).",
         },
     )
-    init: str = same_field(BlockConfig, "init")
-    head: str = same_field(ModelConfig, "head")
-    shortcut: str = same_field(BlockConfig, "shortcut")
-    conv_bias: bool = same_field(BlockConfig, "conv_bias")
-    data_format: str = same_field(BlockConfig, "data_format")
 
     @property
     def stage_strides(self) -> tuple[int, ...]:
@@ -139,16 +132,9 @@ class ImageNetConfig:
         first = 2 if self.downsample == "block" else 1
         return ((first,) + (2,) * (len(self.stage_widths) - 1))[: len(self.stage_widths)]
 
-    @property
-    def block(self) -> BlockConfig:
-        return BlockConfig.of(self)
-
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible architecture."""
-        if self.downsample not in DOWNSAMPLES:
-            raise ValueError(
-                f"--downsample={self.downsample} is unknown; choose one of {', '.join(DOWNSAMPLES)}"
-            )
+        super().validate()  # the block's switches, the head, --downsample's choices
         if len(self.stage_units) != len(self.stage_widths):
             raise ValueError(
                 f"--stage_units has {len(self.stage_units)} stages but --stage_widths has "
@@ -163,9 +149,7 @@ class ImageNetConfig:
             )
         if self.image_size < 8:
             raise ValueError(f"--image_size must be >= 8, got {self.image_size}")
-        check_head(self.num_classes, self.head)
-        self.block.validate()
-        self.block.check_widths(self.stem_filters, self.stage_widths)
+        self.check_widths(self.stem_filters, self.stage_widths)
 
 
 def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
@@ -189,7 +173,7 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
         name="stem_conv",
     )
     if cfg.downsample == "conv":
-        x = keras.layers.ReLU(name="stem_relu")(x)
+        x = activation(x, block, "stem_relu")
         x = conv(
             x, cfg.stem_filters, 3, 2, he_stddev(3, cfg.stem_filters), block, name="stem_downsample"
         )

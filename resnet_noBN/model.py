@@ -11,12 +11,17 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
 * ``_residual`` there is :func:`residual_block` here, with batch norm and the pre-activation
   ReLU removed: ``x + C2(ReLU(C1(x)))`` (Section 4). The shortcut of a block that changes the
   shape is average pooling (kernel = stride) and zero-padding the channels, half on each side,
-  exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead.
-  ``norm="batch"`` restores the original unit (BN, ReLU, conv, BN, ReLU, conv), the baseline the
-  paper departs from; ``identity=False`` removes the shortcut (a plain chain of the same convs);
+  exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead
+  (:data:`SHORTCUTS`).
+* As the original picks ``res_func`` (and Keras applications take a ``block_fn``), a block
+  variant is a function chosen by name from :data:`BLOCKS` (``norm``): ``"none"``, the paper's
+  :func:`hardt_ma_body`; ``"batch"``, the original unit (BN, ReLU, conv, BN, ReLU, conv,
+  :func:`preactivation_body`), the baseline the paper departs from. ``identity=False`` joins
+  the same branch without its shortcut (:func:`plain_chain`, a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
-  These switches are a :class:`BlockConfig`, all that the block functions read, shared with the
-  ImageNet network (:mod:`resnet_noBN.imagenet_model`).
+  These switches are a :class:`BlockConfig`, all that the block functions read, declared once
+  and shared with the ImageNet network (:mod:`resnet_noBN.imagenet_model`), whose config derives
+  from it as :class:`ModelConfig` does.
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained.
 
@@ -34,13 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import keras
 from keras import ops
 
 HEADS = ("random", "trainable")
-SHORTCUTS = ("pool_pad", "projection")
-NORMS = ("none", "batch")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
 
 
@@ -63,175 +67,6 @@ def standard_stddev(kernel_size: int, filters: int) -> float:
 INIT_STDDEVS = {"hardt_ma": hardt_ma_stddev, "standard": standard_stddev, "he": he_stddev}
 INITS = tuple(INIT_STDDEVS)
 LAYOUTS = ("channels_last", "channels_first")
-
-
-def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"--{name}={value} is unknown; choose one of {', '.join(allowed)}")
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockConfig:
-    """What a residual block reads: the switches both networks (CIFAR, ImageNet) share.
-
-    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4); the
-    alternatives are the original code's (module docstring). Each field's ``help`` (its flag's)
-    says what it switches.
-    """
-
-    init: str = dataclasses.field(
-        default="hardt_ma",
-        metadata={
-            "choices": INITS,
-            "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
-            "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
-            "original code's).",
-        },
-    )
-    shortcut: str = dataclasses.field(
-        default="pool_pad",
-        metadata={
-            "choices": SHORTCUTS,
-            "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.",
-        },
-    )
-    conv_bias: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
-            "gives the 13.59M of the paper's text)."
-        },
-    )
-    relu_leakiness: float = dataclasses.field(
-        default=0.0,
-        metadata={
-            "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
-            "resnet_main.py's leaky ReLU."
-        },
-    )
-    identity: bool = dataclasses.field(
-        default=True,
-        metadata={
-            "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
-            "chain (the paper's title claim)."
-        },
-    )
-    norm: str = dataclasses.field(
-        default="none",
-        metadata={
-            "choices": NORMS,
-            "help": "batch: the original code's pre-activation unit with batch norm restored (BN, "
-            "ReLU, conv, BN, ReLU, conv), the baseline the paper departs from; use with "
-            "--init=he.",
-        },
-    )
-    data_format: str = dataclasses.field(
-        default="channels_last",
-        metadata={
-            "choices": LAYOUTS,
-            "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
-            "kernels need channels_last). The input pipeline always yields NHWC.",
-        },
-    )
-
-    @classmethod
-    def of(cls, network_config) -> BlockConfig:
-        """The block switches of a network's config; those it has no field for keep their
-        defaults (ImageNet: ``relu_leakiness``, ``identity``, ``norm``)."""
-        return cls(
-            **{
-                field.name: getattr(network_config, field.name)
-                for field in dataclasses.fields(cls)
-                if hasattr(network_config, field.name)
-            }
-        )
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an unknown switch."""
-        if not 0 <= self.relu_leakiness < 1:
-            raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
-        for name, allowed in (
-            ("init", INITS),
-            ("shortcut", SHORTCUTS),
-            ("norm", NORMS),
-            ("data_format", LAYOUTS),
-        ):
-            _check_choice(name, getattr(self, name), allowed)
-
-    def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
-        """Raise ValueError for stage widths (after a first conv of ``first_width`` channels)
-        that are not positive or that the shortcut cannot join."""
-        widths = (first_width,) + tuple(stage_widths)
-        for previous, width in zip(widths, widths[1:]):
-            if width <= 0:
-                raise ValueError(f"--stage_widths must be positive, got {stage_widths}")
-            if self.shortcut == "pool_pad" and (width < previous or (width - previous) % 2):
-                raise ValueError(
-                    f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
-                    "half on each side, so widths must not shrink and must grow by an even "
-                    "number); change --stage_widths or use --shortcut=projection"
-                )
-
-
-def check_head(num_classes: int, head: str) -> None:
-    """Raise ValueError for fewer than two classes or an unknown head."""
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-    _check_choice("head", head, HEADS)
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig(BlockConfig):
-    """The architecture, Table 1 by default; the fields with a ``help`` are flags of
-    ``launch/cifar.py`` (it derives ``num_classes`` from the data set and ``stage_strides``
-    from the widths).
-
-    The block's switches (``init`` .. ``data_format``, inherited from :class:`BlockConfig`, at
-    the paper's values), then the network around the blocks. :attr:`block` is all that the
-    block functions get. conv_bias defaults to False: Table 1's "55 convolutions, 13.5M
-    parameters" are the kernels alone, the original ``_conv`` has no bias, and "the only
-    trainable weights in our model are those of the convolutions" (Section 4).
-    """
-
-    num_classes: int = 10
-    num_residual_units: int = dataclasses.field(
-        default=9, metadata={"help": "Residual blocks per stage."}
-    )
-    init_filters: int = dataclasses.field(
-        default=16, metadata={"help": "Channels of the first, standard convolution."}
-    )
-    stage_widths: tuple[int, ...] = dataclasses.field(
-        default=(64, 128, 256), metadata={"help": "Channels of each stage."}
-    )
-    stage_strides: tuple[int, ...] = (1, 2, 2)
-    head: str = dataclasses.field(
-        default="random",
-        metadata={"choices": HEADS, "help": "Last layer: fixed random projection or trained."},
-    )
-
-    @property
-    def block(self) -> BlockConfig:
-        return BlockConfig.of(self)
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
-        super().validate()
-        if self.num_residual_units < 1:
-            raise ValueError(f"--num_residual_units must be >= 1, got {self.num_residual_units}")
-        if len(self.stage_widths) != len(self.stage_strides):
-            raise ValueError(
-                f"--stage_widths has {len(self.stage_widths)} stages but there are "
-                f"{len(self.stage_strides)} stage strides; give one width per stage"
-            )
-        check_head(self.num_classes, self.head)
-        self.check_widths(self.init_filters, self.stage_widths)
-
-
-def same_field(config_cls, name: str):
-    """A field declared as ``config_cls`` declares ``name`` (its default, its flag's help): for a
-    config that shares a switch without inheriting it (ImageNet's ``init``, ``head`` ...)."""
-    field = {f.name: f for f in dataclasses.fields(config_cls)}[name]
-    return dataclasses.field(default=field.default, metadata=field.metadata)
 
 
 def conv(
@@ -290,27 +125,11 @@ class ZeroPadChannels(keras.layers.Layer):
         }
 
 
-def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str):
-    """The identity, or, where the block changes the shape, its adjustment.
-
-    ``pool_pad`` (the original code, the paper's prose): average pooling with kernel = stride,
-    then zero channels, half on each side. ``projection``: a linear 1x1 convolution with stride and
-    no bias, He init (it carries the signal, like the first conv); with conv biases elsewhere this
-    gives exactly the paper's 13.59M count (13,588,800).
-    """
-    if in_filters == out_filters and strides == 1:
-        return x
-    if block.shortcut == "projection":
-        return conv(
-            x,
-            out_filters,
-            1,
-            strides,
-            he_stddev(1, out_filters),
-            block,
-            name=f"{name}_projection",
-            use_bias=False,
-        )
+def pool_pad_shortcut(
+    x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+):
+    """The original code's shortcut (and the paper's prose): average pooling with kernel = stride,
+    then zero channels, half on each side."""
     if strides > 1:
         x = keras.layers.AveragePooling2D(
             strides,
@@ -328,6 +147,37 @@ def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockCon
     return x
 
 
+def projection_shortcut(
+    x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+):
+    """A linear 1x1 convolution with stride and no bias, He init (it carries the signal, like the
+    first conv); with conv biases elsewhere this gives exactly the paper's 13.59M count
+    (13,588,800)."""
+    return conv(
+        x,
+        out_filters,
+        1,
+        strides,
+        he_stddev(1, out_filters),
+        block,
+        name=f"{name}_projection",
+        use_bias=False,
+    )
+
+
+# The shape-changing shortcuts, by their --shortcut name (the flag's choices):
+# fn(x, in_filters, out_filters, strides, block, name) -> x in the block's output shape.
+SHORTCUTS = {"pool_pad": pool_pad_shortcut, "projection": projection_shortcut}
+
+
+def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str):
+    """The identity, or, where the block changes the shape, its adjustment
+    (``SHORTCUTS[block.shortcut]``)."""
+    if in_filters == out_filters and strides == 1:
+        return x
+    return SHORTCUTS[block.shortcut](x, in_filters, out_filters, strides, block, name)
+
+
 def activation(x, block: BlockConfig, name: str):
     """ReLU (the paper), or the original code's leaky ReLU with slope ``block.relu_leakiness``."""
     return keras.layers.ReLU(negative_slope=block.relu_leakiness, name=name)(x)
@@ -339,6 +189,81 @@ def batch_norm(x, block: BlockConfig, name: str):
     return keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=0.001, name=name)(x)
 
 
+# --- Block variants --------------------------------------------------------------------------
+# A variant's body builds one block's branch F:
+#     body(x, out_filters, strides, block, name, first) -> (source, F(x))
+# ``source`` is the tensor the shortcut starts from (x itself, for most); ``first`` is True for
+# the network's first block; ``block`` is the BlockConfig (read your switches from it); layer
+# names start with ``name`` (``stageS_unitU``), which checkpoints and tests depend on.
+# :func:`residual_block` then joins them: x + F(x), or F(x) alone with --noidentity.
+
+
+def hardt_ma_body(
+    x, out_filters: int, strides: int, block: BlockConfig, name: str, first: bool = False
+):
+    """C2(ReLU(C1(x))), the paper's block (arXiv:1611.04231, Section 4): no batch norm, one
+    ReLU; C1 may have stride 2, C2 has stride 1; the shortcut starts from x."""
+    stddev = INIT_STDDEVS[block.init](3, out_filters)
+    y = conv(x, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    y = activation(y, block, f"{name}_relu")
+    return x, conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
+
+
+def preactivation_body(
+    x, out_filters: int, strides: int, block: BlockConfig, name: str, first: bool = False
+):
+    """The original code's pre-activation ``_residual``, the baseline the paper departs from:
+    C2(ReLU(BN(C1(ReLU(BN(x)))))). The shortcut starts from x, before the first BN and ReLU,
+    except in the network's first block, from ReLU(BN(x)) (the original's first unit,
+    ``activate_before_residual``)."""
+    stddev = INIT_STDDEVS[block.init](3, out_filters)
+    activated = activation(batch_norm(x, block, f"{name}_bn1"), block, f"{name}_relu0")
+    y = conv(activated, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    y = activation(batch_norm(y, block, f"{name}_bn2"), block, f"{name}_relu")
+    y = conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
+    return (activated if first else x), y
+
+
+def preactivation_end(x, block: BlockConfig):
+    """The original's ``unit_last``: BN and ReLU after the last pre-activation block."""
+    return activation(batch_norm(x, block, "final_bn"), block, "final_relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockVariant:
+    """A registered block: its ``body`` (above), and ``end``, what the network applies to the
+    last block's output before the global pool (``end(x, block) -> x``; None: nothing)."""
+
+    body: Callable
+    end: Callable | None = None
+
+
+# The block variants, by their --norm name (the flag's choices, on both networks). Adding one:
+# a body function above and an entry here (README: "How to add an ablation").
+BLOCKS = {
+    "none": BlockVariant(hardt_ma_body),
+    "batch": BlockVariant(preactivation_body, end=preactivation_end),
+}
+
+
+def add_shortcut(
+    source, branch, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+):
+    """x + F(x): the branch added to the shortcut (shape-adjusted where the block changes it),
+    in float32 (the residual stream)."""
+    return keras.layers.Add(name=f"{name}_add", dtype=STREAM)(
+        [shortcut(source, in_filters, out_filters, strides, block, name), branch]
+    )
+
+
+def plain_chain(
+    source, branch, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+):
+    """F(x) alone: the same convolutions as a plain chain, no shortcut (``--noidentity``; the
+    paper's title claim, Sections 1-2)."""
+    return branch
+
+
 def residual_block(
     x,
     in_filters: int,
@@ -348,29 +273,198 @@ def residual_block(
     name: str,
     activate_before_residual: bool = False,
 ):
-    """x + C2(ReLU(C1(x))) (Section 4): no batch norm, one ReLU; C1 may have stride 2, C2 has
-    stride 1.
-
-    ``block.norm == "batch"``: the original pre-activation ``_residual``,
-    x + C2(ReLU(BN(C1(ReLU(BN(x)))))), its shortcut taken before the first BN and ReLU except in
-    the network's first block (``activate_before_residual``, as the original's first unit).
-    ``block.identity`` False: the branch alone, C2(ReLU(C1(x))).
-    """
-    stddev = INIT_STDDEVS[block.init](3, out_filters)
-    y = x
-    if block.norm == "batch":
-        y = activation(batch_norm(x, block, f"{name}_bn1"), block, f"{name}_relu0")
-        x = y if activate_before_residual else x
-    y = conv(y, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
-    if block.norm == "batch":
-        y = batch_norm(y, block, f"{name}_bn2")
-    y = activation(y, block, f"{name}_relu")
-    y = conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
-    if not block.identity:
-        return y
-    return keras.layers.Add(name=f"{name}_add", dtype=STREAM)(
-        [shortcut(x, in_filters, out_filters, strides, block, name), y]
+    """One block: the variant ``BLOCKS[block.norm]`` builds the branch F, then
+    :func:`add_shortcut` gives x + F(x), or (``block.identity`` False) :func:`plain_chain`
+    F(x). ``activate_before_residual``: the network's first block (the body's ``first``)."""
+    source, branch = BLOCKS[block.norm].body(
+        x, out_filters, strides, block, name, activate_before_residual
     )
+    join = add_shortcut if block.identity else plain_chain
+    return join(source, branch, in_filters, out_filters, strides, block, name)
+
+
+# --- Configs ---------------------------------------------------------------------------------
+
+
+def check_choices(cfg) -> None:
+    """ValueError (one line, naming the flag) for a field of the dataclass ``cfg`` whose value is
+    not among its metadata's ``choices``: a field's allowed values are declared there only (the
+    flag's choices come from the same place)."""
+    for field in dataclasses.fields(cfg):
+        allowed = field.metadata.get("choices")
+        value = getattr(cfg, field.name)
+        if allowed is not None and value not in allowed:
+            raise ValueError(
+                f"--{field.name}={value} is unknown; choose one of {', '.join(allowed)}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """What a residual block reads: the switches both networks (CIFAR, ImageNet) share, each
+    declared once, here: its default, its flag's help, and for a string its choices.
+
+    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4); the
+    alternatives are the original code's (module docstring). Both networks' configs derive from
+    this class (:class:`NetworkConfig`), so a field added here is a flag of both launchers,
+    checked by :meth:`validate`, recorded in their config.json, and read by the block functions
+    through :attr:`block`.
+    """
+
+    init: str = dataclasses.field(
+        default="hardt_ma",
+        metadata={
+            "choices": INIT_STDDEVS,
+            "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
+            "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
+            "original code's).",
+        },
+    )
+    shortcut: str = dataclasses.field(
+        default="pool_pad",
+        metadata={
+            "choices": SHORTCUTS,
+            "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.",
+        },
+    )
+    conv_bias: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
+            "gives the 13.59M of the paper's text)."
+        },
+    )
+    relu_leakiness: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
+            "resnet_main.py's leaky ReLU."
+        },
+    )
+    identity: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
+            "chain (the paper's title claim)."
+        },
+    )
+    norm: str = dataclasses.field(
+        default="none",
+        metadata={
+            "choices": BLOCKS,
+            "help": "The block variant (resnet_noBN.model.BLOCKS): none is the paper's; batch: "
+            "the original code's pre-activation unit with batch norm restored (BN, ReLU, conv, "
+            "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
+        },
+    )
+    data_format: str = dataclasses.field(
+        default="channels_last",
+        metadata={
+            "choices": LAYOUTS,
+            "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
+            "kernels need channels_last). The input pipeline always yields NHWC.",
+        },
+    )
+
+    @classmethod
+    def of(cls, config) -> BlockConfig:
+        """The block switches of a network's config; TypeError naming those it lacks (a config
+        without a switch would otherwise build the default block, silently)."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        missing = [name for name in names if not hasattr(config, name)]
+        if missing:
+            raise TypeError(
+                f"{type(config).__name__} lacks the block switch(es) {', '.join(missing)}; "
+                "derive its class from BlockConfig"
+            )
+        return cls(**{name: getattr(config, name) for name in names})
+
+    @property
+    def block(self) -> BlockConfig:
+        """The block switches alone: all that the block functions get."""
+        return BlockConfig.of(self)
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the fix) for an unknown switch (of this class or a
+        subclass: every field with ``choices``)."""
+        if not 0 <= self.relu_leakiness < 1:
+            raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
+        check_choices(self)
+
+    def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
+        """Raise ValueError for stage widths (after a first conv of ``first_width`` channels)
+        that are not positive or that the shortcut cannot join."""
+        widths = (first_width,) + tuple(stage_widths)
+        for previous, width in zip(widths, widths[1:]):
+            if width <= 0:
+                raise ValueError(f"--stage_widths must be positive, got {stage_widths}")
+            if self.shortcut == "pool_pad" and (width < previous or (width - previous) % 2):
+                raise ValueError(
+                    f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
+                    "half on each side, so widths must not shrink and must grow by an even "
+                    "number); change --stage_widths or use --shortcut=projection"
+                )
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig(BlockConfig):
+    """What both networks' configs share: the block's switches (:class:`BlockConfig`), the
+    classes and the head. :class:`ModelConfig` (CIFAR) and
+    :class:`resnet_noBN.imagenet_model.ImageNetConfig` derive from it."""
+
+    num_classes: int = 10
+    head: str = dataclasses.field(
+        default="random",
+        metadata={"choices": HEADS, "help": "Last layer: fixed random projection or trained."},
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the fix) for an unknown switch or fewer than two
+        classes."""
+        super().validate()
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(NetworkConfig):
+    """The architecture, Table 1 by default; the fields with a ``help`` are flags of
+    ``launch/cifar.py`` (it derives ``num_classes`` from the data set and ``stage_strides``
+    from the widths).
+
+    The block's switches (``init`` .. ``data_format``, from :class:`BlockConfig`, at the paper's
+    values), ``num_classes`` and ``head`` (:class:`NetworkConfig`), then the stages.
+    :attr:`block` is all that the block functions get. conv_bias defaults to False: Table 1's
+    "55 convolutions, 13.5M parameters" are the kernels alone, the original ``_conv`` has no
+    bias, and "the only trainable weights in our model are those of the convolutions"
+    (Section 4).
+    """
+
+    num_residual_units: int = dataclasses.field(
+        default=9, metadata={"help": "Residual blocks per stage."}
+    )
+    init_filters: int = dataclasses.field(
+        default=16, metadata={"help": "Channels of the first, standard convolution."}
+    )
+    stage_widths: tuple[int, ...] = dataclasses.field(
+        default=(64, 128, 256), metadata={"help": "Channels of each stage."}
+    )
+    stage_strides: tuple[int, ...] = (1, 2, 2)
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
+        super().validate()
+        if self.num_residual_units < 1:
+            raise ValueError(f"--num_residual_units must be >= 1, got {self.num_residual_units}")
+        if len(self.stage_widths) != len(self.stage_strides):
+            raise ValueError(
+                f"--stage_widths has {len(self.stage_widths)} stages but there are "
+                f"{len(self.stage_strides)} stage strides; give one width per stage"
+            )
+        self.check_widths(self.init_filters, self.stage_widths)
+
+
+# --- The network -----------------------------------------------------------------------------
 
 
 def projection_head(x, num_classes: int, trainable: bool):
@@ -424,9 +518,11 @@ def residual_stages(
 def pool_and_project(x, block: BlockConfig, num_classes: int, head: str):
     """Global average pooling, then the fixed (or, as an ablation, trained) projection.
 
-    With ``block.norm == "batch"``, first the original's last BN and ReLU (its ``unit_last``)."""
-    if block.norm == "batch":
-        x = activation(batch_norm(x, block, "final_bn"), block, "final_relu")
+    First the block variant's ``end``, if it has one (``norm="batch"``: the original's last BN
+    and ReLU, its ``unit_last``)."""
+    end = BLOCKS[block.norm].end
+    if end is not None:
+        x = end(x, block)
     x = keras.layers.GlobalAveragePooling2D(
         data_format=block.data_format, name="global_pool", dtype=STREAM
     )(x)

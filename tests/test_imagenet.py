@@ -187,11 +187,40 @@ def test_conv_downsample_replaces_max_pool_by_a_strided_conv():
         (dict(downsample="maxpool"), "--downsample=maxpool is unknown"),
         (dict(stage_widths=(64, 127, 256, 512)), "cannot go from 64 to 127 channels"),
         (dict(init="xavier"), "--init=xavier is unknown"),
+        (dict(norm="layer"), "--norm=layer is unknown"),
+        (dict(head="linear"), "--head=linear is unknown"),
+        (dict(relu_leakiness=-0.1), "--relu_leakiness must be in"),
     ],
 )
 def test_impossible_architectures(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ImageNetConfig(**kwargs).validate()
+
+
+def test_every_block_switch_reaches_the_imagenet_blocks():
+    """The CIFAR model's block switches are ImageNet's too (one BlockConfig): batch norm, no
+    identity, leaky ReLU each change the network they used to leave untouched."""
+    tiny = dict(
+        image_size=32, stem_filters=8, stage_units=(1, 2, 1, 1), stage_widths=(8, 16, 32, 64)
+    )
+    bn = build_imagenet_model(ImageNetConfig(**tiny, norm="batch", init="he"))
+    names = [layer.name for layer in bn.layers]
+    assert [n for n in names if n.startswith("stage2_unit1_")] == [
+        "stage2_unit1_bn1",
+        "stage2_unit1_relu0",
+        "stage2_unit1_conv1",
+        "stage2_unit1_bn2",
+        "stage2_unit1_relu",
+        "stage2_unit1_conv2",
+        "stage2_unit1_add",
+    ]
+    assert names[-4:] == ["final_bn", "final_relu", "global_pool", "projection"]
+    plain = build_imagenet_model(ImageNetConfig(**tiny, identity=False))
+    assert not [layer for layer in plain.layers if isinstance(layer, keras.layers.Add)]
+    leaky = build_imagenet_model(ImageNetConfig(**tiny, relu_leakiness=0.1, downsample="conv"))
+    for name in ("stem_relu", "stage1_unit0_relu"):
+        relu = leaky.get_layer(name)
+        np.testing.assert_allclose(relu(np.array([[-2.0, 3.0]], np.float32)), [[-0.2, 3.0]])
 
 
 def test_learning_rate_schedule():

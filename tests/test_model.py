@@ -1,6 +1,7 @@
 """The CIFAR model against arXiv:1611.04231 Section 4 / Table 1: counts, structure, init, head,
 decay, the ablation switches, and the float32 residual stream under mixed precision."""
 
+import dataclasses
 import math
 
 import keras
@@ -8,9 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cpu
+from resnet_noBN import cpu, model
+from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.model import (
+    BLOCKS,
     INIT_STDDEVS,
+    BlockConfig,
+    BlockVariant,
     ModelConfig,
     build_cifar_model,
     decayed_weights,
@@ -277,6 +282,60 @@ def test_weight_decay_is_l2_loss_over_kernels():
 def test_impossible_architectures(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**kwargs).validate()
+
+
+def test_a_registered_block_variant_is_a_choice_of_both_networks(monkeypatch):
+    """One function and one BLOCKS entry (x + C2(ReLU(C1(ReLU(x)))), say): --norm accepts it,
+    both networks build it."""
+    assert tuple(BLOCKS) == ("none", "batch")
+    norm = {f.name: f for f in dataclasses.fields(BlockConfig)}["norm"]
+    assert norm.metadata["choices"] is BLOCKS  # the flag's choices are the registry
+    with pytest.raises(ValueError, match="--norm=relu_first is unknown"):
+        ModelConfig(norm="relu_first").validate()
+
+    def relu_first(x, out_filters, strides, block, name, first=False):
+        y = model.activation(x, block, f"{name}_relu_in")
+        return x, model.hardt_ma_body(y, out_filters, strides, block, name, first)[1]
+
+    monkeypatch.setitem(BLOCKS, "relu_first", BlockVariant(relu_first))
+    cifar = build_cifar_model(ModelConfig(num_residual_units=1, norm="relu_first"))
+    assert (
+        cifar.get_layer("stage2_unit0_conv1").input
+        is cifar.get_layer("stage2_unit0_relu_in").output
+    )
+    # the shortcut starts from the block's input, before the new ReLU
+    assert cifar.get_layer("stage3_unit0_pool").input is cifar.get_layer("stage2_unit0_add").output
+    imagenet = build_imagenet_model(
+        ImageNetConfig(
+            image_size=32,
+            stem_filters=8,
+            stage_units=(1, 1, 1, 1),
+            stage_widths=(8, 16, 32, 64),
+            norm="relu_first",
+        )
+    )
+    assert "stage4_unit0_relu_in" in [layer.name for layer in imagenet.layers]
+
+
+def test_block_switches_are_declared_once_for_both_networks():
+    """Both configs derive from BlockConfig, so every block switch is a field of both and
+    reaches the block; a config lacking one is refused, not given the default."""
+    block_fields = [f.name for f in dataclasses.fields(BlockConfig)]
+    for cls in (ModelConfig, ImageNetConfig):
+        assert issubclass(cls, BlockConfig)
+        assert [f.name for f in dataclasses.fields(cls)][: len(block_fields)] == block_fields
+    cfg = ImageNetConfig(norm="batch", identity=False, relu_leakiness=0.1, init="he")
+    assert cfg.block == BlockConfig(norm="batch", identity=False, relu_leakiness=0.1, init="he")
+
+    @dataclasses.dataclass(frozen=True)
+    class Partial:  # declares some block switches only
+        init: str = "he"
+        norm: str = "batch"
+
+    with pytest.raises(TypeError, match="lacks the block switch.*shortcut"):
+        BlockConfig.of(Partial())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nrom'"):
+        ImageNetConfig(nrom="batch")
 
 
 @pytest.mark.skipif(
