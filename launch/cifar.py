@@ -22,7 +22,7 @@ from resnet_noBN import backend, cifar_data, cli, run_log
 from resnet_noBN.cifar_sources import sources
 from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.recipe import TrainConfig, objective_fields
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
@@ -87,6 +87,7 @@ def main(argv):
             "dataset": FLAGS.dataset,
             "cifar100_layout": FLAGS.cifar100_layout,
             **dataclasses.asdict(model_cfg),
+            **objective_fields(train_cfg),
         }
     )
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
@@ -97,6 +98,7 @@ def main(argv):
             "cifar100_layout": "official",
             "backend": "tensorflow",
             **dataclasses.asdict(ModelConfig()),
+            **objective_fields(TrainConfig()),
         },
     )
 

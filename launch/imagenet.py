@@ -21,7 +21,7 @@ from absl import flags
 
 from resnet_noBN import cli, distribute, imagenet_input, run_log
 from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule, objective_fields
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -99,8 +99,12 @@ def main(argv):
         raise cli.InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
     model_dir = FLAGS.model_dir or "runs/imagenet"
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
-    run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
-    run_log.check_resumable(model_dir, run_config)
+    run_config = {
+        "dataset": "imagenet2012",
+        **dataclasses.asdict(model_cfg),
+        **objective_fields(train_cfg),
+    }
+    run_log.check_resumable(model_dir, run_config, absent=objective_fields(TrainConfig()))
 
     import tensorflow as tf
 
