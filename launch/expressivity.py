@@ -41,9 +41,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import flags  # noqa: E402
 
-from resnet_noBN import cli  # noqa: E402
+from resnet_noBN import cli, plotting  # noqa: E402
 from resnet_noBN.theory import expressivity as ex  # noqa: E402
-from resnet_noBN.theory import plotting  # noqa: E402
 from resnet_noBN.theory.expressivity import ExpressivityError  # noqa: E402
 
 FLAGS = flags.FLAGS

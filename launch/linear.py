@@ -32,8 +32,8 @@ import os
 import numpy as np
 from absl import flags
 
-from resnet_noBN import cli
-from resnet_noBN.theory import linear, plotting
+from resnet_noBN import cli, plotting
+from resnet_noBN.theory import linear
 from resnet_noBN.theory.linear import LinearTheoryError
 
 FLAGS = flags.FLAGS
