@@ -18,6 +18,8 @@ import dataclasses
 import keras
 from keras import ops
 
+from resnet_noBN.flag_config import check_choices
+
 
 def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
     """Per-example softmax cross-entropy (the paper's), against labels smoothed by
@@ -154,13 +156,7 @@ class TrainConfig:
             raise ValueError(f"--weight_decay must be >= 0, got {self.weight_decay}")
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"--label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        for field in dataclasses.fields(self):
-            choices = field.metadata.get("choices")
-            if choices and getattr(self, field.name) not in choices:
-                raise ValueError(
-                    f"--{field.name}={getattr(self, field.name)} is unknown; choose one of "
-                    f"{', '.join(choices)}"
-                )
+        check_choices(self)
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
         bounds = self.lr_boundaries
