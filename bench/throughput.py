@@ -504,7 +504,7 @@ def say(line: str) -> None:
 
 def set_environment(args) -> None:
     """What must be settled before TensorFlow loads: torch for --compare_torch, --onednn and
-    TensorFlow's log level; then resnet_noBN, whose import sets oneDNN's default."""
+    TensorFlow's log level, then oneDNN's default (``cpu.default_onednn``)."""
     if args.compare_torch:
         import importlib.util
 
@@ -515,7 +515,9 @@ def set_environment(args) -> None:
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import resnet_noBN  # noqa: F401
+    from resnet_noBN import cpu
+
+    cpu.default_onednn()
 
 
 def describe_device(args, eng) -> dict:

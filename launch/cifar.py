@@ -13,16 +13,23 @@ from --model_dir. Ends by printing one line of JSON.
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import dataclasses
 import sys
 
 from absl import flags
 
 from resnet_noBN import backend, cifar_data, cli, run_log
+from resnet_noBN.backend import RuntimeConfig
 from resnet_noBN.cifar_sources import sources
+from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import config_from_flags, define_flags, int_list
 from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.recipe import TrainConfig, objective_fields
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
@@ -56,14 +63,14 @@ flags.DEFINE_enum(
     "see data/README.md). For measuring what that did to the paper's figure, not for use.",
 )
 # The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
-cli.define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
+define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 
 
 def model_config() -> ModelConfig:
-    widths = cli.int_list("stage_widths", FLAGS.stage_widths)
-    return cli.config_from_flags(
+    widths = int_list("stage_widths", FLAGS.stage_widths)
+    return config_from_flags(
         ModelConfig,
         num_classes=cifar_data.num_classes(FLAGS.dataset),
         stage_strides=(1,) + (2,) * (len(widths) - 1),
@@ -75,9 +82,12 @@ def main(argv):
     model_cfg = model_config()
     if FLAGS.summary_only:
         return cli.print_summary(build_cifar_model(model_cfg))
-    train_cfg = cli.train_config_from_flags()
+    train_cfg = config_from_flags(TrainConfig)
+    if FLAGS.scale_lr:
+        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
+    runtime_cfg = config_from_flags(RuntimeConfig)
     if FLAGS.pad < 0:
-        raise cli.InputError(f"--pad must be >= 0, got {FLAGS.pad}")
+        raise InputError(f"--pad must be >= 0, got {FLAGS.pad}")
     cifar_data.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
     if FLAGS.data_path:
         cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
@@ -87,6 +97,7 @@ def main(argv):
             "dataset": FLAGS.dataset,
             "cifar100_layout": FLAGS.cifar100_layout,
             **dataclasses.asdict(model_cfg),
+            **objective_fields(train_cfg),
         }
     )
     run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
@@ -97,10 +108,11 @@ def main(argv):
             "cifar100_layout": "official",
             "backend": "tensorflow",
             **dataclasses.asdict(ModelConfig()),
+            **objective_fields(TrainConfig()),
         },
     )
 
-    runtime = cli.start_runtime(train_cfg, model_dir)  # before tfds: that runs TF ops
+    runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path and backend.is_tensorflow():
         # download / verify the tfds data set now, before anything is written
         from resnet_noBN import cifar_input
@@ -128,6 +140,7 @@ def main(argv):
     )
     trainer = cli.make_trainer(
         runtime,
+        runtime_cfg,
         lambda: build_cifar_model(model_cfg),
         train_cfg,
         model_dir,

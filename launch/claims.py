@@ -17,6 +17,10 @@ is kept, an unfinished one resumes from its checkpoint.
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import dataclasses
 import datetime
 import json
@@ -27,8 +31,10 @@ import time
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, claims, cli, cpu, run_log
+from resnet_noBN import backend, cifar_data, claims, cli, run_log
 from resnet_noBN.cifar_sources import sources
+from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import validated
 from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 
 FLAGS = flags.FLAGS
@@ -73,10 +79,10 @@ def sweep_from_flags() -> claims.Sweep:
     }
     sweep = dataclasses.replace(sweep, **overrides)
     if sweep.seeds < 1:
-        raise cli.InputError(f"--seeds must be >= 1, got {sweep.seeds}")
+        raise InputError(f"--seeds must be >= 1, got {sweep.seeds}")
     if sweep.train_steps < 2:
-        raise cli.InputError(f"--train_steps must be >= 2, got {sweep.train_steps}")
-    cli.validated(claims.train_config(sweep))
+        raise InputError(f"--train_steps must be >= 2, got {sweep.train_steps}")
+    validated(claims.train_config(sweep))
     if sweep.eval_every > sweep.train_steps:
         sweep = dataclasses.replace(sweep, eval_every=sweep.train_steps)
     return sweep
@@ -85,7 +91,7 @@ def sweep_from_flags() -> claims.Sweep:
 def arms_from_flags() -> list[claims.Arm]:
     unknown = sorted(set(FLAGS.arms) - set(claims.ARM_NAMES))
     if unknown:
-        raise cli.InputError(
+        raise InputError(
             f"--arms: unknown arm(s) {', '.join(unknown)}; choose from {','.join(claims.ARM_NAMES)}"
         )
     return [arm for arm in claims.ARMS if arm.name in FLAGS.arms or arm.name == claims.BASELINE]

@@ -11,6 +11,10 @@ Runs on the backend the run trained on; writes nothing into --model_dir; prints 
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import json
 
 from absl import flags

@@ -30,21 +30,26 @@ Bad input or data that break the lemma's preconditions: 'error: ...' on stderr, 
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # else TF logs a line per float64 op
 
-import json  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
+import json
+import math
+import time
 
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+import numpy as np
+from absl import flags
 
-from resnet_noBN import cli  # noqa: E402
-from resnet_noBN.theory import expressivity as ex  # noqa: E402
-from resnet_noBN.theory import plotting  # noqa: E402
-from resnet_noBN.theory.expressivity import ExpressivityError  # noqa: E402
+from resnet_noBN import cli, plotting
+from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import int_list
+from resnet_noBN.theory import expressivity as ex
+from resnet_noBN.theory.expressivity import ExpressivityError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -79,31 +84,31 @@ LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
 
 
 def check_flags() -> list[int]:
-    """The sweep sizes; cli.InputError naming the flag when one is out of range."""
+    """The sweep sizes; InputError naming the flag when one is out of range."""
     for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
         if getattr(FLAGS, name) < 1:
-            raise cli.InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+            raise InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     for name in ("num_points", "num_images"):
         if getattr(FLAGS, name) < 0:
-            raise cli.InputError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
+            raise InputError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
     if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
-        raise cli.InputError(
+        raise InputError(
             f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
             "cifar-10-batches-bin or leave it out (generated images)"
         )
-    sizes = list(cli.int_list("sweep_sizes", FLAGS.sweep_sizes))
+    sizes = list(int_list("sweep_sizes", FLAGS.sweep_sizes))
     if not sizes or min(sizes) < 2:
-        raise cli.InputError(f"--sweep_sizes must be integers >= 2, got '{FLAGS.sweep_sizes}'")
+        raise InputError(f"--sweep_sizes must be integers >= 2, got '{FLAGS.sweep_sizes}'")
     return sizes
 
 
 def cifar_images(n: int) -> np.ndarray:
-    """The first n CIFAR-10 train images of --cifar_dir as unit-norm vectors; cli.InputError
+    """The first n CIFAR-10 train images of --cifar_dir as unit-norm vectors; InputError
     when the folder holds no CIFAR-10 binary files."""
     try:
         return ex.normalise_images(ex.load_cifar10_pixels(FLAGS.cifar_dir, n))
     except ExpressivityError as e:
-        raise cli.InputError(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def images(rng: np.random.Generator) -> tuple[np.ndarray, str]:
@@ -135,7 +140,7 @@ def fit(name: str, X: np.ndarray, width_flag: str, rng: np.random.Generator) -> 
             X, labels, r, width, rng, progress=lambda line: print(line, flush=True)
         )
     except ExpressivityError as e:
-        raise cli.InputError(f"{name}: {e} (the width is --{width_flag})") from None
+        raise InputError(f"{name}: {e} (the width is --{width_flag})") from None
     built = time.perf_counter()
     model = ex.keras_model(net)
     outputs = ex.predict(model, X)

@@ -15,13 +15,20 @@ from --model_dir. Ends by printing one line of JSON.
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import dataclasses
 
 from absl import flags
 
 from resnet_noBN import cli, distribute, imagenet_input, run_log
+from resnet_noBN.backend import RuntimeConfig
+from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule, objective_fields
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -58,7 +65,7 @@ flags.DEFINE_integer(
 flags.DEFINE_float("epochs_per_decay", 2.0, "Epochs between learning-rate decays by --lr_decay.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/imagenet.")
 # The architecture (ResNet-34's layout by default) and the paper's ablations, then the recipe.
-cli.define_flags(ImageNetConfig, exclude=("num_classes", "stem_kernel", "data_format"))
+define_flags(ImageNetConfig, exclude=("num_classes", "stem_kernel", "data_format"))
 cli.define_train_flags(
     TrainConfig(
         train_steps=700_000,
@@ -84,28 +91,41 @@ def summary(cfg: ImageNetConfig) -> None:
 
 @cli.exit_codes
 def main(argv):
-    model_cfg = cli.config_from_flags(ImageNetConfig)
+    model_cfg = config_from_flags(ImageNetConfig)
     if FLAGS.summary_only:
         return summary(model_cfg)
-    train_cfg = cli.train_config_from_flags()
+    train_cfg = config_from_flags(TrainConfig)
+    if FLAGS.scale_lr:
+        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
+    runtime_cfg = config_from_flags(RuntimeConfig)
     if train_cfg.lr_boundaries:
-        raise cli.InputError(
+        raise InputError(
             "--lr_boundaries is not used by the ImageNet recipe (exponential "
             "decay): set --lr_decay and --epochs_per_decay instead"
         )
     if not FLAGS.epochs_per_decay > 0:
-        raise cli.InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
+        raise InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
     if FLAGS.shuffle_buffer < 1:
-        raise cli.InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
+        raise InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
     model_dir = FLAGS.model_dir or "runs/imagenet"
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
-    run_config = {"dataset": "imagenet2012", **dataclasses.asdict(model_cfg)}
-    # a key an older config.json lacks (a block switch ImageNet did not have) stands for its default
-    run_log.check_resumable(model_dir, run_config, absent=dataclasses.asdict(ImageNetConfig()))
+    run_config = {
+        "dataset": "imagenet2012",
+        **dataclasses.asdict(model_cfg),
+        **objective_fields(train_cfg),
+    }
+    # a key an older config.json lacks (a block switch ImageNet did not have, the optimizer and
+    # loss before they were named) stands for its default
+    run_log.check_resumable(
+        model_dir,
+        run_config,
+        absent={**dataclasses.asdict(ImageNetConfig()), **objective_fields(TrainConfig())},
+    )
 
     import tensorflow as tf
 
-    runtime = cli.start_runtime(train_cfg, model_dir)  # before the data checks: they run TF ops
+    # before the data checks: they run TF ops
+    runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)
     # file-based sharding needs a file per input pipeline: checked before anything is written
     if FLAGS.data_path:
         imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines, FLAGS.label_offset)
@@ -136,6 +156,7 @@ def main(argv):
     )
     trainer = cli.make_trainer(
         runtime,
+        runtime_cfg,
         lambda: build_imagenet_model(model_cfg),
         train_cfg,
         model_dir,

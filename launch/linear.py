@@ -25,6 +25,10 @@ Writes linear.json and the plots to --output_dir; ends with one line of JSON (th
 
 from __future__ import annotations
 
+from resnet_noBN import cpu
+
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+
 import json
 import math
 import os
@@ -32,8 +36,10 @@ import os
 import numpy as np
 from absl import flags
 
-from resnet_noBN import cli
-from resnet_noBN.theory import linear, plotting
+from resnet_noBN import cli, plotting
+from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import int_list
+from resnet_noBN.theory import linear
 from resnet_noBN.theory.linear import LinearTheoryError
 
 FLAGS = flags.FLAGS
@@ -68,7 +74,7 @@ GD_TARGETS = {
 
 
 def check_flags() -> list[int]:
-    """The validated depths; cli.InputError naming the flag otherwise."""
+    """The validated depths; InputError naming the flag otherwise."""
     for name in (
         "mc_samples",
         "tau_samples",
@@ -78,12 +84,12 @@ def check_flags() -> list[int]:
         "adversarial_steps",
     ):
         if getattr(FLAGS, name) < 1:
-            raise cli.InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+            raise InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.init_scale < 0:
-        raise cli.InputError(f"--init_scale must be >= 0, got {FLAGS.init_scale}")
-    depths = list(cli.int_list("depths", FLAGS.depths))
+        raise InputError(f"--init_scale must be >= 0, got {FLAGS.init_scale}")
+    depths = list(int_list("depths", FLAGS.depths))
     if not depths or min(depths) < 1:
-        raise cli.InputError(f"--depths must be positive integers, got '{FLAGS.depths}'")
+        raise InputError(f"--depths must be positive integers, got '{FLAGS.depths}'")
     return depths
 
 

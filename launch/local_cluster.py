@@ -47,6 +47,8 @@ import time
 
 from absl import app, flags
 
+from resnet_noBN.errors import PREEMPTED_EXIT
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
 flags.DEFINE_integer("ps", 0, "Parameter servers (0: a multi-worker job without a chief task).")
@@ -65,9 +67,6 @@ flags.DEFINE_enum(
     "interface, so no other host can reach their (unauthenticated) gRPC ports; they have no "
     "network beyond 127.0.0.1. host: this host's network; the ports listen on all its interfaces.",
 )
-# resnet_noBN.errors.PREEMPTED_EXIT, written again: importing the package would set
-# TF_ENABLE_ONEDNN_OPTS here, which every task would then inherit as if the user had set it.
-PREEMPTED_EXIT = 3
 
 
 # <sched.h>, <linux/sockios.h>, <net/if.h>

@@ -5,9 +5,6 @@ Modules:
   cifar_input  CIFAR-10/100 input pipeline (tfds, the official binary files, an image folder).
   training     the strategy-aware custom training loop.
   theory       Sections 2 and 3 of the paper, executable.
-  cpu          the CPU's extensions; oneDNN on by default on x86 (set here, before TF loads).
+  cpu          the CPU's extensions; oneDNN on by default on x86: every entry point calls
+               ``cpu.default_onednn()`` first, before anything loads TensorFlow.
 """
-
-from resnet_noBN import cpu as _cpu
-
-_cpu.default_onednn()

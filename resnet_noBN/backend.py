@@ -21,6 +21,7 @@ import keras
 
 from resnet_noBN import cpu
 from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import check_choices
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
 RESOLVERS = ("tf_config", "slurm")
@@ -35,6 +36,84 @@ def name() -> str:
 
 def is_tensorflow() -> bool:
     return name() == "tensorflow"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how a training launcher runs: its runtime flags, each declared here once (its
+    name, default, choices and help are the flag's; ``resnet_noBN.flag_config``)."""
+
+    strategy: str = dataclasses.field(
+        default="default",
+        metadata={
+            "choices": STRATEGIES,
+            "help": "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch "
+            "semantics). On JAX: default (one device) or mirrored (every local device).",
+        },
+    )
+    cluster_resolver: str = dataclasses.field(
+        default="tf_config",
+        metadata={
+            "choices": RESOLVERS,
+            "help": "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
+            "SLURM step's variables.",
+        },
+    )
+    seed: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Seed of the weights, data order and augmentation (default: the seed of the "
+            "run being resumed, recorded in its config.json, else drawn at random; printed "
+            "either way)."
+        },
+    )
+    precision: str = dataclasses.field(
+        default="float32",
+        metadata={
+            "choices": PRECISIONS,
+            "help": "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
+        },
+    )
+    jit_compile: bool = dataclasses.field(
+        default=False, metadata={"help": "Compile each replica's forward/backward with XLA."}
+    )
+    intra_op_threads: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Threads within an op (default: all cores on a CPU-only host, else TF's)."
+        },
+    )
+    inter_op_threads: int | None = dataclasses.field(
+        default=None,
+        metadata={"help": "Ops run at once (default: 1 on a CPU-only host, else TF's)."},
+    )
+    deterministic: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
+            "GPUs too (slower there; a CPU run is deterministic without it)."
+        },
+    )
+    time_budget_s: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Stop after this many seconds of training: a checkpoint, then exit 3 (as on "
+            "SIGTERM); rerunning the same command resumes. For machines lent by the hour. Not "
+            "under multi_worker or parameter_server (the workers would not stop together: use "
+            "the scheduler's time limit, which sends SIGTERM)."
+        },
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
+        check_choices(self)
+        if self.time_budget_s is not None and (
+            self.time_budget_s <= 0 or self.strategy in ("multi_worker", "parameter_server")
+        ):
+            raise ValueError(
+                f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
+                "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -324,18 +324,15 @@ def _band(records_by_seed: list[list[dict]], key: str, scale: float):
 
 def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
     """Training loss and test error against step, one colour per arm, the seeds' range shaded."""
-    import matplotlib
+    from resnet_noBN import plotting  # matplotlib only where the curves are drawn
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (loss_ax, error_ax) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
+    fig, (loss_ax, error_ax) = plotting.figure(ncols=2, width=6.0, height=4.5)
     for i, arm in enumerate(ARMS):
         dirs = [run_dir(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
         dirs = [d for d in dirs if os.path.isdir(d)]
         if not dirs:
             continue
-        colour = plt.get_cmap("tab10")(i)
+        colour = plotting.colour(i)
         drawn = False
         for ax, name, key, scale in (
             (loss_ax, run_log.TRAIN_FILE, "loss", 1.0),
@@ -370,9 +367,7 @@ def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
         ax.grid(alpha=0.3)
     error_ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plotting.save(fig, path)
 
 
 def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:

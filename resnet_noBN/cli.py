@@ -10,6 +10,7 @@ checkpoint of the step reached was saved, and rerunning the same command resumes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -17,11 +18,9 @@ import sys
 from absl import app, flags, logging
 
 from resnet_noBN import backend, run_log
-from resnet_noBN.backend import Runtime
+from resnet_noBN.backend import Runtime, RuntimeConfig
 from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.flag_config import int_list as int_list  # the launchers' cli.int_list
-from resnet_noBN.flag_config import validated as validated  # and cli.validated
+from resnet_noBN.flag_config import define_flags
 from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
 from resnet_noBN.model import param_counts
 from resnet_noBN.recipe import TrainConfig
@@ -50,118 +49,80 @@ def define_train_flags(defaults: TrainConfig) -> None:
 
 
 def define_runtime_flags() -> None:
-    """Where and how a launcher runs: strategy, cluster, seed, precision, XLA, threads."""
-    flags.DEFINE_enum(
-        "strategy",
-        "default",
-        list(backend.STRATEGIES),
-        "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch semantics). "
-        "On JAX: default (one device) or mirrored (every local device).",
-    )
-    flags.DEFINE_enum(
-        "cluster_resolver",
-        "tf_config",
-        list(backend.RESOLVERS),
-        "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
-        "SLURM step's variables.",
-    )
-    flags.DEFINE_integer(
-        "seed",
-        None,
-        "Seed of the weights, data order and augmentation "
-        "(default: the seed of the run being resumed, recorded in its "
-        "config.json, else drawn at random; printed either way).",
-    )
+    """Where and how a launcher runs (:class:`RuntimeConfig`'s fields), and --summary_only."""
+    define_flags(RuntimeConfig)
     flags.DEFINE_bool(
         "summary_only", False, "Print the layer table and parameter counts, and exit without data."
     )
-    flags.DEFINE_enum(
-        "precision",
-        "float32",
-        list(backend.PRECISIONS),
-        "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
-    )
-    flags.DEFINE_bool("jit_compile", False, "Compile each replica's forward/backward with XLA.")
-    flags.DEFINE_integer(
-        "intra_op_threads",
-        None,
-        "Threads within an op (default: all cores on a CPU-only host, else TF's).",
-    )
-    flags.DEFINE_integer(
-        "inter_op_threads", None, "Ops run at once (default: 1 on a CPU-only host, else TF's)."
-    )
-    flags.DEFINE_bool(
-        "deterministic",
-        False,
-        "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
-        "GPUs too (slower there; a CPU run is deterministic without it).",
-    )
-    flags.DEFINE_float(
-        "time_budget_s",
-        None,
-        "Stop after this many seconds of training: a checkpoint, then exit 3 (as on SIGTERM); "
-        "rerunning the same command resumes. For machines lent by the hour. Not under "
-        "multi_worker or parameter_server (the workers would not stop together: use the "
-        "scheduler's time limit, which sends SIGTERM).",
-    )
 
 
-def train_config_from_flags() -> TrainConfig:
-    """The validated :class:`TrainConfig` the flags describe (InputError otherwise)."""
-    overrides = {}
-    if FLAGS.scale_lr:
-        # the launcher's default batch is the paper's, which its learning rate is tuned for
-        overrides["learning_rate"] = FLAGS.learning_rate * (
-            FLAGS.batch_size / FLAGS["batch_size"].default
-        )
-    return config_from_flags(TrainConfig, **overrides)
+def linear_scaling(cfg: TrainConfig, base_batch: int) -> TrainConfig:
+    """``cfg`` with its learning rate multiplied by ``batch_size / base_batch`` (--scale_lr: the
+    linear scaling rule, for a batch larger than the one the rate was tuned for)."""
+    return dataclasses.replace(cfg, learning_rate=cfg.learning_rate * cfg.batch_size / base_batch)
 
 
-def start_runtime(train_cfg: TrainConfig, model_dir: str) -> Runtime:
-    """The runtime the flags describe, on the Keras backend in use: TensorFlow's
+def start_runtime(cfg: RuntimeConfig, train_cfg: TrainConfig, model_dir: str) -> Runtime:
+    """The runtime ``cfg`` describes, on the Keras backend in use: TensorFlow's
     :func:`resnet_noBN.distribute.start_runtime`, or :func:`backend.start_jax_runtime`.
 
-    The seed: --seed; else, resuming, the one ``model_dir``'s config.json recorded (so a
+    The seed: ``cfg.seed``; else, resuming, the one ``model_dir``'s config.json recorded (so a
     rerun continues the same data order); else drawn at random.
     """
-    seed = FLAGS.seed
+    seed = cfg.seed
     if seed is None:
         seed = run_log.read_config(model_dir).get(run_log.SEED_KEY)
-    if FLAGS.time_budget_s is not None and (
-        FLAGS.time_budget_s <= 0 or FLAGS.strategy in ("multi_worker", "parameter_server")
-    ):
-        raise InputError(
-            f"--time_budget_s={FLAGS.time_budget_s:g} needs a positive value and one process "
-            "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
-        )
     batch_sizes = {name: getattr(train_cfg, name) for name in ("batch_size", "eval_batch_size")}
     if not backend.is_tensorflow():
+        defaults = RuntimeConfig()
         return backend.start_jax_runtime(
-            FLAGS.strategy,
+            cfg.strategy,
             batch_sizes=batch_sizes,
             seed=seed,
-            precision=FLAGS.precision,
+            precision=cfg.precision,
             tensorflow_only={
-                "jit_compile": FLAGS.jit_compile,
-                "intra_op_threads": FLAGS.intra_op_threads,
-                "inter_op_threads": FLAGS.inter_op_threads,
-                "deterministic": FLAGS.deterministic,
-                "cluster_resolver": FLAGS.cluster_resolver
-                if FLAGS["cluster_resolver"].present
-                else None,
+                name: getattr(cfg, name)
+                for name in (
+                    "jit_compile",
+                    "intra_op_threads",
+                    "inter_op_threads",
+                    "deterministic",
+                    "cluster_resolver",
+                )
+                if getattr(cfg, name) != getattr(defaults, name)
             },
         )
     from resnet_noBN import distribute
 
     return distribute.start_runtime(
-        FLAGS.strategy,
-        FLAGS.cluster_resolver,
+        cfg.strategy,
+        cfg.cluster_resolver,
         batch_sizes=batch_sizes,
         seed=seed,
-        precision=FLAGS.precision,
-        intra_op_threads=FLAGS.intra_op_threads,
-        inter_op_threads=FLAGS.inter_op_threads,
-        deterministic=FLAGS.deterministic,
+        precision=cfg.precision,
+        intra_op_threads=cfg.intra_op_threads,
+        inter_op_threads=cfg.inter_op_threads,
+        deterministic=cfg.deterministic,
+    )
+
+
+def make_trainer(
+    runtime: Runtime,
+    cfg: RuntimeConfig,
+    build_model,
+    train_cfg: TrainConfig,
+    model_dir: str,
+    **kwargs,
+) -> TrainLoop:
+    """:func:`backend.make_trainer` with ``cfg``'s jit_compile and time_budget_s."""
+    return backend.make_trainer(
+        runtime,
+        build_model,
+        train_cfg,
+        model_dir,
+        jit_compile=cfg.jit_compile,
+        time_budget_s=cfg.time_budget_s,
+        **kwargs,
     )
 
 
@@ -203,21 +164,6 @@ def check_backend(run_config: dict) -> dict:
     if backend.name() not in ("tensorflow", "jax"):
         raise InputError(f"KERAS_BACKEND={backend.name()} is not supported; use tensorflow or jax")
     return {**run_config, "backend": backend.name()}
-
-
-def make_trainer(
-    runtime: Runtime, build_model, train_cfg: TrainConfig, model_dir: str, **kwargs
-) -> TrainLoop:
-    """:func:`backend.make_trainer` with --jit_compile and --time_budget_s."""
-    return backend.make_trainer(
-        runtime,
-        build_model,
-        train_cfg,
-        model_dir,
-        jit_compile=FLAGS.jit_compile,
-        time_budget_s=FLAGS.time_budget_s,
-        **kwargs,
-    )
 
 
 def train_and_report(trainer: TrainLoop, train_fn, eval_fn, **report) -> dict:

@@ -34,6 +34,18 @@ def int_list(flag_name: str, text: str) -> tuple[int, ...]:
         raise InputError(f"--{flag_name} must be comma-separated integers, got '{text}'") from None
 
 
+def check_choices(cfg) -> None:
+    """ValueError (one line, naming the flag) where a field of the config dataclass ``cfg`` that
+    declares ``choices`` holds another value: the choices are declared once, on the field."""
+    for field in dataclasses.fields(cfg):
+        choices = field.metadata.get("choices")
+        if choices and getattr(cfg, field.name) not in choices:
+            raise ValueError(
+                f"--{field.name}={getattr(cfg, field.name)} is unknown; choose one of "
+                f"{', '.join(choices)}"
+            )
+
+
 def validated(cfg):
     """``cfg`` after ``cfg.validate()``; its ValueError becomes an InputError."""
     try:
@@ -69,6 +81,9 @@ def define_flags(defaults, exclude: tuple[str, ...] = ()) -> None:
 
 def _define(name: str, kind, default, metadata) -> None:
     help_text, choices = metadata["help"], metadata.get("choices")
+    optional = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+    if len(optional) == 1 and type(None) in typing.get_args(kind):  # int | None: default None
+        kind = optional[0]
     if kind is bool:
         flags.DEFINE_bool(name, default, help_text)
     elif kind is int:

@@ -120,7 +120,7 @@ class JaxTrainer(TrainLoop):
             trainable, non_trainable, images, training=True
         )
         decay = weight_decay_loss([trainable[i] for i in self._decayed], self.cfg.weight_decay)
-        loss, correct = objective(logits, labels, decay, self.cfg.batch_size)
+        loss, correct = objective(logits, labels, decay, self.cfg)
         return loss, (correct, non_trainable)
 
     def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):

@@ -44,6 +44,8 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
+from resnet_noBN.flag_config import check_choices
+
 HEADS = ("random", "trainable")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
 
@@ -284,19 +286,6 @@ def residual_block(
 
 
 # --- Configs ---------------------------------------------------------------------------------
-
-
-def check_choices(cfg) -> None:
-    """ValueError (one line, naming the flag) for a field of the dataclass ``cfg`` whose value is
-    not among its metadata's ``choices``: a field's allowed values are declared there only (the
-    flag's choices come from the same place)."""
-    for field in dataclasses.fields(cfg):
-        allowed = field.metadata.get("choices")
-        value = getattr(cfg, field.name)
-        if allowed is not None and value not in allowed:
-            raise ValueError(
-                f"--{field.name}={value} is unknown; choose one of {', '.join(allowed)}"
-            )
 
 
 @dataclasses.dataclass(frozen=True)

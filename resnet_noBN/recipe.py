@@ -5,6 +5,10 @@
 
 Both training loops (``training`` on TensorFlow, ``jax_training`` on JAX) take these, so the
 recipe is written once. No TensorFlow here: only Keras and ``keras.ops``.
+
+The loss and the optimizer are chosen by name (``--loss``, ``--optimizer``), defaulting to the
+paper's; another one is a function and an entry in ``LOSSES`` or ``OPTIMIZERS``, nothing else:
+the flag's choices, its check and both loops follow.
 """
 
 from __future__ import annotations
@@ -13,6 +17,55 @@ import dataclasses
 
 import keras
 from keras import ops
+
+from resnet_noBN.flag_config import check_choices
+
+
+def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
+    """Per-example softmax cross-entropy (the paper's), against labels smoothed by
+    ``cfg.label_smoothing`` (0: none; s: 1 - s on the label, s spread over all classes)."""
+    if not cfg.label_smoothing:
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    targets = ops.one_hot(ops.cast(labels, "int32"), ops.shape(logits)[-1])
+    return keras.losses.categorical_crossentropy(
+        targets, logits, from_logits=True, label_smoothing=cfg.label_smoothing
+    )
+
+
+def sigmoid_cross_entropy(logits, labels, cfg: TrainConfig):
+    """Per-example sum over the classes of the binary cross-entropy of each logit against the
+    (smoothed) one-hot label: every class its own yes/no (big_vision's ``sigmoid_xent``)."""
+    targets = ops.one_hot(ops.cast(labels, "int32"), ops.shape(logits)[-1])
+    targets = targets * (1 - cfg.label_smoothing) + cfg.label_smoothing / 2
+    return ops.sum(
+        keras.losses.binary_crossentropy(targets[..., None], logits[..., None], from_logits=True),
+        axis=-1,
+    )
+
+
+def momentum_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """SGD with momentum ``cfg.momentum`` (the paper's): v = m v - lr g, w += v."""
+    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum)
+
+
+def nesterov_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """SGD with Nesterov momentum ``cfg.momentum``."""
+    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum, nesterov=True)
+
+
+def adam(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """Adam (first-moment decay ``cfg.momentum``) on the schedule; the weight decay stays the
+    objective's L2 term, as in the paper's recipe."""
+    return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum)
+
+
+# name -> fn(logits, labels, cfg): float32 per-example losses [B]
+LOSSES = {
+    "softmax_cross_entropy": softmax_cross_entropy,
+    "sigmoid_cross_entropy": sigmoid_cross_entropy,
+}
+# name -> fn(cfg, schedule): a Keras optimizer
+OPTIMIZERS = {"momentum": momentum_sgd, "nesterov": nesterov_sgd, "adam": adam}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +90,29 @@ class TrainConfig:
     lr_decay: float = dataclasses.field(
         default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
     )
+    optimizer: str = dataclasses.field(
+        default="momentum",
+        metadata={
+            "choices": tuple(OPTIMIZERS),
+            "help": "momentum: SGD with momentum (the paper's); nesterov; adam (--momentum is "
+            "its beta_1). recipe.OPTIMIZERS.",
+        },
+    )
     momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})
+    loss: str = dataclasses.field(
+        default="softmax_cross_entropy",
+        metadata={
+            "choices": tuple(LOSSES),
+            "help": "softmax_cross_entropy (the paper's) or sigmoid_cross_entropy, averaged over "
+            "the global batch. recipe.LOSSES.",
+        },
+    )
+    label_smoothing: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "Label smoothing s of the loss: 1 - s on the label (0: none, the paper's)."
+        },
+    )
     weight_decay: float = dataclasses.field(
         default=1e-4,
         metadata={"help": "Decay rate r of the loss term r * sum ||W||^2 / 2 over conv kernels."},
@@ -79,6 +154,9 @@ class TrainConfig:
             raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
             raise ValueError(f"--weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"--label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        check_choices(self)
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
         bounds = self.lr_boundaries
@@ -87,6 +165,12 @@ class TrainConfig:
                 f"--lr_boundaries must be positive and strictly increasing, got "
                 f"{','.join(map(str, bounds))}"
             )
+
+
+def objective_fields(cfg: TrainConfig) -> dict:
+    """The recipe's choices a resumed run must share (config.json records them): another
+    optimizer has other variables, another loss another objective."""
+    return {"optimizer": cfg.optimizer, "loss": cfg.loss, "label_smoothing": cfg.label_smoothing}
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:
@@ -123,25 +207,24 @@ def exponential_learning_rate_schedule(
     )
 
 
-def make_optimizer(cfg: TrainConfig, schedule=None) -> keras.optimizers.SGD:
-    """SGD with ``cfg.momentum`` on ``schedule`` (default: :func:`learning_rate_schedule`)."""
-    return keras.optimizers.SGD(
-        learning_rate=schedule or learning_rate_schedule(cfg), momentum=cfg.momentum
-    )
+def make_optimizer(cfg: TrainConfig, schedule=None) -> keras.optimizers.Optimizer:
+    """The optimizer ``cfg.optimizer`` names (``OPTIMIZERS``) on ``schedule`` (default:
+    :func:`learning_rate_schedule`)."""
+    return OPTIMIZERS[cfg.optimizer](cfg, schedule or learning_rate_schedule(cfg))
 
 
-def objective(logits, labels, decay, global_batch: int, replicas: int = 1):
+def objective(logits, labels, decay, cfg: TrainConfig, replicas: int = 1):
     """(loss, correct) of one replica's share of a batch.
 
-    loss = Σ per-example cross-entropy / ``global_batch`` + ``decay`` / ``replicas``: summed over
-    the replicas (the all-reduce of the gradients), that is the mean cross-entropy over the
-    global batch plus the decay once, whatever the number of replicas (what TF's
-    ``compute_average_loss`` and ``scale_regularization_loss`` do). ``logits`` are cast to
-    float32; ``correct`` counts arg max hits (float32).
+    loss = Σ per-example ``cfg.loss`` (``LOSSES``) / the global batch ``cfg.batch_size`` +
+    ``decay`` / ``replicas``: summed over the replicas (the all-reduce of the gradients), that is
+    the mean loss over the global batch plus the decay once, whatever the number of replicas
+    (what TF's ``compute_average_loss`` and ``scale_regularization_loss`` do). ``logits`` are cast
+    to float32; ``correct`` counts arg max hits (float32).
     """
     logits = ops.cast(logits, "float32")
-    per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    loss = ops.sum(per_example) / global_batch + decay / replicas
+    per_example = LOSSES[cfg.loss](logits, labels, cfg)
+    loss = ops.sum(per_example) / cfg.batch_size + decay / replicas
     hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), ops.cast(labels, "int32"))
     return loss, ops.sum(ops.cast(hits, "float32"))
 

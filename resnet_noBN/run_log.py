@@ -50,13 +50,10 @@ def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
 
 def plot_error_curve(records: list[dict], path: str, title: str) -> None:
     """Test error (and train error at the same steps) in % against step, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from resnet_noBN import plotting  # matplotlib only where a curve is drawn
 
     steps = [r["step"] for r in records]
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig, (ax,) = plotting.figure(width=6.0, height=4.0)
     ax.plot(steps, [100 * r["test_error"] for r in records], "o-", label="test error")
     if all("train_precision" in r for r in records):
         ax.plot(
@@ -70,9 +67,7 @@ def plot_error_curve(records: list[dict], path: str, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plotting.save(fig, path)
 
 
 def _append(path: str, record: dict) -> None:

@@ -108,7 +108,7 @@ class Trainer(TrainLoop):
                 logits,
                 labels,
                 weight_decay_loss(self._decayed, self.cfg.weight_decay),
-                self.cfg.batch_size,
+                self.cfg,
                 self.strategy.num_replicas_in_sync,
             )
         grads = tape.gradient(loss, self.model.trainable_variables)

@@ -68,12 +68,13 @@ def test_bf16_warning_only_where_bf16_is_emulated():
 
 
 def _report(env_value):
-    """runtime_report() of a fresh interpreter importing resnet_noBN with the variable set so."""
+    """runtime_report() of a fresh interpreter that starts as an entry point does (oneDNN's
+    default, then TensorFlow) with the variable set so."""
     env = {k: v for k, v in os.environ.items() if k != cpu.ENV}
     if env_value is not None:
         env[cpu.ENV] = env_value
     code = (
-        "import json, os, resnet_noBN.cpu as c, tensorflow; "
+        "import json, os, resnet_noBN.cpu as c; c.default_onednn(); import tensorflow; "
         "print(json.dumps({**c.runtime_report(), 'env': os.environ.get(c.ENV)}))"
     )
     proc = subprocess.run(
@@ -96,3 +97,13 @@ def test_tensorflow_really_runs_onednn_unless_the_user_says_0():
     off = _report("0")
     assert off["env"] == "0" and off["onednn"] is False
     assert off["onednn_reason"] == "TF_ENABLE_ONEDNN_OPTS=0 set by the user"
+
+
+def test_importing_the_package_changes_no_environment_variable():
+    env = {k: v for k, v in os.environ.items() if k != cpu.ENV}
+    code = "import os, resnet_noBN, resnet_noBN.cli; print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "None"

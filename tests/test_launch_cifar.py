@@ -79,10 +79,11 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         json.loads(line)["step"] for line in (model_dir / "metrics.jsonl").read_text().splitlines()
     ] == [4, 8]
 
-    # a config.json of a run from before the leaky-ReLU / identity / norm switches existed
+    # a config.json of a run from before the leaky-ReLU / identity / norm switches and the
+    # named optimizer and loss existed
     config = json.loads((model_dir / "config.json").read_text())
     assert config["conv_bias"] is False and config["runtime"]["onednn"] in (True, False)
-    for key in ("relu_leakiness", "identity", "norm"):
+    for key in ("relu_leakiness", "identity", "norm", "optimizer", "loss", "label_smoothing"):
         del config[key]
     (model_dir / "config.json").write_text(json.dumps(config))
     again = cifar(
@@ -108,6 +109,15 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
             "there, 2 now)"
         )
     )
+    adam = cifar(
+        f"--data_path={cifar_bin.parent}",
+        f"--model_dir={model_dir}",
+        "--train_steps=16",
+        *SMALL,
+        "--optimizer=adam",
+    )
+    assert adam.returncode == 2
+    assert "(optimizer='momentum' there, 'adam' now)" in adam.stderr.strip().splitlines()[-1]
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "conv_bias": True}))

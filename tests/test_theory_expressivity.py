@@ -250,11 +250,15 @@ def test_fit_random_labels_on_generated_images():
     assert ex.fit_report(net.forward(X), labels)["accuracy"] == 1.0
 
 
-def test_cifar_reader_errors(tmp_path):
-    with pytest.raises(ExpressivityError, match="no data_batch_"):
+def test_cifar_reader_errors(tmp_path, write_cifar):
+    with pytest.raises(
+        ExpressivityError,
+        match="lacks data_batch_1.bin.*: --cifar_dir must be the folder holding the",
+    ):
         ex.load_cifar10_pixels(str(tmp_path))
+    write_cifar(tmp_path, "cifar10", 2)
     (tmp_path / "data_batch_1.bin").write_bytes(b"\0" * 100)
-    with pytest.raises(ExpressivityError, match="not CIFAR-10 binary"):
+    with pytest.raises(ExpressivityError, match="data_batch_1.bin is 100 bytes, not a whole"):
         ex.load_cifar10_pixels(str(tmp_path))
 
 

@@ -1,5 +1,6 @@
 """The custom training loop: recipe, learning, fixed head, resume, divergence, replicas."""
 
+import dataclasses
 import glob
 import json
 
@@ -10,7 +11,14 @@ import tensorflow as tf
 
 from resnet_noBN.loop import CheckpointError, TrainingDiverged
 from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig, learning_rate_schedule
+from resnet_noBN.recipe import (
+    LOSSES,
+    OPTIMIZERS,
+    TrainConfig,
+    learning_rate_schedule,
+    make_optimizer,
+    objective,
+)
 from resnet_noBN.training import Trainer
 
 SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
@@ -204,6 +212,12 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
         ),
         (dict(lr_boundaries=(30_000, 30_000)), "strictly increasing"),
         (dict(learning_rate=0.0), "--learning_rate must be positive"),
+        (
+            dict(optimizer="lamb"),
+            "--optimizer=lamb is unknown; choose one of momentum, nesterov, adam",
+        ),
+        (dict(loss="hinge"), "--loss=hinge is unknown; choose one of softmax_cross_entropy, "),
+        (dict(label_smoothing=1.0), r"--label_smoothing must be in \[0, 1\), got 1.0"),
     ],
 )
 def test_impossible_recipes(overrides, message):
@@ -279,3 +293,43 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     assert resumed["final_step"] == 30
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
     assert run(tmp_path / "other", 30)["weights_sha256"] == uninterrupted["weights_sha256"]
+
+
+def _log_softmax(logits):
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_named_losses_are_their_formulas(smoothing):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, 6).astype(np.int32)
+    one_hot = np.eye(5, dtype=np.float64)[labels]
+    cfg = TrainConfig(batch_size=8, label_smoothing=smoothing)
+    # softmax: the cross-entropy against (1 - s) one-hot + s / classes
+    targets = one_hot * (1 - smoothing) + smoothing / 5
+    softmax = -(targets * _log_softmax(logits.astype(np.float64))).sum(-1)
+    # sigmoid: every class its own binary cross-entropy, targets (1 - s) one-hot + s / 2
+    targets = one_hot * (1 - smoothing) + smoothing / 2
+    p = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    sigmoid = -(targets * np.log(p) + (1 - targets) * np.log(1 - p)).sum(-1)
+    for name, expected in (("softmax_cross_entropy", softmax), ("sigmoid_cross_entropy", sigmoid)):
+        cfg = dataclasses.replace(cfg, loss=name)
+        np.testing.assert_allclose(np.asarray(LOSSES[name](logits, labels, cfg)), expected, 1e-5)
+        loss, correct = objective(logits, labels, 0.5, cfg)
+        # summed over the replica's examples / the global batch of 8, plus the decay
+        assert float(loss) == pytest.approx(expected.sum() / 8 + 0.5, rel=1e-5)
+        assert float(correct) == (logits.argmax(-1) == labels).sum()
+
+
+def test_the_named_optimizers():
+    schedule = learning_rate_schedule(TrainConfig())
+    sgd = make_optimizer(TrainConfig())
+    assert type(sgd) is keras.optimizers.SGD and not sgd.nesterov and sgd.momentum == 0.9
+    nesterov = make_optimizer(TrainConfig(optimizer="nesterov", momentum=0.8), schedule)
+    assert type(nesterov) is keras.optimizers.SGD and nesterov.nesterov
+    assert nesterov.momentum == 0.8
+    adam = make_optimizer(TrainConfig(optimizer="adam", momentum=0.85), schedule)
+    assert type(adam) is keras.optimizers.Adam and adam.beta_1 == 0.85
+    assert set(OPTIMIZERS) == {"momentum", "nesterov", "adam"}

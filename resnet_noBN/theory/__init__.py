@@ -12,7 +12,6 @@ Modules:
                 labelling (Theorem 3.2 via Lemmas B.1 and B.2), loaded into a Keras model;
                 per-row thresholds (practical) or Lemma B.1's single bias −(1 − 2ρ) with its
                 hypotheses checked after the projection.
-  plotting      the matplotlib set-up the two launchers share.
 
 Run them as ``python launch/linear.py`` and ``python launch/expressivity.py``.
 """

@@ -28,9 +28,7 @@ numpy float64 throughout; :func:`keras_model` loads the weights into a float64 K
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,10 +36,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from resnet_noBN import cifar_data
+from resnet_noBN.errors import DataError
+
 # A margin below this fraction of ‖α(i)‖² counts as no margin: the column of V_j scales as
 # 1/margin, so smaller margins would amplify round-off into the output.
 MIN_RELATIVE_MARGIN = 1e-8
-CIFAR_RECORD_BYTES = 1 + 3072  # official CIFAR-10 binary record: label byte, 32×32×3 pixels
 
 
 class ExpressivityError(ValueError):
@@ -436,27 +436,15 @@ def random_labels(n: int, num_classes: int, rng: np.random.Generator) -> np.ndar
 
 
 def load_cifar10_pixels(cifar_dir: str, limit: int | None = None) -> np.ndarray:
-    """The training images of the official CIFAR-10 binary files, (N, 3072) uint8.
-
-    Reads ``data_batch_*.bin`` in ``cifar_dir`` (records of 1 label byte + 1024 R, 1024 G,
-    1024 B bytes); the CIFAR labels are not returned (the experiment draws random ones).
-    """
-    paths = sorted(glob.glob(os.path.join(cifar_dir, "data_batch_*.bin")))
-    if not paths:
-        raise ExpressivityError(
-            f"no data_batch_*.bin in {cifar_dir}: point --cifar_dir at "
-            "the cifar-10-batches-bin folder"
-        )
-    pixels = []
-    for path in paths:
-        raw = np.fromfile(path, dtype=np.uint8)
-        if raw.size % CIFAR_RECORD_BYTES:
-            raise ExpressivityError(
-                f"{path} is not CIFAR-10 binary ({raw.size} bytes is no "
-                f"multiple of {CIFAR_RECORD_BYTES}); use the official files"
-            )
-        pixels.append(raw.reshape(-1, CIFAR_RECORD_BYTES)[:, 1:])
-    pixels = np.concatenate(pixels)
+    """The training images of CIFAR-10, (N, 3072) uint8 in the binary files' order (1024 R,
+    1024 G, 1024 B bytes per image), read by ``cifar_data.load_split`` from ``cifar_dir``: the
+    official binary files or an image folder. The labels are not returned (the experiment draws
+    random ones); ExpressivityError (one line) for what the reader refuses."""
+    try:
+        images, _ = cifar_data.load_split("cifar10", "train", cifar_dir)
+    except DataError as e:
+        raise ExpressivityError(str(e).replace("--data_path", "--cifar_dir")) from None
+    pixels = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)
     return pixels if limit is None else pixels[:limit]
 
 
