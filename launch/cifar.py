@@ -26,7 +26,7 @@ from resnet_noBN import backend, cifar_data, cli, run_log
 from resnet_noBN.backend import RuntimeConfig
 from resnet_noBN.cifar_sources import sources
 from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import config_from_flags, define_flags, int_list
+from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.recipe import TrainConfig, objective_fields
@@ -69,12 +69,7 @@ cli.define_runtime_flags()
 
 
 def model_config() -> ModelConfig:
-    widths = int_list("stage_widths", FLAGS.stage_widths)
-    return config_from_flags(
-        ModelConfig,
-        num_classes=cifar_data.num_classes(FLAGS.dataset),
-        stage_strides=(1,) + (2,) * (len(widths) - 1),
-    )
+    return config_from_flags(ModelConfig, num_classes=cifar_data.num_classes(FLAGS.dataset))
 
 
 @cli.exit_codes

@@ -112,21 +112,11 @@ def machine() -> str:
     )
 
 
-@cli.exit_codes
-def main(argv):
-    sweep, arms = sweep_from_flags(), arms_from_flags()
-    num_classes = cifar_data.num_classes(FLAGS.dataset)
-    if FLAGS.data_path:
-        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    label = FLAGS.label or (
-        f"{FLAGS.dataset} ({FLAGS.data_path})"
-        if FLAGS.data_path
-        else f"{FLAGS.dataset} (tensorflow-datasets)"
-    )
-    runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
-    train_cfg = claims.train_config(sweep)
+def run_configs(runs, sweep, num_classes: int, train_cfg) -> dict:
+    """{model_dir: the config.json of its run}, each checked against a folder already there (a
+    folder of other settings is refused before anything is written)."""
     configs = {}
-    for arm, seed in runs:  # a folder of other settings is refused before anything is written
+    for arm, seed in runs:
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         configs[model_dir] = {
             "dataset": FLAGS.dataset,
@@ -135,15 +125,13 @@ def main(argv):
             "recipe": dataclasses.asdict(train_cfg),
         }
         run_log.check_resumable(model_dir, configs[model_dir])
+    return configs
 
-    if backend.is_tensorflow():
-        from resnet_noBN import cifar_input, speed
 
-        speed.configure("float32", *speed.default_threads())
-        if not FLAGS.data_path:
-            cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
+def report_header(label: str, sweep, train_cfg) -> str:
+    """The head of claims.md: the budget, the recipe, the machine, the date and the command."""
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    header = (
+    return (
         f"# The paper's claims, measured: {label}\n\n"
         f"{sweep.num_residual_units} blocks per stage, stage widths "
         f"{'/'.join(map(str, sweep.stage_widths))}, {sweep.train_steps} steps of batch "
@@ -153,69 +141,85 @@ def main(argv):
         f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
     )
+
+
+def train_run(arm, seed: int, sweep, num_classes: int, tag: str) -> str:
+    """One arm's seed trained (or resumed) in its folder: the outcome, in words."""
+    result = claims.train_one(
+        arm,
+        seed,
+        sweep,
+        claims.run_dir(FLAGS.output_dir, arm.name, seed),
+        lambda cfg: sources(
+            FLAGS.dataset,
+            cfg.batch_size,
+            cfg.eval_batch_size,
+            seed=seed,
+            data_path=FLAGS.data_path,
+            data_dir=FLAGS.data_dir,
+        ),
+        num_classes,
+        print_fn=lambda line: print(f"  [{tag}] {line}", flush=True),
+    )
+    if result["diverged"]:
+        return f"diverged at step {result['final_step']}"
+    return f"test error {100 * result['test_error']:.2f}% in {result['wall_time_s']:.0f} s"
+
+
+def summary_line(summary: dict, runs: int, ran: int, seconds: float) -> str:
+    """The last line: the sweep's result as JSON."""
+    arms = {
+        name: {k: s[k] for k in ("mean", "sd", "diverged", "seeds")}
+        | {"verdict": s["verdict"]["text"]}
+        for name, s in summary.items()
+    }
+    return json.dumps(
+        {
+            "output_dir": FLAGS.output_dir,
+            "runs": runs,
+            "ran": ran,
+            "wall_time_s": round(seconds, 1),
+            "arms": arms,
+        }
+    )
+
+
+@cli.exit_codes
+def main(argv):
+    sweep, arms = sweep_from_flags(), arms_from_flags()
+    num_classes = cifar_data.num_classes(FLAGS.dataset)
+    if FLAGS.data_path:
+        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
+    where = FLAGS.data_path or "tensorflow-datasets"
+    label = FLAGS.label or f"{FLAGS.dataset} ({where})"
+    runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
+    train_cfg = claims.train_config(sweep)
+    configs = run_configs(runs, sweep, num_classes, train_cfg)
+    if backend.is_tensorflow():
+        from resnet_noBN import cifar_input, speed
+
+        speed.configure("float32", *speed.default_threads())
+        if not FLAGS.data_path:
+            cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
+    header = report_header(label, sweep, train_cfg)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     start = time.perf_counter()
-    todo = [
-        (arm, seed)
-        for arm, seed in runs
-        if claims.read_result(FLAGS.output_dir, arm.name, seed) is None
-    ]
+    todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
     print(
         f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
         f"{len(runs) - len(todo)} already finished; {label}; {machine()}",
         flush=True,
     )
     for i, (arm, seed) in enumerate(todo, 1):
-        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
+        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         run_log.record_config(model_dir, configs[model_dir])
-
-        result = claims.train_one(
-            arm,
-            seed,
-            sweep,
-            model_dir,
-            lambda cfg, seed=seed: sources(
-                FLAGS.dataset,
-                cfg.batch_size,
-                cfg.eval_batch_size,
-                seed=seed,
-                data_path=FLAGS.data_path,
-                data_dir=FLAGS.data_dir,
-            ),
-            num_classes,
-            print_fn=lambda line, tag=f"{arm.name}-seed{seed}": print(
-                f"  [{tag}] {line}", flush=True
-            ),
-        )
-        outcome = (
-            f"diverged at step {result['final_step']}"
-            if result["diverged"]
-            else f"test error {100 * result['test_error']:.2f}% in {result['wall_time_s']:.0f} s"
-        )
-        print(
-            f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}",
-            flush=True,
-        )
+        outcome = train_run(arm, seed, sweep, num_classes, f"{arm.name}-seed{seed}")
+        print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}", flush=True)
         claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     print(claims.markdown_table(summary, sweep), flush=True)
-    print(
-        json.dumps(
-            {
-                "output_dir": FLAGS.output_dir,
-                "runs": len(runs),
-                "ran": len(todo),
-                "wall_time_s": round(time.perf_counter() - start, 1),
-                "arms": {
-                    name: {k: s[k] for k in ("mean", "sd", "diverged", "seeds")}
-                    | {"verdict": s["verdict"]["text"]}
-                    for name, s in summary.items()
-                },
-            }
-        ),
-        flush=True,
-    )
+    print(summary_line(summary, len(runs), len(todo), time.perf_counter() - start), flush=True)
 
 
 if __name__ == "__main__":

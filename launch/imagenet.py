@@ -89,15 +89,11 @@ def summary(cfg: ImageNetConfig) -> None:
     print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
 
 
-@cli.exit_codes
-def main(argv):
-    model_cfg = config_from_flags(ImageNetConfig)
-    if FLAGS.summary_only:
-        return summary(model_cfg)
+def configs_from_flags() -> tuple[TrainConfig, RuntimeConfig]:
+    """The recipe and runtime of the flags, checked for what the ImageNet recipe refuses."""
     train_cfg = config_from_flags(TrainConfig)
     if FLAGS.scale_lr:
         train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
-    runtime_cfg = config_from_flags(RuntimeConfig)
     if train_cfg.lr_boundaries:
         raise InputError(
             "--lr_boundaries is not used by the ImageNet recipe (exponential "
@@ -107,8 +103,11 @@ def main(argv):
         raise InputError(f"--epochs_per_decay must be positive, got {FLAGS.epochs_per_decay}")
     if FLAGS.shuffle_buffer < 1:
         raise InputError(f"--shuffle_buffer must be >= 1, got {FLAGS.shuffle_buffer}")
-    model_dir = FLAGS.model_dir or "runs/imagenet"
-    dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
+    return train_cfg, config_from_flags(RuntimeConfig)
+
+
+def checked_run_config(model_cfg, train_cfg, model_dir: str) -> dict:
+    """What config.json records, refused where ``model_dir`` holds a run of other settings."""
     run_config = {
         "dataset": "imagenet2012",
         **dataclasses.asdict(model_cfg),
@@ -121,17 +120,11 @@ def main(argv):
         run_config,
         absent={**dataclasses.asdict(ImageNetConfig()), **objective_fields(TrainConfig())},
     )
+    return run_config
 
-    import tensorflow as tf
 
-    # before the data checks: they run TF ops
-    runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)
-    # file-based sharding needs a file per input pipeline: checked before anything is written
-    if FLAGS.data_path:
-        imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines, FLAGS.label_offset)
-    else:
-        imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
-    cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
+def split_fn(model_cfg, seed: int):
+    """``fn(split, global_batch)``: the ``dataset_fn`` of that split's per-replica pipelines."""
 
     def dataset_fn(split, global_batch):
         return distribute.per_replica_dataset(
@@ -143,10 +136,33 @@ def main(argv):
             label_offset=FLAGS.label_offset,
             image_size=model_cfg.image_size,
             normalization=FLAGS.normalization,
-            seed=runtime.seed,
+            seed=seed,
             shuffle_buffer=FLAGS.shuffle_buffer,
         )
 
+    return dataset_fn
+
+
+@cli.exit_codes
+def main(argv):
+    model_cfg = config_from_flags(ImageNetConfig)
+    if FLAGS.summary_only:
+        return summary(model_cfg)
+    train_cfg, runtime_cfg = configs_from_flags()
+    model_dir = FLAGS.model_dir or "runs/imagenet"
+    run_config = checked_run_config(model_cfg, train_cfg, model_dir)
+
+    import tensorflow as tf
+
+    # before the data checks: they run TF ops
+    runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)
+    # file-based sharding needs a file per input pipeline: checked before anything is written
+    if FLAGS.data_path:
+        imagenet_input.check_data_path(FLAGS.data_path, runtime.input_pipelines, FLAGS.label_offset)
+    else:
+        imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
+    dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
+    cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
     schedule = exponential_learning_rate_schedule(
         train_cfg.batch_size,
         imagenet_input.TRAIN_EXAMPLES,
@@ -164,13 +180,11 @@ def main(argv):
         schedule=schedule,
         top5=True,
     )
+    dataset_fn = split_fn(model_cfg, runtime.seed)
+    train = dataset_fn("train", train_cfg.batch_size)
+    validation = dataset_fn("validation", train_cfg.eval_batch_size)
     try:
-        cli.train_and_report(
-            trainer,
-            dataset_fn("train", train_cfg.batch_size),
-            dataset_fn("validation", train_cfg.eval_batch_size),
-            dataset="imagenet2012",
-        )
+        cli.train_and_report(trainer, train, validation, dataset="imagenet2012")
     except tf.errors.InvalidArgumentError as e:
         error = imagenet_input.label_error(e, FLAGS.label_offset)  # the in-graph label check
         if error is None:

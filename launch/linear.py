@@ -318,27 +318,27 @@ def plot_gradient_descent(curves: dict, path: str, title: str) -> str:
     return plotting.save(fig, path)
 
 
-@cli.exit_codes
-def main(argv):
-    del argv
-    depths = check_flags()
-    rng = np.random.default_rng(FLAGS.seed)
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    results = {}
-
+def run_claim_2_3(rng) -> dict:
     print("Claim 2.3: closed-form risk vs Monte Carlo ...", flush=True)
-    results["claim_2_3"] = c23 = claim_2_3(rng)
+    c23 = claim_2_3(rng)
     print(
         f"  closed form {c23['closed_form']:.5f}, Monte Carlo {c23['monte_carlo']:.5f} "
         f"± {c23['standard_error']:.5f}"
     )
+    return c23
 
+
+def run_lemma_2_4(rng) -> dict:
     print("Lemma 2.4: closed-form gradient vs TensorFlow autodiff ...", flush=True)
-    results["lemma_2_4"] = lemma_2_4(rng)
-    print(f"  largest relative error {results['lemma_2_4']['max_relative_error']:.2e}")
+    result = lemma_2_4(rng)
+    print(f"  largest relative error {result['max_relative_error']:.2e}")
+    return result
 
+
+def run_theorem_2_1(rng) -> tuple[dict, str]:
+    """Theorem 2.1's cases, printed; (the results, the factorization plot's path)."""
     print("Theorem 2.1: building small-norm global optima ...", flush=True)
-    results["theorem_2_1"] = t21 = theorem_2_1(rng)
+    t21 = theorem_2_1(rng)
     print(
         f"  {len(t21['cases'])} factorizations: product error <= {t21['max_relative_error']:.1e}"
         f", |||A||| / bound <= {t21['max_norm_over_bound']:.3f}; SPD |||A||| / (3γ/ℓ) <= "
@@ -353,10 +353,12 @@ def main(argv):
         )
     )
     print(f"  too shallow: {t21['error_when_too_shallow']}")
-    factorization_png = plot_factorization(rng, os.path.join(FLAGS.output_dir, "factorization.png"))
+    return t21, plot_factorization(rng, os.path.join(FLAGS.output_dir, "factorization.png"))
 
+
+def run_theorem_2_2(rng) -> dict:
     print("Theorem 2.2: gradient lower bound (2.3) in the tau-ball ...", flush=True)
-    results["theorem_2_2"] = t22 = theorem_2_2(rng)
+    t22 = theorem_2_2(rng)
     adversarial, tau1 = t22["adversarial"], t22["tau1_counterexample"]
     print(
         f"  random points: smallest ||grad f||^2 / bound over {t22['samples']}: "
@@ -372,7 +374,12 @@ def main(argv):
         f"  tau = 1: A_1 = A_2 = -I has |||A||| = {tau1['max_layer_norm']:g}, ||grad f|| = "
         f"{tau1['gradient_norm']:g}, f - C_opt = {tau1['excess_risk']:.4g}"
     )
+    return t22
 
+
+def run_gradient_descent(rng, depths) -> tuple[dict, list[str]]:
+    """Gradient descent in the residual against the standard parameterisation, per target:
+    (the results, the plots' paths)."""
     gd, gd_pngs = {}, []
     for target, make_R in GD_TARGETS.items():
         R = make_R(FLAGS.dim, rng)
@@ -411,12 +418,14 @@ def main(argv):
                 f"{target} target, γ = {linear.gamma(R):.2f}",
             )
         )
-    results["gradient_descent"] = gd
+    return gd, gd_pngs
 
-    json_path = os.path.join(FLAGS.output_dir, "linear.json")
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    summary = {
+
+def summary_of(results: dict, files: list[str]) -> dict:
+    """The last line's figures, from ``results``."""
+    c23, t21, t22 = results["claim_2_3"], results["theorem_2_1"], results["theorem_2_2"]
+    adversarial, tau1 = t22["adversarial"], t22["tau1_counterexample"]
+    return {
         "claim_2_3_rel_diff": round(c23["relative_difference"], 5),
         "claim_2_3_z": round(c23["z"], 3),
         "lemma_2_4_max_rel_err": results["lemma_2_4"]["max_relative_error"],
@@ -435,10 +444,25 @@ def main(argv):
         "tau1_counterexample": {
             k: tau1[k] for k in ("max_layer_norm", "gradient_norm", "excess_risk")
         },
-        "gd_final_excess": {t: v["final_excess"] for t, v in gd.items()},
-        "files": [json_path, factorization_png, *gd_pngs],
+        "gd_final_excess": {t: v["final_excess"] for t, v in results["gradient_descent"].items()},
+        "files": files,
     }
-    print(json.dumps(summary), flush=True)
+
+
+@cli.exit_codes
+def main(argv):
+    del argv
+    depths = check_flags()
+    rng = np.random.default_rng(FLAGS.seed)
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    results = {"claim_2_3": run_claim_2_3(rng), "lemma_2_4": run_lemma_2_4(rng)}
+    results["theorem_2_1"], factorization_png = run_theorem_2_1(rng)
+    results["theorem_2_2"] = run_theorem_2_2(rng)
+    results["gradient_descent"], gd_pngs = run_gradient_descent(rng, depths)
+    json_path = os.path.join(FLAGS.output_dir, "linear.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    print(json.dumps(summary_of(results, [json_path, factorization_png, *gd_pngs])), flush=True)
 
 
 if __name__ == "__main__":

@@ -154,12 +154,10 @@ def train_config(sweep: Sweep):
 def model_config(arm: Arm, sweep: Sweep, num_classes: int):
     from resnet_noBN.model import ModelConfig
 
-    widths = sweep.stage_widths
     return ModelConfig(
         num_classes=num_classes,
         num_residual_units=sweep.num_residual_units,
-        stage_widths=widths,
-        stage_strides=(1,) + (2,) * (len(widths) - 1),
+        stage_widths=sweep.stage_widths,
         **arm.changes,
     )
 

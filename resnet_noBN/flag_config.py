@@ -8,7 +8,7 @@ excluded where the flags are defined, and given to :func:`config_from_flags` ins
 
     define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
     ...
-    cfg = config_from_flags(ModelConfig, num_classes=10, stage_strides=(1, 2, 2))
+    cfg = config_from_flags(ModelConfig, num_classes=10)
 """
 
 from __future__ import annotations

@@ -418,8 +418,7 @@ class NetworkConfig(BlockConfig):
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(NetworkConfig):
     """The architecture, Table 1 by default; the fields with a ``help`` are flags of
-    ``launch/cifar.py`` (it derives ``num_classes`` from the data set and ``stage_strides``
-    from the widths).
+    ``launch/cifar.py`` (it derives ``num_classes`` from the data set).
 
     The block's switches (``init`` .. ``data_format``, from :class:`BlockConfig`, at the paper's
     values), ``num_classes`` and ``head`` (:class:`NetworkConfig`), then the stages.
@@ -438,7 +437,14 @@ class ModelConfig(NetworkConfig):
     stage_widths: tuple[int, ...] = dataclasses.field(
         default=(64, 128, 256), metadata={"help": "Channels of each stage."}
     )
-    stage_strides: tuple[int, ...] = (1, 2, 2)
+    # () derives them from the widths: the first stage keeps the resolution, each later one
+    # halves it (Table 1: 1, 2, 2)
+    stage_strides: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not self.stage_strides:
+            strides = (1,) + (2,) * (len(self.stage_widths) - 1)
+            object.__setattr__(self, "stage_strides", strides)
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the fix) for an impossible architecture."""
