@@ -267,13 +267,20 @@ def test_weight_decay_is_l2_loss_over_kernels():
     assert any(w is head_kernel for w in decayed_weights(trainable_head))
 
 
+def test_stage_strides_follow_the_widths_unless_given():
+    assert ModelConfig().stage_strides == (1, 2, 2)  # Table 1
+    assert ModelConfig(stage_widths=(16, 32)).stage_strides == (1, 2)
+    assert ModelConfig(stage_widths=(16, 32, 64, 128)).stage_strides == (1, 2, 2, 2)
+    assert ModelConfig(stage_widths=(16, 32), stage_strides=(1, 1)).stage_strides == (1, 1)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         (dict(num_residual_units=0), "--num_residual_units must be >= 1"),
         (dict(stage_widths=(64, 48, 256)), "cannot go from 64 to 48 channels"),
         (dict(stage_widths=(64, 129, 256)), "cannot go from 64 to 129 channels"),
-        (dict(stage_widths=(64, 128)), "give one width per stage"),
+        (dict(stage_widths=(64, 128), stage_strides=(1, 2, 2)), "give one width per stage"),
         (dict(init="xavier"), "--init=xavier is unknown"),
         (dict(norm="layer"), "--norm=layer is unknown"),
         (dict(relu_leakiness=1.0), "--relu_leakiness must be in"),
