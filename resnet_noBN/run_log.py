@@ -50,23 +50,31 @@ def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
 
 def plot_error_curve(records: list[dict], path: str, title: str) -> None:
     """Test error (and train error at the same steps) in % against step, as a PNG."""
+    plot_error_curves({"": records}, path, title)
+
+
+def plot_error_curves(runs: dict[str, list[dict]], path: str, title: str) -> None:
+    """Several runs' evaluations (``read_metrics``) in one PNG, by name, a colour each: test
+    error in % against step (solid), and the train error of the recent batches at the same steps
+    (dashed) where recorded."""
     from resnet_noBN import plotting  # matplotlib only where a curve is drawn
 
-    steps = [r["step"] for r in records]
     fig, (ax,) = plotting.figure(width=6.0, height=4.0)
-    ax.plot(steps, [100 * r["test_error"] for r in records], "o-", label="test error")
-    if all("train_precision" in r for r in records):
-        ax.plot(
-            steps,
-            [100 * (1 - r["train_precision"]) for r in records],
-            "s--",
-            label="train error (recent batches)",
-        )
+    for i, (name, records) in enumerate(runs.items()):
+        prefix, colour = f"{name}: " if name else "", plotting.colour(i)
+        steps = [r["step"] for r in records]
+        test = [100 * r["test_error"] for r in records]
+        ax.plot(steps, test, "o-", color=colour, label=f"{prefix}test error")
+        if all("train_precision" in r for r in records):
+            train = [100 * (1 - r["train_precision"]) for r in records]
+            ax.plot(
+                steps, train, "s--", color=colour, label=f"{prefix}train error (recent batches)"
+            )
     ax.set_xlabel("step (one gradient update)")
     ax.set_ylabel("top-1 error (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     plotting.save(fig, path)
 
 
