@@ -181,33 +181,37 @@ class JaxEngine:
 
         return load_split("cifar10", split, data_path)
 
+    def _train_split(self, data_path: str):
+        """The training source the trainer's steps take (its seed and crop padding too)."""
+        from resnet_noBN.cifar_sources import TrainSplit
+
+        return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
+
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
         on the device, over ``batches`` batches after one, how)."""
         from resnet_noBN import stream
 
-        jax, size = self.jax, self.args.batch_size
-        images, labels = (jax.device_put(a) for a in self._split(data_path, "train"))
+        jax, size, split = self.jax, self.args.batch_size, self._train_split(data_path)
+        images, labels = jax.device_put(split.images), jax.device_put(split.labels)
         make = jax.jit(stream.training_batch, static_argnums=(4, 5))
-        seed = np.uint32(self.args.seed)
-        jax.block_until_ready(make(images, labels, seed, np.int32(0), size, 2))
+        seed = np.uint32(split.seed % 2**32)
+        jax.block_until_ready(make(images, labels, seed, np.int32(0), size, split.pad))
         t0 = time.perf_counter()
         for step in range(1, batches + 1):
-            out = make(images, labels, seed, np.int32(step), size, 2)
+            out = make(images, labels, seed, np.int32(step), size, split.pad)
         jax.block_until_ready(out)
         rate = batches * size / (time.perf_counter() - t0)
         return rate, f"stream.training_batch jitted alone on the device, {batches} batches"
 
     def trainer(self, model_kwargs: dict, data_path: str, model_dir: str):
         """(the JaxTrainer, the device-held split its steps make their batches from)."""
-        from resnet_noBN.cifar_sources import TrainSplit
         from resnet_noBN.jax_training import JaxTrainer
         from resnet_noBN.model import build_cifar_model
 
         model_cfg, train_cfg = _configs(self.args, model_kwargs)
         trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)
-        split = TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
-        return trainer, trainer.start(split, 0)
+        return trainer, trainer.start(self._train_split(data_path), 0)
 
     def eval_source(self, data_path: str, batches: int):
         """The first ``batches`` x --eval_batch_size test images (repeated where fewer)."""
