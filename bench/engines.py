@@ -27,12 +27,13 @@ def engine(args) -> TensorFlowEngine | JaxEngine:
     return (TensorFlowEngine if backend.is_tensorflow() else JaxEngine)(args)
 
 
-def _configs(args, model_kwargs: dict):
+def _configs(args):
+    """The benchmarked network (the ``--model`` preset in ``--data_format``) and recipe."""
     from resnet_noBN.model import ModelConfig
     from resnet_noBN.recipe import TrainConfig
 
     return (
-        ModelConfig(**model_kwargs, data_format=args.data_format),
+        ModelConfig.preset(args.model, data_format=args.data_format),
         TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size),
     )
 
@@ -90,13 +91,13 @@ class TensorFlowEngine:
         rate = batches * self.args.batch_size / (time.perf_counter() - t0)
         return rate, f"tf.data, {batches} batches after {warm} warm-up batches"
 
-    def trainer(self, model_kwargs: dict, data_path: str, model_dir: str):
+    def trainer(self, data_path: str, model_dir: str):
         """(the Trainer, the iterator it trains from: the pipeline, or one cached batch)."""
         from resnet_noBN.model import build_cifar_model
         from resnet_noBN.training import Trainer
 
         tf, args = self.tf, self.args
-        model_cfg, train_cfg = _configs(args, model_kwargs)
+        model_cfg, train_cfg = _configs(args)
         trainer = Trainer(
             tf.distribute.get_strategy(),
             lambda: build_cifar_model(model_cfg),
@@ -204,12 +205,12 @@ class JaxEngine:
         rate = batches * size / (time.perf_counter() - t0)
         return rate, f"stream.training_batch jitted alone on the device, {batches} batches"
 
-    def trainer(self, model_kwargs: dict, data_path: str, model_dir: str):
+    def trainer(self, data_path: str, model_dir: str):
         """(the JaxTrainer, the device-held split its steps make their batches from)."""
         from resnet_noBN.jax_training import JaxTrainer
         from resnet_noBN.model import build_cifar_model
 
-        model_cfg, train_cfg = _configs(self.args, model_kwargs)
+        model_cfg, train_cfg = _configs(self.args)
         trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)
         return trainer, trainer.start(self._train_split(data_path), 0)
 

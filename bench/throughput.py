@@ -40,6 +40,7 @@ The LAST stdout line is the result as JSON (also written to ``--output``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -55,27 +56,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 # resnet_noBN without installing it (also for torch_twin.py); imported inside the functions only,
-# so that --onednn is set before resnet_noBN and TensorFlow load.
+# so that --onednn is set before resnet_noBN and TensorFlow load (presets is plain Python).
 sys.path.insert(0, str(REPO))
-
-# The architectures, as keyword arguments of resnet_noBN.model.ModelConfig (and of the torch
-# twin). "small" is the tests' reduced network (one block per stage, narrow stages).
-MODELS = {
-    "paper": {
-        "num_classes": 10,
-        "num_residual_units": 9,
-        "init_filters": 16,
-        "stage_widths": (64, 128, 256),
-        "stage_strides": (1, 2, 2),
-    },
-    "small": {
-        "num_classes": 10,
-        "num_residual_units": 1,
-        "init_filters": 16,
-        "stage_widths": (16, 32, 64),
-        "stage_strides": (1, 2, 2),
-    },
-}
+from resnet_noBN.presets import MODELS  # noqa: E402  the architectures, by name
 
 # Dense peak FLOP/s by GPU name (first substring match wins), from NVIDIA's data sheets
 # (without sparsity). "float32" is the non-tensor-core rate; TF runs float32 convs and matmuls
@@ -350,9 +333,10 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--model",
-        choices=sorted(MODELS),
+        choices=list(MODELS),
         default="paper",
-        help="paper: Table 1 of arXiv:1611.04231; small: the tests' reduced network (smoke)",
+        help="the network (resnet_noBN/presets.py): paper (Table 1 of arXiv:1611.04231), "
+        "quarter (its widths / 4), small (1 block per stage: a smoke test)",
     )
     p.add_argument("--batch_size", type=int, default=128, help="global training batch")
     p.add_argument("--steps", type=int, default=20, help="individually timed training steps")
@@ -560,8 +544,8 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     import keras
 
     from resnet_noBN import backend, cpu
+    from resnet_noBN.model import ModelConfig
 
-    model_kwargs = MODELS[args.model]
     tensorflow = eng.name == "tensorflow"
     say(
         f"{dev['device_name']} ({dev['device']}); {eng.version}, Keras {keras.__version__}; "
@@ -583,9 +567,7 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
         "device": dev["device"],
         "device_name": dev["device_name"],
         "model": args.model,
-        "model_config": {
-            k: list(v) if isinstance(v, tuple) else v for k, v in model_kwargs.items()
-        },
+        "model_config": dataclasses.asdict(ModelConfig.preset(args.model)),
         "batch_size": args.batch_size,
         "precision": args.precision,
         "jit_compile": args.jit_compile if tensorflow else True,
@@ -908,13 +890,15 @@ def main(argv=None) -> dict:
 
     eng = engine(args)
     dev = describe_device(args, eng)
-    flops = model_flops(**MODELS[args.model])
+    from resnet_noBN.model import ModelConfig
+
+    flops = model_flops(**dataclasses.asdict(ModelConfig.preset(args.model)))
     with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:
         data_path, data_source = training_data(args, Path(tmp))
         result = describe_run(args, eng, dev, data_path, data_source, flops)
         if args.input_batches:  # before the model exists: nothing else competes for the CPU
             result.update(measure_input_pipeline(args, eng, data_path))
-        trainer, iterator = eng.trainer(MODELS[args.model], data_path, tmp + "/model")
+        trainer, iterator = eng.trainer(data_path, tmp + "/model")
         result.update(count_model(trainer.model))
         result.update(measure_first_step(args, trainer, iterator))
         training, times = measure_training(args, trainer, iterator, flops)

@@ -5,6 +5,7 @@
     python launch/cifar.py --data_path=/data/cifar-10-batches-bin   # the official binary files
     python launch/cifar.py --data_path=/data/cifar-10-jpeg          # an image folder
     python launch/cifar.py --summary_only                    # layer table and parameter counts
+    python launch/cifar.py --model=quarter                   # Table 1 at a quarter of the width
 
 The counterpart of the original ``resnet_main.py``: trains, evaluates on the whole test split
 every --eval_every steps and at the end, checkpoints every --checkpoint_every steps, and resumes
@@ -22,7 +23,7 @@ import sys
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, cli, run_log
+from resnet_noBN import backend, cifar_data, cli, presets, run_log
 from resnet_noBN.backend import RuntimeConfig
 from resnet_noBN.cifar_sources import sources
 from resnet_noBN.errors import InputError
@@ -63,13 +64,25 @@ flags.DEFINE_enum(
     "see data/README.md). For measuring what that did to the paper's figure, not for use.",
 )
 # The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
+flags.DEFINE_enum(
+    "model",
+    "paper",
+    list(presets.MODELS),
+    "The architecture to start from (resnet_noBN/presets.py): paper (Table 1), quarter (its "
+    "widths / 4: the CPU long runs), small (1 block per stage: tests); the model flags given "
+    "on the command line override it.",
+)
 define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 
 
 def model_config() -> ModelConfig:
-    return config_from_flags(ModelConfig, num_classes=cifar_data.num_classes(FLAGS.dataset))
+    return config_from_flags(
+        ModelConfig,
+        base=ModelConfig.preset(FLAGS.model),
+        num_classes=cifar_data.num_classes(FLAGS.dataset),
+    )
 
 
 @cli.exit_codes

@@ -56,35 +56,46 @@ flags.DEFINE_string(
     None,
     "What the data is, for the table and plots (default: the data set's name and --data_path).",
 )
+_QUICK = claims.QUICK
 flags.DEFINE_bool(
-    "quick", False, "A smoke sweep in minutes: 1 block per stage, 6 steps of batch 16, 2 seeds."
+    "quick",
+    False,
+    f"A smoke sweep in minutes: the {_QUICK.model} network (resnet_noBN/presets.py), "
+    f"{_QUICK.recipe.train_steps} steps of batch {_QUICK.recipe.batch_size}, {_QUICK.seeds} seeds.",
 )
 flags.DEFINE_list("arms", list(claims.ARM_NAMES), "Arms to run (the baseline is always run).")
-flags.DEFINE_integer("seeds", None, "Seeds per arm (default 3; --quick 2).")
+flags.DEFINE_integer(
+    "seeds", None, f"Seeds per arm (default {claims.Sweep().seeds}; --quick {_QUICK.seeds})."
+)
 flags.DEFINE_integer(
     "train_steps",
     None,
-    "Steps per run (default 300; --quick 6); the learning "
-    "rate drops 10x at 1/2 and 5/6 of them, as the paper's 30k and 50k of 60k.",
+    f"Steps per run (default {claims.Sweep().recipe.train_steps}; --quick "
+    f"{_QUICK.recipe.train_steps}); the learning rate drops 10x at 1/2 and 5/6 of them, as the "
+    "paper's 30k and 50k of 60k.",
 )
-flags.DEFINE_float("learning_rate", None, "Initial learning rate (default the paper's 0.05).")
+flags.DEFINE_float(
+    "learning_rate",
+    None,
+    f"Initial learning rate (default the paper's {claims.Sweep().recipe.learning_rate}).",
+)
 
 
 def sweep_from_flags() -> claims.Sweep:
+    """The sweep of --quick, with --seeds, --train_steps and --learning_rate where given."""
     sweep = claims.QUICK if FLAGS.quick else claims.Sweep()
-    overrides = {
-        name: FLAGS[name].value
-        for name in ("seeds", "train_steps", "learning_rate")
-        if FLAGS[name].value is not None
-    }
-    sweep = dataclasses.replace(sweep, **overrides)
+    recipe = sweep.recipe
+    if FLAGS.learning_rate is not None:
+        recipe = dataclasses.replace(recipe, learning_rate=FLAGS.learning_rate)
+    if FLAGS.train_steps is not None:
+        if FLAGS.train_steps < 2:
+            raise InputError(f"--train_steps must be >= 2, got {FLAGS.train_steps}")
+        recipe = claims.scaled_recipe(recipe, FLAGS.train_steps)
+    sweep = dataclasses.replace(sweep, recipe=validated(recipe))
+    if FLAGS.seeds is not None:
+        sweep = dataclasses.replace(sweep, seeds=FLAGS.seeds)
     if sweep.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {sweep.seeds}")
-    if sweep.train_steps < 2:
-        raise InputError(f"--train_steps must be >= 2, got {sweep.train_steps}")
-    validated(claims.train_config(sweep))
-    if sweep.eval_every > sweep.train_steps:
-        sweep = dataclasses.replace(sweep, eval_every=sweep.train_steps)
     return sweep
 
 
@@ -112,7 +123,7 @@ def machine() -> str:
     )
 
 
-def run_configs(runs, sweep, num_classes: int, train_cfg) -> dict:
+def run_configs(runs, sweep, num_classes: int) -> dict:
     """{model_dir: the config.json of its run}, each checked against a folder already there (a
     folder of other settings is refused before anything is written)."""
     configs = {}
@@ -122,21 +133,22 @@ def run_configs(runs, sweep, num_classes: int, train_cfg) -> dict:
             "dataset": FLAGS.dataset,
             "seed": seed,
             **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
-            "recipe": dataclasses.asdict(train_cfg),
+            "recipe": dataclasses.asdict(sweep.recipe),
         }
         run_log.check_resumable(model_dir, configs[model_dir])
     return configs
 
 
-def report_header(label: str, sweep, train_cfg) -> str:
+def report_header(label: str, sweep, num_classes: int) -> str:
     """The head of claims.md: the budget, the recipe, the machine, the date and the command."""
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    model, recipe = claims.model_config(claims.ARMS[0], sweep, num_classes), sweep.recipe
     return (
         f"# The paper's claims, measured: {label}\n\n"
-        f"{sweep.num_residual_units} blocks per stage, stage widths "
-        f"{'/'.join(map(str, sweep.stage_widths))}, {sweep.train_steps} steps of batch "
-        f"{sweep.batch_size} (lr {sweep.learning_rate}, x0.1 at steps "
-        f"{', '.join(map(str, train_cfg.lr_boundaries))}), {sweep.seeds} seeds per arm; "
+        f"{model.num_residual_units} blocks per stage, stage widths "
+        f"{'/'.join(map(str, model.stage_widths))}, {recipe.train_steps} steps of batch "
+        f"{recipe.batch_size} (lr {recipe.learning_rate}, x0.1 at steps "
+        f"{', '.join(map(str, recipe.lr_boundaries))}), {sweep.seeds} seeds per arm; "
         f"test error on the whole test split after the last step.\n"
         f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
@@ -193,15 +205,14 @@ def main(argv):
     where = FLAGS.data_path or "tensorflow-datasets"
     label = FLAGS.label or f"{FLAGS.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
-    train_cfg = claims.train_config(sweep)
-    configs = run_configs(runs, sweep, num_classes, train_cfg)
+    configs = run_configs(runs, sweep, num_classes)
     if backend.is_tensorflow():
         from resnet_noBN import cifar_input, speed
 
         speed.configure("float32", *speed.default_threads())
         if not FLAGS.data_path:
             cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
-    header = report_header(label, sweep, train_cfg)
+    header = report_header(label, sweep, num_classes)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     start = time.perf_counter()
     todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]

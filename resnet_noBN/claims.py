@@ -20,7 +20,11 @@ import math
 import os
 import statistics
 
+import keras
+
 from resnet_noBN import run_log
+from resnet_noBN.model import ModelConfig, build_cifar_model
+from resnet_noBN.recipe import TrainConfig, paper_boundaries
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
@@ -107,59 +111,48 @@ ARMS = (
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 
 
+def scaled_recipe(cfg: TrainConfig, train_steps: int) -> TrainConfig:
+    """``cfg`` for S = ``train_steps`` steps: the learning rate drops at S/2 and 5S/6 (the paper's
+    30k and 50k of 60k, ``recipe.paper_boundaries``), and the run is evaluated and checkpointed
+    every ``cfg.eval_every`` steps, at most S."""
+    every = min(cfg.eval_every, train_steps)
+    return dataclasses.replace(
+        cfg,
+        train_steps=train_steps,
+        lr_boundaries=paper_boundaries(train_steps),
+        eval_every=every,
+        checkpoint_every=every,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-    """The budget: depth and width of the network, steps, seeds. Default: the full sweep."""
+    """The budget: the network (a ``presets.MODELS`` name), each run's recipe (the paper's,
+    ``recipe.TrainConfig``'s defaults, scaled to its steps) and the seeds. Default: the full
+    sweep, the paper's depth (9 blocks per stage) at a quarter of Table 1's widths."""
 
-    num_residual_units: int = 9  # the paper's depth: 9 blocks per stage, 55 convolutions
-    stage_widths: tuple[int, ...] = (16, 32, 64)  # a quarter of Table 1's 64/128/256
-    train_steps: int = 300
-    batch_size: int = 128
-    learning_rate: float = 0.05
-    eval_every: int = 75
-    log_every: int = 10
-    eval_batch_size: int = 500
+    model: str = "quarter"
+    recipe: TrainConfig = scaled_recipe(
+        TrainConfig(eval_every=75, log_every=10, max_checkpoints=1), 300
+    )
     seeds: int = 3
 
 
 QUICK = Sweep(
-    num_residual_units=1,
-    train_steps=6,
-    batch_size=16,
-    eval_every=3,
-    log_every=2,
-    eval_batch_size=100,
+    model="small",
+    recipe=scaled_recipe(
+        TrainConfig(
+            batch_size=16, eval_every=3, log_every=2, max_checkpoints=1, eval_batch_size=100
+        ),
+        6,
+    ),
     seeds=2,
 )
 
 
-def train_config(sweep: Sweep):
-    """The paper's recipe with S = ``sweep.train_steps``: lr drops at S/2 and 5S/6."""
-    from resnet_noBN.recipe import TrainConfig
-
-    steps = sweep.train_steps
-    return TrainConfig(
-        train_steps=steps,
-        batch_size=sweep.batch_size,
-        learning_rate=sweep.learning_rate,
-        lr_boundaries=tuple(sorted({max(1, steps // 2), max(2, 5 * steps // 6)})),
-        eval_every=sweep.eval_every,
-        checkpoint_every=sweep.eval_every,
-        log_every=sweep.log_every,
-        max_checkpoints=1,
-        eval_batch_size=sweep.eval_batch_size,
-    )
-
-
-def model_config(arm: Arm, sweep: Sweep, num_classes: int):
-    from resnet_noBN.model import ModelConfig
-
-    return ModelConfig(
-        num_classes=num_classes,
-        num_residual_units=sweep.num_residual_units,
-        stage_widths=sweep.stage_widths,
-        **arm.changes,
-    )
+def model_config(arm: Arm, sweep: Sweep, num_classes: int) -> ModelConfig:
+    """The arm's network: the sweep's preset with the arm's changes."""
+    return ModelConfig.preset(sweep.model, num_classes=num_classes, **arm.changes)
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:
@@ -182,15 +175,12 @@ def train_one(
     returns its result; ``sources(cfg)``: its (training, test) sources (`cifar_data.sources`). A
     run whose loss stops being finite is a result (``diverged``), not an
     error: its curves up to that point stay in ``model_dir``."""
-    import keras
-
     from resnet_noBN import backend
     from resnet_noBN.loop import TrainingDiverged
-    from resnet_noBN.model import build_cifar_model
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
-    cfg = train_config(sweep)
+    cfg = sweep.recipe
     model_cfg = model_config(arm, sweep, num_classes)
     trainer = backend.make_trainer(
         backend.local_runtime(seed),
@@ -359,9 +349,7 @@ def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
     loss_ax.set_ylabel("training loss (cross-entropy + weight decay)")
     error_ax.set_ylabel("test error (%), whole test split")
     for ax in (loss_ax, error_ax):
-        ax.set_xlabel(
-            "step (batch 128)" if sweep.batch_size == 128 else f"step (batch {sweep.batch_size})"
-        )
+        ax.set_xlabel(f"step (batch {sweep.recipe.batch_size})")
         ax.grid(alpha=0.3)
     error_ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)

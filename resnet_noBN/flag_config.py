@@ -9,6 +9,8 @@ excluded where the flags are defined, and given to :func:`config_from_flags` ins
     define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
     ...
     cfg = config_from_flags(ModelConfig, num_classes=10)
+    # a preset in place of the defaults: the flags given on the command line override it
+    cfg = config_from_flags(ModelConfig, base=ModelConfig.preset("small"), num_classes=10)
 """
 
 from __future__ import annotations
@@ -100,16 +102,21 @@ def _define(name: str, kind, default, metadata) -> None:
         raise TypeError(f"--{name}: no flag for a field of type {kind}")
 
 
-def config_from_flags(cls, **overrides):
+def config_from_flags(cls, base=None, **overrides):
     """The validated ``cls`` the flags of :func:`define_flags` describe, ``overrides`` (the
     fields that are no flags, or a value the launcher derives) replacing them; InputError for a
-    bad value."""
+    bad value. ``base``: an instance of ``cls`` (a named preset) whose values stand in for the
+    defaults of the flags not given on the command line."""
     if cls not in _FLAG_FIELDS:
         raise ValueError(f"define_flags({cls.__name__}) has not been called")
     types = typing.get_type_hints(cls)
     values = {}
     for name in _FLAG_FIELDS[cls]:
-        if name not in overrides:
+        if name in overrides:
+            continue
+        if base is not None and not FLAGS[name].present:
+            values[name] = getattr(base, name)
+        else:
             value = FLAGS[name].value
             values[name] = int_list(name, value) if types[name] == tuple[int, ...] else value
     return validated(cls(**values, **overrides))

@@ -44,6 +44,7 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
+from resnet_noBN import presets
 from resnet_noBN.flag_config import check_choices
 
 HEADS = ("random", "trainable")
@@ -445,6 +446,12 @@ class ModelConfig(NetworkConfig):
         if not self.stage_strides:
             strides = (1,) + (2,) * (len(self.stage_widths) - 1)
             object.__setattr__(self, "stage_strides", strides)
+
+    @classmethod
+    def preset(cls, name: str, **changes) -> ModelConfig:
+        """The named architecture of ``presets.MODELS`` (paper, quarter, small) with
+        ``changes``."""
+        return cls(**{**presets.MODELS[name], **changes})
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the fix) for an impossible architecture."""

@@ -59,6 +59,12 @@ def adam(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum)
 
 
+def paper_boundaries(train_steps: int) -> tuple[int, ...]:
+    """Where the learning rate drops in a run of S = ``train_steps`` steps with the paper's
+    shape: S/2 and 5S/6, its 30,000 and 50,000 of 60,000 (Section 4)."""
+    return tuple(sorted({max(1, train_steps // 2), max(2, 5 * train_steps // 6)}))
+
+
 # name -> fn(logits, labels, cfg): float32 per-example losses [B]
 LOSSES = {
     "softmax_cross_entropy": softmax_cross_entropy,
@@ -84,7 +90,7 @@ class TrainConfig:
         default=0.05, metadata={"help": "Initial learning rate."}
     )
     lr_boundaries: tuple[int, ...] = dataclasses.field(
-        default=(30_000, 50_000),
+        default=paper_boundaries(60_000),
         metadata={"help": "Steps at which the learning rate is multiplied by --lr_decay."},
     )
     lr_decay: float = dataclasses.field(

@@ -25,10 +25,8 @@ assert keras.backend.backend() == "jax"
 given = np.load(sys.argv[1])
 spec = json.loads(str(given["spec"]))
 out = {}
-for name, model_spec in spec["models"].items():
-    model_cfg = ModelConfig(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in model_spec.items()}
-    )
+for name in spec["models"]:
+    model_cfg = ModelConfig.preset(name)
     weights = os.path.join(spec["dir"], f"{name}.weights.h5")
     model = build_cifar_model(model_cfg)
     model.load_weights(weights)

@@ -2,6 +2,7 @@
 Keras model, and the benchmark end to end on a tiny network (correctness only: no timing is
 asserted)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ sys.path.insert(0, str(BENCH))
 import throughput  # noqa: E402  (bench/ is not a package)
 
 PAPER = ModelConfig()
-SMALL = ModelConfig(**throughput.MODELS["small"])
+SMALL = ModelConfig.preset("small")
 
 
 def test_conv_flops_is_two_flops_per_multiply_add():
@@ -30,29 +31,27 @@ def test_conv_flops_is_two_flops_per_multiply_add():
 
 
 def test_paper_model_flops():
-    flops = throughput.model_flops(**throughput.MODELS["paper"])
+    flops = throughput.model_flops()
     # first conv 884,736 + stage 1 1,302,331,392 + stages 2 and 3 1,321,205,760 each + head 5,120
     assert flops["conv_flops_per_image"] == 3_945_627_648
     assert flops["head_flops_per_image"] == 2 * 256 * 10
     assert flops["forward_flops_per_image"] == 3_945_632_768  # ~3.95 GFLOP
     assert flops["train_flops_per_image"] == 3 * flops["forward_flops_per_image"]
     # the 1x1 projection shortcuts add 3 convs: 16->64 at 32x32, 64->128 and 128->256 strided
-    projection = throughput.model_flops(**throughput.MODELS["paper"], shortcut="projection")
+    projection = throughput.model_flops(shortcut="projection")
     assert projection["conv_flops_per_image"] - flops["conv_flops_per_image"] == 2 * (
         16 * 64 * 1024 + 64 * 128 * 256 + 128 * 256 * 64
     )
 
 
 @pytest.mark.parametrize(
-    "cfg", [PAPER, SMALL, ModelConfig(**throughput.MODELS["small"], data_format="channels_first")]
+    "cfg", [PAPER, SMALL, ModelConfig.preset("small", data_format="channels_first")]
 )
 def test_analytic_flops_match_the_keras_layers(cfg):
     model = build_cifar_model(cfg)
     assert (
         throughput.keras_model_flops(model)
-        == throughput.model_flops(**{f: getattr(cfg, f) for f in throughput.MODELS["paper"]})[
-            "forward_flops_per_image"
-        ]
+        == throughput.model_flops(**dataclasses.asdict(cfg))["forward_flops_per_image"]
     )
 
 
@@ -117,7 +116,7 @@ def test_torch_twin_computes_the_keras_function(twin):
     import torch
 
     keras.utils.set_random_seed(0)
-    cfg = ModelConfig(**{**throughput.MODELS["small"], "init": "he", "conv_bias": True})
+    cfg = ModelConfig.preset("small", init="he", conv_bias=True)
     model = build_cifar_model(cfg)
     net = twin.HardtMaNet(**twin.model_kwargs("small"), init="he", conv_bias=True)
     keras_convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]

@@ -161,7 +161,7 @@ def test_a_diverged_seed_counts_as_chance_and_verdicts_weigh_the_spread():
 
 
 def test_the_budgeted_recipe_keeps_the_papers_proportions():
-    cfg = claims.train_config(claims.Sweep())
+    cfg = claims.Sweep().recipe
     assert cfg.train_steps == 300 and cfg.lr_boundaries == (150, 250)  # 30k, 50k of 60k
     assert (cfg.batch_size, cfg.learning_rate, cfg.momentum, cfg.weight_decay) == (
         128,
@@ -176,4 +176,11 @@ def test_the_budgeted_recipe_keeps_the_papers_proportions():
         "batch",
         "he",
     )
-    assert claims.train_config(claims.QUICK).lr_boundaries == (3, 5)
+    assert claims.QUICK.recipe.lr_boundaries == (3, 5)
+    assert claims.model_config(claims.ARMS[0], claims.QUICK, 10).num_residual_units == 1
+    assert claims.scaled_recipe(cfg, 60_000).lr_boundaries == (30_000, 50_000)
+    assert (
+        claims.scaled_recipe(cfg, 40).eval_every
+        == claims.scaled_recipe(cfg, 40).checkpoint_every
+        == 40
+    )

@@ -21,8 +21,7 @@ from resnet_noBN.training import scratch_dir_name
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 SMALL = [
-    "--num_residual_units=1",
-    "--stage_widths=16,32,64",
+    "--model=small",
     "--batch_size=16",
     "--eval_batch_size=20",
     "--log_every=5",

@@ -38,16 +38,13 @@ def jax_env():
     }
 
 
-MODELS = {
-    "default": {},
-    "reduced": {"num_residual_units": 1, "stage_widths": [16, 32, 64]},
-}
+MODELS = ("paper", "small")  # presets.MODELS names
 TRAIN = {"batch_size": 8, "train_steps": 3}
 
 
 def test_backends_agree_on_weights_logits_steps_and_batches(tmp_path, write_cifar):
-    """Weights saved on TensorFlow load on JAX: logits within 1e-5 relative (the default network
-    and a reduced one); from those weights, the first 3 training steps of each backend's
+    """Weights saved on TensorFlow load on JAX: logits within 1e-5 relative (the paper's network
+    and the small one); from those weights, the first 3 training steps of each backend's
     trainer on the same stream give losses within 1e-4 relative; the stream's uint8 batches
     are bit-identical."""
     write_cifar(tmp_path / "cifar-10-batches-bin", "cifar10", 8)  # 40 training records
@@ -61,10 +58,8 @@ def test_backends_agree_on_weights_logits_steps_and_batches(tmp_path, write_cifa
         "batches": [[11, 0], [11, 4], [3, 9]],  # step 4 of 40 records / 8 spans two epochs
     }
     logits, losses = {}, {}
-    for name, changes in MODELS.items():
-        model_cfg = ModelConfig(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()}
-        )
+    for name in MODELS:
+        model_cfg = ModelConfig.preset(name)
         keras.utils.set_random_seed(5)
         model = build_cifar_model(model_cfg)
         weights = str(tmp_path / f"{name}.weights.h5")
@@ -128,8 +123,7 @@ def small_run(tmp_path, write_cifar, **intervals) -> list[str]:
     write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
     return [
         f"--data_path={tmp_path / 'data'}",
-        "--num_residual_units=1",
-        "--stage_widths=16,32,64",
+        "--model=small",
         "--batch_size=8",
         "--eval_batch_size=16",
         "--seed=4",

@@ -11,8 +11,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SMALL = [
-    "--num_residual_units=1",
-    "--stage_widths=16,32,64",
+    "--model=small",
     "--batch_size=16",
     "--eval_batch_size=20",
     "--log_every=4",
@@ -46,6 +45,17 @@ def test_summary_only_prints_counts_without_data():
     assert "trainable_params: 13538736" in lines and "non_trainable_params: 2560" in lines
     assert "convolutions: 55" in lines and "conv_kernel_weights: 13538736" in lines
     assert "stage3_unit8_conv2" in proc.stdout  # the layer table
+
+
+def test_a_preset_is_the_start_and_model_flags_override_it():
+    """--model=quarter: Table 1 at a quarter of the width (55 convolutions); a model flag given
+    beside it wins (--num_residual_units=1: 7 convolutions, the small preset's count)."""
+    quarter = cifar("--summary_only", "--model=quarter").stdout.splitlines()
+    assert "convolutions: 55" in quarter and "trainable_params: 848304" in quarter
+    one_unit = cifar("--summary_only", "--model=quarter", "--num_residual_units=1")
+    small = cifar("--summary_only", "--model=small")
+    assert "convolutions: 7" in one_unit.stdout.splitlines()
+    assert one_unit.stdout == small.stdout
 
 
 def test_summary_of_the_paper_count_with_projection_shortcuts():

@@ -23,7 +23,7 @@ from resnet_noBN.model import (
     weight_decay_loss,
 )
 
-SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
+SMALL = ModelConfig.preset("small")
 BN_CHANNELS = (16 + 8 * 64) + (64 + 8 * 128) + (128 + 8 * 256) + 9 * (64 + 128 + 256) + 256
 
 
@@ -353,9 +353,21 @@ def test_channels_first_same_function():
     """The layout is a speed choice only: the same weights give the same logits."""
     keras.utils.set_random_seed(3)
     last = build_cifar_model(SMALL)
-    first = build_cifar_model(
-        ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64), data_format="channels_first")
-    )
+    first = build_cifar_model(ModelConfig.preset("small", data_format="channels_first"))
     first.set_weights(last.get_weights())
     x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
     np.testing.assert_allclose(first(x), last(x), rtol=1e-4, atol=1e-5)
+
+
+def test_presets_are_table_1_with_their_changes():
+    assert ModelConfig.preset("paper") == ModelConfig()
+    assert ModelConfig.preset("quarter") == ModelConfig(stage_widths=(16, 32, 64))
+    small = ModelConfig.preset("small", num_classes=100, init="he")
+    assert (small.num_residual_units, small.stage_widths, small.stage_strides) == (
+        1,
+        (16, 32, 64),
+        (1, 2, 2),
+    )
+    assert (small.num_classes, small.init, small.norm) == (100, "he", "none")
+    with pytest.raises(KeyError):
+        ModelConfig.preset("tiny")

@@ -22,8 +22,7 @@ SBATCH = REPO / "docker/slurm/train_cifar.sbatch"
 # two workers on the one node, CPU-only: the overrides the sbatch script documents
 CPU_NODE = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gres=none"]
 TRAIN = [
-    "--num_residual_units=1",
-    "--stage_widths=16,32,64",
+    "--model=small",
     "--batch_size=16",
     "--eval_batch_size=32",
     "--log_every=1",

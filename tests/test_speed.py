@@ -10,7 +10,7 @@ from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.recipe import TrainConfig
 from resnet_noBN.training import Trainer
 
-SMALL = ModelConfig(num_residual_units=2, stage_widths=(16, 32, 64))
+SMALL = ModelConfig.preset("small", num_residual_units=2)
 STEPS = 4
 
 

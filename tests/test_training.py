@@ -21,7 +21,7 @@ from resnet_noBN.recipe import (
 )
 from resnet_noBN.training import Trainer
 
-SMALL = ModelConfig(num_residual_units=1, stage_widths=(16, 32, 64))
+SMALL = ModelConfig.preset("small")
 RNG = np.random.default_rng(0)
 # class c: a colour gradient of its own (a pooled, nearly linear network at init can see it)
 _ramp = np.linspace(-1, 1, 32, dtype=np.float32)
