@@ -148,25 +148,26 @@ class JaxEngine:
     def __init__(self, args):
         import jax
 
-        # the flags that only mean something on TensorFlow (the launchers refuse them too)
-        given = [
-            flag
-            for flag in ("intra_op_threads", "inter_op_threads", "onednn", "synthetic")
-            if getattr(args, flag) is not None and getattr(args, flag) is not False
-        ] + (["jit_compile"] if args.jit_compile else [])
-        if given:
-            raise SystemExit(
-                f"error: {', '.join('--' + f for f in given)} only apply on the TensorFlow "
-                "backend (on JAX every step is compiled, XLA sets its threads, and the batch is "
-                "made on the device inside the step); drop them or run with "
-                "KERAS_BACKEND=tensorflow"
+        from resnet_noBN.errors import InputError
+
+        try:  # the launchers' JAX runtime: precision, seed, and the TensorFlow-only flags refused
+            runtime = backend.start_jax_runtime(
+                "default",
+                batch_sizes={"batch_size": args.batch_size},
+                seed=args.seed,
+                precision=args.precision,
+                tensorflow_only={
+                    flag: getattr(args, flag)
+                    for flag in ("intra_op_threads", "inter_op_threads", "onednn", "jit_compile")
+                }
+                | {"synthetic": args.synthetic},
             )
-        backend.set_precision(args.precision, has_gpu=jax.devices()[0].platform == "gpu")
-        keras.utils.set_random_seed(args.seed)
+        except InputError as e:
+            raise SystemExit(f"error: {e}") from None
         self.jax, self.args = jax, args
         self.intra = self.inter = None
         self.version = f"JAX {jax.__version__}"
-        first = jax.devices()[0]
+        first = runtime.devices[0]
         self.device = "gpu" if first.platform == "gpu" else "cpu"
         self.gpu_name = first.device_kind if self.device == "gpu" else None
         # XLA runs float32 convs and matmuls as TF32 on Ampere and newer at its default

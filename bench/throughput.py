@@ -294,20 +294,6 @@ def _rounded(stats: dict, digits: int = 5) -> dict:
     return {k: (v if k == "n" else round(v, digits)) for k, v in stats.items()}
 
 
-def write_random_cifar10(folder: Path, records_per_file: int = 256, seed: int = 0) -> Path:
-    """Random records in the official CIFAR-10 binary layout (5 training files, 1 test file)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
-    for name in names:
-        labels = rng.integers(0, 10, (records_per_file, 1), dtype=np.uint8)
-        pixels = rng.integers(0, 256, (records_per_file, 3 * 32 * 32), dtype=np.uint8)
-        (folder / name).write_bytes(np.concatenate([labels, pixels], 1).tobytes())
-    return folder
-
-
 def measure_matmul(dtype: str, n: int = 2048, reps: int = 5) -> float:
     """FLOP/s of an n x n x n matmul on the current device (a practical peak), in keras.ops:
     the backend's own kernel; reading one element back waits for the last product."""
@@ -533,7 +519,8 @@ def training_data(args, folder: Path) -> tuple[str, str]:
     if args.data_path:
         data_path, source = args.data_path, "--data_path"
     else:
-        data_path = str(write_random_cifar10(folder / "cifar-10-batches-bin"))
+        data_path = str(folder / "cifar-10-batches-bin")
+        cifar_data.write_random(data_path, "cifar10", records_per_file=256)
         source = "random records (no --data_path)"
     cifar_data.check_data_path("cifar10", data_path)
     return data_path, source

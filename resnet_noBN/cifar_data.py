@@ -10,6 +10,7 @@ backend and no TensorFlow; `resnet_noBN.cifar_input` builds its tf.data pipeline
   with plain file-system work, every problem one line (`DataError`).
 * `load_split`: one split, (uint8 images [N, 32, 32, 3], int32 labels [N]), from the official
   binary files or an image folder, read once per process (cached) as read-only arrays.
+* `write_random`: random records in the official layout (the tests' and the benchmark's data).
 
 The binary records are read as the original tensorflow/models `resnet/cifar_input.py` read them
 (arXiv:1611.04231, Section 4): label byte(s), then 3,072 pixel bytes, depth-major [3, 32, 32],
@@ -260,6 +261,31 @@ def _load_split(dataset: str, split: str, data_path: str, layout: str):
     )
     images.flags.writeable = labels.flags.writeable = False
     return images, labels
+
+
+def write_random(
+    folder: str | os.PathLike, dataset: str, records_per_file: int, seed: int = 0
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Random records in the official binary layout of ``dataset`` (CIFAR-100: coarse = fine
+    // 5), ``records_per_file`` in each of its files, written into ``folder``: data for the tests
+    and the benchmark. Returns {split: (uint8 images [N, 32, 32, 3], int labels [N])}, in file
+    order."""
+    spec = _spec(dataset)
+    rng = np.random.default_rng(seed)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split, names in spec.files.items():
+        n = records_per_file * len(names)
+        images = rng.integers(0, 256, (n, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+        labels = rng.integers(0, spec.num_classes, n)
+        label_bytes = np.stack([labels // 5, labels] if spec.label_bytes == 2 else [labels], 1)
+        records = np.concatenate(
+            [label_bytes.astype(np.uint8), images.transpose(0, 3, 1, 2).reshape(n, -1)], 1
+        )
+        for name, file_records in zip(names, np.split(records, len(names)), strict=True):
+            Path(folder, name).write_bytes(file_records.tobytes())
+        written[split] = images, labels
+    return written
 
 
 def clear_cache() -> None:

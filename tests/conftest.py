@@ -64,32 +64,12 @@ def no_network(monkeypatch):
 
 @pytest.fixture(scope="session")
 def write_cifar():
-    """write(folder, dataset, records_per_file) writes random records in the official
-    binary layout of cifar_input.DATASETS[dataset] (CIFAR-100: coarse = fine // 5) into folder;
-    returns {split: (uint8 images [N, 32, 32, 3], int labels [N])} in file order."""
-    import numpy as np
+    """write(folder, dataset, records_per_file): `cifar_data.write_random`, random records in
+    the official binary layout; returns {split: (uint8 images [N, 32, 32, 3], int labels [N])}
+    in file order."""
+    from resnet_noBN.cifar_data import write_random
 
-    from resnet_noBN.cifar_input import DATASETS
-
-    def write(folder: Path, dataset: str, records_per_file: int):
-        spec = DATASETS[dataset]
-        rng = np.random.default_rng(0)
-        folder.mkdir(parents=True, exist_ok=True)
-        written = {}
-        for split, names in spec.files.items():
-            n = records_per_file * len(names)
-            images = rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
-            labels = rng.integers(0, spec.num_classes, n)
-            label_bytes = np.stack([labels // 5, labels] if spec.label_bytes == 2 else [labels], 1)
-            records = np.concatenate(
-                [label_bytes.astype(np.uint8), images.transpose(0, 3, 1, 2).reshape(n, -1)], 1
-            )
-            for name, file_records in zip(names, np.split(records, len(names))):
-                (folder / name).write_bytes(file_records.tobytes())
-            written[split] = images, labels
-        return written
-
-    return write
+    return write_random
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from resnet_noBN import cifar_data
 from resnet_noBN.model import ModelConfig, build_cifar_model, param_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +187,7 @@ def _run_bench(args, tmp_path, keras_backend="tensorflow"):
 
 @pytest.mark.parametrize("keras_backend", ["tensorflow", "jax"])
 def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
-    throughput.write_random_cifar10(tmp_path / "cifar-10-batches-bin", records_per_file=16)
+    cifar_data.write_random(tmp_path / "cifar-10-batches-bin", "cifar10", records_per_file=16)
     profile = tmp_path / "profile"
     result = _run_bench(
         [
@@ -268,9 +269,9 @@ def test_benchmark_on_jax_refuses_tensorflow_only_flags(tmp_path):
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "error: --intra_op_threads, --synthetic only apply on the TensorFlow backend (on JAX "
-        "every step is compiled, XLA sets its threads, and the batch is made on the device "
-        "inside the step); drop them or run with KERAS_BACKEND=tensorflow"
+        "error: --intra_op_threads, --synthetic only apply on the TensorFlow backend (JAX "
+        "compiles every step with XLA and sets its own threads); drop them or run with "
+        "KERAS_BACKEND=tensorflow"
     )
     assert proc.stdout == ""
 
