@@ -1,6 +1,8 @@
 """Section 3 (finite-sample expressivity): Theorem 3.2 built by Lemmas B.1 and B.2, its Keras
-model, the precondition errors, real and generated images; and launch/expressivity.py."""
+model, the precondition errors, real and generated images; the checks of launch/expressivity.py
+from their settings (theory.expressivity_checks, expressivity_report), and the launcher."""
 
+import dataclasses
 import json
 import math
 import os
@@ -11,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from resnet_noBN.errors import InputError
 from resnet_noBN.theory import expressivity as ex
+from resnet_noBN.theory import expressivity_checks, expressivity_report
 from resnet_noBN.theory.expressivity import ExpressivityError
+from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -260,6 +265,93 @@ def test_cifar_reader_errors(tmp_path, write_cifar):
     (tmp_path / "data_batch_1.bin").write_bytes(b"\0" * 100)
     with pytest.raises(ExpressivityError, match="data_batch_1.bin is 100 bytes, not a whole"):
         ex.load_cifar10_pixels(str(tmp_path))
+
+
+# --- The launcher's checks, from their settings --------------------------------------------
+
+_SETTINGS = ExpressivitySettings(
+    output_dir="unused",
+    seed=0,
+    num_classes=4,
+    num_points=100,
+    dim=16,
+    sphere_width=64,
+    num_images=10,
+    image_width=64,
+    cifar_dir=None,
+    sweep=False,
+    sweep_sizes=(100,),
+    sweep_images=10,
+)
+
+
+def test_fit_check_builds_the_network_at_the_width_its_flag_names():
+    rng = np.random.default_rng(9)
+    X = ex.sphere_points(100, 16, rng)
+    lines = []
+    result = expressivity_checks.fit("sphere", X, "sphere_width", _SETTINGS, rng, lines.append)
+    assert lines[0] == "sphere: n=100, d=16, k=64, r=4, 2 residual blocks"
+    assert lines[-1].startswith("  Keras: 100.00% argmax correct")
+    assert (result["width"], result["num_classes"], result["residual_blocks"]) == (64, 4, 2)
+    assert result["keras_accuracy"] == 1.0 and result["keras_max_deviation"] < 1e-8
+    assert (
+        result["keras_count_params"]
+        == result["formula_params"]
+        == 16 * 64 + 2 * (2 * 64 * 64 + 64) + 4 * 64 + 4 * 4 + 4  # kd + ℓ(2k² + k) + rk + r² + r
+    )
+    narrow = dataclasses.replace(_SETTINGS, sphere_width=2)
+    with pytest.raises(InputError, match=r"^sphere: block 1: .*\(the width is --sphere_width\)$"):
+        expressivity_checks.fit("sphere", X, "sphere_width", narrow, rng, lines.append)
+
+
+def test_images_check_reads_cifar_dir_or_generates_images(tmp_path, write_cifar):
+    lines = []
+    X, source = expressivity_checks.images(_SETTINGS, np.random.default_rng(0), lines.append)
+    assert X.shape == (10, 3072) and np.allclose(np.linalg.norm(X, axis=1), 1)
+    assert source == "generated images (no --cifar_dir given)"
+    assert lines == ["note: no --cifar_dir, so 10 generated 32x32x3 images stand in for CIFAR-10"]
+    write_cifar(tmp_path, "cifar10", 4)
+    settings = dataclasses.replace(_SETTINGS, cifar_dir=str(tmp_path), num_images=7)
+    X, source = expressivity_checks.images(settings, np.random.default_rng(0), lines.append)
+    assert X.shape == (7, 3072) and np.allclose(np.linalg.norm(X, axis=1), 1)
+    assert source == f"CIFAR-10 train images from {tmp_path}" and len(lines) == 1
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="empty lacks data_batch_1.bin"):
+        expressivity_checks.cifar_images(str(tmp_path / "empty"), 3)
+
+
+def test_lemma_b1_check_uses_the_classes_and_seed_it_is_given():
+    X = ex.sphere_points(100, 16, np.random.default_rng(10))
+    lines = []
+    result = expressivity_checks.lemma_b1("sphere", X, 32, 3, 5, lines.append)
+    A0, Q = ex.projection(16, 32, 3, np.random.default_rng([5, 32]))
+    assert result["rho"] == ex.lemma_b1_conditions(X @ A0.T, Q).rho
+    assert result["smallest_width"] in expressivity_checks.LEMMA_WIDTHS
+    assert result["single_bias_accuracy"] == 1.0
+    assert lines[0].startswith("Lemma B.1 as stated, sphere (n=100): at k=32")
+
+
+def test_summary_of_a_record_keeps_the_last_lines_figures():
+    fit = {k: 1 for k in expressivity_report.SUMMARY_KEYS} | {"d": 3, "margins": [0.5]}
+    record = {
+        "image_source": None,
+        "results": {"sphere": fit},
+        "precondition_errors": {"duplicate_point": "error", "width_too_small": None},
+        "lemma_b1": {"n": 5, "d": 3, "width": 4},
+        "sweep": None,
+    }
+    summary = expressivity_report.summary_of(record, ["a.json"])
+    assert summary == {
+        "sphere": {k: 1 for k in expressivity_report.SUMMARY_KEYS},
+        "lemma_b1": {"n": 5, "width": 4},
+        "image_source": None,
+        "precondition_errors_raised": False,
+        "files": ["a.json"],
+    }
+    sweep = {"rows": [], "c_fit": 2.0}
+    record = record | {"lemma_b1": None, "sweep": sweep}
+    summary = expressivity_report.summary_of(record, [])
+    assert summary["lemma_b1"] is None and summary["sweep"] == {"c_fit": 2.0}
 
 
 # --- The launcher --------------------------------------------------------------------------

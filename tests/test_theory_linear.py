@@ -1,5 +1,6 @@
 """Section 2 (linear residual networks): Claim 2.3, Lemma 2.4, Theorems 2.1 and 2.2, and the
-gradient-descent experiment, checked on numbers; and launch/linear.py end to end."""
+gradient-descent experiment, checked on numbers; the checks of launch/linear.py from their
+settings (theory.linear_checks), and the launcher end to end."""
 
 import json
 import math
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resnet_noBN.theory import linear
+from resnet_noBN.theory import linear, linear_checks
 from resnet_noBN.theory.linear import LinearTheoryError
+from resnet_noBN.theory.linear_checks import LinearSettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -335,6 +337,70 @@ def test_residual_descent_reaches_the_optimum_and_standard_does_not():
         assert np.all(c["standard_zero"] == c["standard_zero"][0]), depth  # B = 0 never moves
         assert c["standard_random"][50] > 10 * c["residual"][50], depth
     assert curves[8]["standard_random"][-1] > 0.5 * curves[8]["standard_random"][0]  # stalls
+
+
+# --- The launcher's checks, from their settings --------------------------------------------
+
+
+def _settings(**changes):
+    values = dict(
+        output_dir="unused",
+        seed=0,
+        mc_samples=1000,
+        tau_samples=1,
+        dim=3,
+        depths=(2, 4),
+        steps=60,
+        init_scale=0.1,
+        adversarial_starts=1,
+        adversarial_steps=20,
+    )
+    return LinearSettings(**{**values, **changes})
+
+
+def test_claim_2_3_check_uses_the_samples_it_is_given():
+    few = linear_checks.claim_2_3(np.random.default_rng(0), 10_000)
+    many = linear_checks.claim_2_3(np.random.default_rng(0), 160_000)
+    assert few["closed_form"] == many["closed_form"]  # the same point A, R, Σ
+    assert many["standard_error"] == pytest.approx(few["standard_error"] / 4, rel=0.1)
+    assert abs(many["z"]) < 5 and abs(many["relative_difference"]) < 0.01
+
+
+def test_adversarial_check_searches_every_setting_with_its_starts_and_steps():
+    found = linear_checks.adversarial_eq23(np.random.default_rng(1), starts=1, steps=20)
+    assert (found["starts"], found["steps"]) == (1, 20)
+    settings = len(linear_checks.ADVERSARIAL_DIMS) * len(linear_checks.ADVERSARIAL_DEPTHS)
+    assert len(found["min_ratio_by_setting"]) == settings * len(linear_checks.TAUS)
+    assert found["min_ratio"] == min(found["min_ratio_by_setting"].values()) >= 1 - 1e-9
+    assert found["min_ratio_by_setting"][found["where"]] == found["min_ratio"]
+    assert len(found["wrong_constant_by_setting"]) == len(linear_checks.WRONG_CONSTANT_SETTINGS)
+
+
+def test_theorem_2_2_check_takes_its_samples_and_search_from_the_settings():
+    settings = _settings(tau_samples=2, adversarial_starts=1, adversarial_steps=10)
+    t22 = linear_checks.theorem_2_2(np.random.default_rng(3), settings)
+    cells = len(linear_checks.TAUS) * len(linear_checks.TAU_DEPTHS) * len(linear_checks.TAU_DIMS)
+    assert len(t22["min_ratio_by_setting"]) == cells and t22["samples"] == 2 * cells
+    assert t22["min_ratio"] >= 1 and t22["min_ratio_wrong_constant"] == t22["min_ratio"] / 2
+    assert t22["tight_case_ratio"] == pytest.approx(1.0, abs=1e-9)
+    assert (t22["adversarial"]["starts"], t22["adversarial"]["steps"]) == (1, 10)
+    assert t22["tau1_counterexample"]["gradient_norm"] == 0
+
+
+def test_gradient_descent_check_follows_its_settings():
+    settings = _settings(dim=4, depths=(2, 3), steps=40, init_scale=0.05)
+    rng = np.random.default_rng(2)
+    R = linear_checks.GD_TARGETS["benign"](settings.dim, rng)
+    result, curves = linear_checks.gradient_descent(R, rng, settings)
+    assert (result["dim"], result["steps"], result["init_scale"]) == (4, 40, 0.05)
+    assert result["gamma"] == pytest.approx(linear.gamma(R))
+    assert list(curves) == [2, 3] and list(result["curves"]) == ["2", "3"]
+    for depth, by_start in curves.items():
+        assert all(len(c) == 41 for c in by_start.values())
+        final = result["final_excess"]
+        assert final["residual"][str(depth)] < 1e-3 * result["initial_excess"]
+        assert final["standard_zero"][str(depth)] == by_start["standard_zero"][0]  # never moves
+    assert result["initial_excess"] == curves[2]["residual"][0]
 
 
 # --- The launcher --------------------------------------------------------------------------

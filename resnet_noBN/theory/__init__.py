@@ -12,6 +12,13 @@ Modules:
                 labelling (Theorem 3.2 via Lemmas B.1 and B.2), loaded into a Keras model;
                 per-row thresholds (practical) or Lemma B.1's single bias −(1 − 2ρ) with its
                 hypotheses checked after the projection.
+  linear_checks, expressivity_checks
+                Each result of the section checked on numbers, one function per result, from
+                the settings they are given (a frozen dataclass).
+  linear_report, expressivity_report
+                The checks run in order, said as they go; their plots, and the figures of the
+                launcher's last line of JSON.
 
-Run them as ``python launch/linear.py`` and ``python launch/expressivity.py``.
+Run them as ``python launch/linear.py`` and ``python launch/expressivity.py``, which parse
+the flags into the settings and write the JSON.
 """
