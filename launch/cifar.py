@@ -77,6 +77,13 @@ cli.define_train_flags(TrainConfig())
 cli.define_runtime_flags()
 
 
+ORIGINAL_2016_WARNING = (
+    "warning: --cifar100_layout=original_2016 reads CIFAR-100 as the original 2016 code did: "
+    "every image shifted one byte, its fine label in the first red pixel (a label leak); use it "
+    "only to measure that bug"
+)
+
+
 def model_config() -> ModelConfig:
     return config_from_flags(
         ModelConfig,
@@ -85,21 +92,9 @@ def model_config() -> ModelConfig:
     )
 
 
-@cli.exit_codes
-def main(argv):
-    model_cfg = model_config()
-    if FLAGS.summary_only:
-        return cli.print_summary(build_cifar_model(model_cfg))
-    train_cfg = config_from_flags(TrainConfig)
-    if FLAGS.scale_lr:
-        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
-    runtime_cfg = config_from_flags(RuntimeConfig)
-    if FLAGS.pad < 0:
-        raise InputError(f"--pad must be >= 0, got {FLAGS.pad}")
-    cifar_data.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
-    if FLAGS.data_path:
-        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
+def checked_run_config(model_cfg: ModelConfig, train_cfg: TrainConfig, model_dir: str) -> dict:
+    """What config.json records, refused where ``model_dir`` holds a run of other settings (a
+    key an older config.json lacks stands for its default)."""
     run_config = cli.check_backend(
         {
             "dataset": FLAGS.dataset,
@@ -119,6 +114,25 @@ def main(argv):
             **objective_fields(TrainConfig()),
         },
     )
+    return run_config
+
+
+@cli.exit_codes
+def main(argv):
+    model_cfg = model_config()
+    if FLAGS.summary_only:
+        return cli.print_summary(build_cifar_model(model_cfg))
+    train_cfg = config_from_flags(TrainConfig)
+    if FLAGS.scale_lr:
+        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
+    runtime_cfg = config_from_flags(RuntimeConfig)
+    if FLAGS.pad < 0:
+        raise InputError(f"--pad must be >= 0, got {FLAGS.pad}")
+    cifar_data.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
+    if FLAGS.data_path:
+        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
+    model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
+    run_config = checked_run_config(model_cfg, train_cfg, model_dir)
 
     runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path and backend.is_tensorflow():
@@ -128,13 +142,7 @@ def main(argv):
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
     if FLAGS.cifar100_layout == "original_2016":
-        print(
-            "warning: --cifar100_layout=original_2016 reads CIFAR-100 as the original 2016 code "
-            "did: every image shifted one byte, its fine label in the first red pixel (a label "
-            "leak); use it only to measure that bug",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)
 
     train_source, test_source = sources(
         FLAGS.dataset,
