@@ -28,25 +28,11 @@ from resnet_noBN.backend import RuntimeConfig
 from resnet_noBN.cifar_sources import sources
 from resnet_noBN.errors import InputError
 from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 from resnet_noBN.model import ModelConfig, build_cifar_model
 from resnet_noBN.recipe import TrainConfig, objective_fields
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
-flags.DEFINE_string(
-    "data_path",
-    None,
-    "Folder of the official binary files (cifar-10-batches-bin/ or "
-    "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
-    "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
-    "unpacked). Default: read tensorflow-datasets (TensorFlow backend only).",
-)
-flags.DEFINE_string(
-    "data_dir",
-    str(DEFAULT_TFDS_DIR),
-    "tensorflow-datasets directory (see data/README.md).",
-)
+cli.define_cifar_data_flags()
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
 flags.DEFINE_integer(
     "pad",

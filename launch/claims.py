@@ -35,21 +35,9 @@ from resnet_noBN import backend, cifar_data, claims, cli, run_log
 from resnet_noBN.cifar_sources import sources
 from resnet_noBN.errors import InputError
 from resnet_noBN.flag_config import validated
-from resnet_noBN.input_common import DEFAULT_TFDS_DIR
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
-flags.DEFINE_string(
-    "data_path",
-    None,
-    "The official binary files or an image folder (as "
-    "launch/cifar.py). Default: read tensorflow-datasets.",
-)
-flags.DEFINE_string(
-    "data_dir",
-    str(DEFAULT_TFDS_DIR),
-    "tensorflow-datasets directory (see data/README.md).",
-)
+cli.define_cifar_data_flags()
 flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
 flags.DEFINE_string(
     "label",

@@ -25,6 +25,7 @@ from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
 from resnet_noBN.model import param_counts
 from resnet_noBN.recipe import TrainConfig
 
+flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
 FLAGS = flags.FLAGS
 
 
@@ -45,6 +46,26 @@ def define_train_flags(defaults: TrainConfig) -> None:
         f"Linear scaling rule: multiply --learning_rate by --batch_size / "
         f"{defaults.batch_size} (the paper's batch), for a larger global batch. "
         "--train_steps and --lr_boundaries are not rescaled.",
+    )
+
+
+def define_cifar_data_flags() -> None:
+    """--dataset, --data_path and --data_dir: which CIFAR and where it is read from (the CIFAR
+    launchers' own)."""
+    from resnet_noBN import cifar_data
+    from resnet_noBN.input_common import DEFAULT_TFDS_DIR
+
+    flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
+    flags.DEFINE_string(
+        "data_path",
+        None,
+        "Folder of the official binary files (cifar-10-batches-bin/ or "
+        "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
+        "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
+        "unpacked). Default: read tensorflow-datasets (TensorFlow backend only).",
+    )
+    flags.DEFINE_string(
+        "data_dir", str(DEFAULT_TFDS_DIR), "tensorflow-datasets directory (see data/README.md)."
     )
 
 
