@@ -38,65 +38,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # else TF logs a line per float64 op
 
-import dataclasses
 import json
 from pathlib import Path
 
-from absl import flags
-
 from resnet_noBN import cli
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import int_list
+from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.theory import expressivity_report
 from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "output_dir", "runs/expressivity", "Where expressivity.json and margins.png go."
-)
-flags.DEFINE_integer("seed", 0, "Seed of the data, labels, projection and surrogate labels.")
-flags.DEFINE_integer("num_classes", 10, "r, the number of (random) classes.")
-flags.DEFINE_integer("num_points", 5000, "n random points on the sphere (0: skip).")
-flags.DEFINE_integer("dim", 128, "d of the sphere points.")
-flags.DEFINE_integer("sphere_width", 96, "k, the width of the network for the sphere points.")
-flags.DEFINE_integer("num_images", 5170, "n images (0: skip); at most the number in --cifar_dir.")
-flags.DEFINE_integer("image_width", 512, "k, the width of the network for the images.")
-flags.DEFINE_string(
-    "cifar_dir",
-    None,
-    "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
-    "generated images are used when it is not given.",
-)
-flags.DEFINE_bool(
-    "sweep",
-    False,
-    "Also sweep n: Lemma B.1's smallest width and the parameter "
-    "count against n (minutes; see --sweep_sizes).",
-)
-flags.DEFINE_string(
-    "sweep_sizes", "250,500,1000,2000,5000,10000,20000", "n of the sphere points of --sweep."
-)
-flags.DEFINE_integer("sweep_images", 5170, "n of the CIFAR slice in --sweep (with --cifar_dir).")
-
-
-def settings_from_flags() -> ExpressivitySettings:
-    """The checks' settings the flags give; InputError naming the flag when one is out of range."""
-    for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
-        if getattr(FLAGS, name) < 1:
-            raise InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
-    for name in ("num_points", "num_images"):
-        if getattr(FLAGS, name) < 0:
-            raise InputError(f"--{name} must be >= 0, got {getattr(FLAGS, name)}")
-    if FLAGS.cifar_dir is not None and not os.path.isdir(FLAGS.cifar_dir):
-        raise InputError(
-            f"--cifar_dir {FLAGS.cifar_dir} is no folder; point it at "
-            "cifar-10-batches-bin or leave it out (generated images)"
-        )
-    sizes = int_list("sweep_sizes", FLAGS.sweep_sizes)
-    if not sizes or min(sizes) < 2:
-        raise InputError(f"--sweep_sizes must be integers >= 2, got '{FLAGS.sweep_sizes}'")
-    fields = [f.name for f in dataclasses.fields(ExpressivitySettings) if f.name != "sweep_sizes"]
-    return ExpressivitySettings(**{name: FLAGS[name].value for name in fields}, sweep_sizes=sizes)
+define_flags(ExpressivitySettings)
 
 
 def write(output_dir: str, name: str, text: str) -> str:
@@ -109,7 +59,7 @@ def write(output_dir: str, name: str, text: str) -> str:
 @cli.exit_codes
 def main(argv):
     del argv
-    settings = settings_from_flags()
+    settings = config_from_flags(ExpressivitySettings)
     record, files = expressivity_report.run(settings, say=lambda line: print(line, flush=True))
     if settings.sweep:
         files.append(

@@ -29,61 +29,22 @@ from resnet_noBN import cpu
 
 cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
 
-import dataclasses
 import json
 import os
 from pathlib import Path
 
-from absl import flags
-
 from resnet_noBN import cli
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import int_list
+from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.theory import linear_report
 from resnet_noBN.theory.linear_checks import LinearSettings
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "runs/linear", "Where the plots and linear.json go.")
-flags.DEFINE_integer("seed", 0, "Seed of every random matrix.")
-flags.DEFINE_integer("mc_samples", 1_000_000, "Monte-Carlo samples for Claim 2.3.")
-flags.DEFINE_integer("tau_samples", 20, "Random A per (tau, depth, d) for eq. (2.3).")
-flags.DEFINE_integer("dim", 8, "d of the gradient-descent experiment.")
-flags.DEFINE_string("depths", "2,4,8,16", "Depths of the gradient-descent experiment.")
-flags.DEFINE_integer("steps", 500, "Gradient-descent steps.")
-flags.DEFINE_float(
-    "init_scale", 0.1, "Standard parameterisation's small random init: entries N(0, scale^2/d)."
-)
-flags.DEFINE_integer(
-    "adversarial_starts", 3, "Starts of the adversarial search for eq. (2.3), per (tau, depth, d)."
-)
-flags.DEFINE_integer("adversarial_steps", 200, "Projected-gradient steps per start.")
-
-
-def settings_from_flags() -> LinearSettings:
-    """The checks' settings the flags give; InputError naming the flag when one is bad."""
-    for name in (
-        "mc_samples",
-        "tau_samples",
-        "dim",
-        "steps",
-        "adversarial_starts",
-        "adversarial_steps",
-    ):
-        if getattr(FLAGS, name) < 1:
-            raise InputError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
-    if FLAGS.init_scale < 0:
-        raise InputError(f"--init_scale must be >= 0, got {FLAGS.init_scale}")
-    depths = int_list("depths", FLAGS.depths)
-    if not depths or min(depths) < 1:
-        raise InputError(f"--depths must be positive integers, got '{FLAGS.depths}'")
-    fields = [f.name for f in dataclasses.fields(LinearSettings) if f.name != "depths"]
-    return LinearSettings(**{name: FLAGS[name].value for name in fields}, depths=depths)
+define_flags(LinearSettings)
 
 
 @cli.exit_codes
 def main(argv):
     del argv
-    settings = settings_from_flags()
+    settings = config_from_flags(LinearSettings)
     os.makedirs(settings.output_dir, exist_ok=True)
     results, plots = linear_report.run(settings, say=lambda line: print(line, flush=True))
     json_path = os.path.join(settings.output_dir, "linear.json")

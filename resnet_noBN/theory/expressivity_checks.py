@@ -10,9 +10,10 @@ The construction is :mod:`resnet_noBN.theory.expressivity`;
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,21 +27,69 @@ LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
 
 @dataclass(frozen=True)
 class ExpressivitySettings:
-    """The settings of the Section 3 checks; the fields are named as ``launch/expressivity.py``'s
-    flags, which the errors name."""
+    """The settings of the Section 3 checks; each field is a flag of ``launch/expressivity.py``
+    (``resnet_noBN.flag_config``), its ``help`` the flag's, which the errors name."""
 
-    output_dir: str  # where the plots go
-    seed: int  # of the data, labels, projection and surrogate labels
-    num_classes: int  # r
-    num_points: int  # n random points on the sphere (0: none)
-    dim: int  # d of the sphere points
-    sphere_width: int  # k of the network for the sphere points
-    num_images: int  # n images (0: none)
-    image_width: int  # k of the network for the images
-    cifar_dir: str | None  # the CIFAR-10 binary files; None: generated images
-    sweep: bool  # also sweep n (:func:`sweep`)
-    sweep_sizes: tuple[int, ...]  # n of the sphere points of the sweep
-    sweep_images: int  # n of the sweep's CIFAR slice (with cifar_dir)
+    output_dir: str = field(
+        default="runs/expressivity",
+        metadata={"help": "Where expressivity.json and margins.png go."},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed of the data, labels, projection and surrogate labels."}
+    )
+    num_classes: int = field(default=10, metadata={"help": "r, the number of (random) classes."})
+    num_points: int = field(
+        default=5000, metadata={"help": "n random points on the sphere (0: skip)."}
+    )
+    dim: int = field(default=128, metadata={"help": "d of the sphere points."})
+    sphere_width: int = field(
+        default=96, metadata={"help": "k, the width of the network for the sphere points."}
+    )
+    num_images: int = field(
+        default=5170, metadata={"help": "n images (0: skip); at most the number in --cifar_dir."}
+    )
+    image_width: int = field(
+        default=512, metadata={"help": "k, the width of the network for the images."}
+    )
+    cifar_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
+            "generated images are used when it is not given."
+        },
+    )
+    sweep: bool = field(
+        default=False,
+        metadata={
+            "help": "Also sweep n: Lemma B.1's smallest width and the parameter "
+            "count against n (minutes; see --sweep_sizes)."
+        },
+    )
+    sweep_sizes: tuple[int, ...] = field(
+        default=(250, 500, 1000, 2000, 5000, 10000, 20000),
+        metadata={"help": "n of the sphere points of --sweep."},
+    )
+    sweep_images: int = field(
+        default=5170, metadata={"help": "n of the CIFAR slice in --sweep (with --cifar_dir)."}
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for a setting out of range."""
+        for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("num_points", "num_images"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.cifar_dir is not None and not os.path.isdir(self.cifar_dir):
+            raise ValueError(
+                f"--cifar_dir {self.cifar_dir} is no folder; point it at "
+                "cifar-10-batches-bin or leave it out (generated images)"
+            )
+        if not self.sweep_sizes or min(self.sweep_sizes) < 2:
+            raise ValueError(
+                f"--sweep_sizes must be integers >= 2, got '{','.join(map(str, self.sweep_sizes))}'"
+            )
 
 
 def cifar_images(cifar_dir: str, n: int) -> np.ndarray:

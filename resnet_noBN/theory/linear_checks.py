@@ -9,7 +9,7 @@ these checks in order and reports them. Every check draws from the one generator
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,19 +33,56 @@ GD_TARGETS = {
 
 @dataclass(frozen=True)
 class LinearSettings:
-    """The settings of the Section 2 checks; the fields are named as the flags of
-    ``launch/linear.py``."""
+    """The settings of the Section 2 checks; each field is a flag of ``launch/linear.py``
+    (``resnet_noBN.flag_config``), its ``help`` the flag's."""
 
-    output_dir: str  # where the plots go
-    seed: int  # of the one generator every random matrix comes from
-    mc_samples: int  # Monte-Carlo samples for Claim 2.3
-    tau_samples: int  # random A per (τ, depth, d) for eq. (2.3)
-    dim: int  # d of the gradient-descent experiment
-    depths: tuple[int, ...]  # its depths ℓ
-    steps: int  # its gradient-descent steps
-    init_scale: float  # the standard parameterisation's random start: N(0, init_scale²/d)
-    adversarial_starts: int  # starts of the eq. (2.3) search per (τ, depth, d)
-    adversarial_steps: int  # its projected-gradient steps per start
+    output_dir: str = field(
+        default="runs/linear", metadata={"help": "Where the plots and linear.json go."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of every random matrix."})
+    mc_samples: int = field(
+        default=1_000_000, metadata={"help": "Monte-Carlo samples for Claim 2.3."}
+    )
+    tau_samples: int = field(
+        default=20, metadata={"help": "Random A per (tau, depth, d) for eq. (2.3)."}
+    )
+    dim: int = field(default=8, metadata={"help": "d of the gradient-descent experiment."})
+    depths: tuple[int, ...] = field(
+        default=(2, 4, 8, 16), metadata={"help": "Depths of the gradient-descent experiment."}
+    )
+    steps: int = field(default=500, metadata={"help": "Gradient-descent steps."})
+    init_scale: float = field(
+        default=0.1,
+        metadata={
+            "help": "Standard parameterisation's small random init: entries N(0, scale^2/d)."
+        },
+    )
+    adversarial_starts: int = field(
+        default=3,
+        metadata={"help": "Starts of the adversarial search for eq. (2.3), per (tau, depth, d)."},
+    )
+    adversarial_steps: int = field(
+        default=200, metadata={"help": "Projected-gradient steps per start."}
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for a setting out of range."""
+        for name in (
+            "mc_samples",
+            "tau_samples",
+            "dim",
+            "steps",
+            "adversarial_starts",
+            "adversarial_steps",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.init_scale < 0:
+            raise ValueError(f"--init_scale must be >= 0, got {self.init_scale}")
+        if not self.depths or min(self.depths) < 1:
+            raise ValueError(
+                f"--depths must be positive integers, got '{','.join(map(str, self.depths))}'"
+            )
 
 
 def claim_2_3(rng: np.random.Generator, mc_samples: int) -> dict:
