@@ -158,9 +158,14 @@ class JaxEngine:
                 precision=args.precision,
                 tensorflow_only={
                     flag: getattr(args, flag)
-                    for flag in ("intra_op_threads", "inter_op_threads", "onednn", "jit_compile")
-                }
-                | {"synthetic": args.synthetic},
+                    for flag in (
+                        "intra_op_threads",
+                        "inter_op_threads",
+                        "onednn",
+                        "jit_compile",
+                        "synthetic",
+                    )
+                },
             )
         except InputError as e:
             raise SystemExit(f"error: {e}") from None

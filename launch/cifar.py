@@ -108,9 +108,7 @@ def main(argv):
     model_cfg = model_config()
     if FLAGS.summary_only:
         return cli.print_summary(build_cifar_model(model_cfg))
-    train_cfg = config_from_flags(TrainConfig)
-    if FLAGS.scale_lr:
-        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
+    train_cfg = cli.train_config_from_flags()
     runtime_cfg = config_from_flags(RuntimeConfig)
     if FLAGS.pad < 0:
         raise InputError(f"--pad must be >= 0, got {FLAGS.pad}")

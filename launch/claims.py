@@ -143,13 +143,14 @@ def report_header(label: str, sweep, num_classes: int) -> str:
     )
 
 
-def train_run(arm, seed: int, sweep, num_classes: int, tag: str) -> str:
-    """One arm's seed trained (or resumed) in its folder: the outcome, in words."""
+def train_run(arm, seed: int, sweep, num_classes: int, model_dir: str) -> str:
+    """One arm's seed trained (or resumed) in ``model_dir``: the outcome, in words."""
+    tag = os.path.basename(model_dir)
     result = claims.train_one(
         arm,
         seed,
         sweep,
-        claims.run_dir(FLAGS.output_dir, arm.name, seed),
+        model_dir,
         lambda cfg: sources(
             FLAGS.dataset,
             cfg.batch_size,
@@ -213,7 +214,7 @@ def main(argv):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         run_log.record_config(model_dir, configs[model_dir])
-        outcome = train_run(arm, seed, sweep, num_classes, f"{arm.name}-seed{seed}")
+        outcome = train_run(arm, seed, sweep, num_classes, model_dir)
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}", flush=True)
         claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)

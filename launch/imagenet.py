@@ -91,9 +91,7 @@ def summary(cfg: ImageNetConfig) -> None:
 
 def configs_from_flags() -> tuple[TrainConfig, RuntimeConfig]:
     """The recipe and runtime of the flags, checked for what the ImageNet recipe refuses."""
-    train_cfg = config_from_flags(TrainConfig)
-    if FLAGS.scale_lr:
-        train_cfg = cli.linear_scaling(train_cfg, FLAGS["batch_size"].default)
+    train_cfg = cli.train_config_from_flags()
     if train_cfg.lr_boundaries:
         raise InputError(
             "--lr_boundaries is not used by the ImageNet recipe (exponential "

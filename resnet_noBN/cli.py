@@ -20,7 +20,7 @@ from absl import app, flags, logging
 from resnet_noBN import backend, run_log
 from resnet_noBN.backend import Runtime, RuntimeConfig
 from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
-from resnet_noBN.flag_config import define_flags
+from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
 from resnet_noBN.model import param_counts
 from resnet_noBN.recipe import TrainConfig
@@ -81,6 +81,15 @@ def linear_scaling(cfg: TrainConfig, base_batch: int) -> TrainConfig:
     """``cfg`` with its learning rate multiplied by ``batch_size / base_batch`` (--scale_lr: the
     linear scaling rule, for a batch larger than the one the rate was tuned for)."""
     return dataclasses.replace(cfg, learning_rate=cfg.learning_rate * cfg.batch_size / base_batch)
+
+
+def train_config_from_flags() -> TrainConfig:
+    """The recipe of :func:`define_train_flags`' flags, --scale_lr applied against the
+    launcher's default batch (the one its learning rate is tuned for)."""
+    cfg = config_from_flags(TrainConfig)
+    if FLAGS.scale_lr:
+        cfg = linear_scaling(cfg, FLAGS["batch_size"].default)
+    return cfg
 
 
 def start_runtime(cfg: RuntimeConfig, train_cfg: TrainConfig, model_dir: str) -> Runtime:
