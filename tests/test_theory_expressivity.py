@@ -269,17 +269,14 @@ def test_cifar_reader_errors(tmp_path, write_cifar):
 
 # --- The launcher's checks, from their settings --------------------------------------------
 
-_SETTINGS = ExpressivitySettings(
+_SETTINGS = ExpressivitySettings(  # the launcher's defaults, made small
     output_dir="unused",
-    seed=0,
     num_classes=4,
     num_points=100,
     dim=16,
     sphere_width=64,
     num_images=10,
     image_width=64,
-    cifar_dir=None,
-    sweep=False,
     sweep_sizes=(100,),
     sweep_images=10,
 )
