@@ -1,26 +1,15 @@
 """launch/claims.py: every arm runs, the table and plots, resume, divergence, bad flags."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
+import launchers
 import pytest
 
 from resnet_noBN import claims
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-
 
 def run_claims(*args):
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch/claims.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
+    return launchers.run("launch/claims.py", *args, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -1,22 +1,13 @@
 """launch/compare_runs.py: several runs' curves in one PNG and their last and best figures."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import launchers
 
 
 def compare(*args):
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch/compare_runs.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
+    return launchers.run("launch/compare_runs.py", *args)
 
 
 def write_run(folder: Path, errors: dict[int, float]) -> Path:

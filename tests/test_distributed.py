@@ -4,7 +4,6 @@ and the local job's network: its unauthenticated gRPC ports unreachable from oth
 import ipaddress
 import json
 import os
-import pathlib
 import shutil
 import signal
 import socket
@@ -12,13 +11,13 @@ import subprocess
 import sys
 import time
 
+import launchers
 import pytest
 import tensorflow as tf
+from launchers import REPO
 
 from resnet_noBN import distribute
 from resnet_noBN.training import scratch_dir_name
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 SMALL = [
     "--model=small",
@@ -477,17 +476,9 @@ def test_local_cluster_without_namespaces_says_so_and_runs(tmp_path):
 
 
 def run_cifar(tmp_path, args, tf_config=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    if tf_config is not None:
-        env["TF_CONFIG"] = tf_config if isinstance(tf_config, str) else json.dumps(tf_config)
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch/cifar.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    if tf_config is not None and not isinstance(tf_config, str):
+        tf_config = json.dumps(tf_config)
+    return launchers.run("launch/cifar.py", *args, env={"TF_CONFIG": tf_config}, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -20,12 +20,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path, PurePosixPath
 
+import launchers
 import pytest
+from launchers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"  # the build context is the repository root
 COMPOSE = REPO / "docker" / "compose.yaml"
@@ -237,15 +237,7 @@ def dockerfile() -> Dockerfile:
 @pytest.fixture(scope="module")
 def launcher_flags() -> dict[str, list[str] | None]:
     """Flags that launch/cifar.py defines (its --helpfull): name -> enum choices or None."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "launch" / "cifar.py"), "--helpfull"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=300,
-    )
+    proc = launchers.run("launch/cifar.py", "--helpfull", cwd=REPO, log_level="3")
     flags = {}
     for m in re.finditer(r"^\s+--(?:\[no\])?(\w+):(?:\s+<([^>]*)>:)?", proc.stdout, re.M):
         flags[m.group(1)] = m.group(2).split("|") if m.group(2) else None

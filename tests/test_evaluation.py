@@ -2,13 +2,11 @@
 and the probe of the original CIFAR-100 reader's label leak (the first red pixel replaced)."""
 
 import json
-import os
-import subprocess
-import sys
 
+import launchers
 import numpy as np
 import pytest
-from test_launch_cifar import REPO, SMALL, cifar
+from test_launch_cifar import SMALL, cifar
 
 from resnet_noBN import cifar_data
 from resnet_noBN.errors import InputError
@@ -38,13 +36,7 @@ def leaky_run(tmp_path_factory, c100):
 
 
 def evaluate(*args):
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch/evaluate.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
+    return launchers.run("launch/evaluate.py", *args)
 
 
 def listing(folder):

@@ -7,16 +7,15 @@ JPEGs of random sizes written by the tests.
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
+import launchers
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from launchers import REPO
 
 from resnet_noBN import imagenet_input
 from resnet_noBN.imagenet_input import DataError
@@ -25,8 +24,6 @@ from resnet_noBN.model import param_counts
 from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
 from resnet_noBN.training import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
-LAUNCHER = REPO / "launch" / "imagenet.py"
 TINY = ImageNetConfig(
     image_size=32, stem_filters=8, stage_units=(1, 1, 1, 1), stage_widths=(8, 16, 32, 64)
 )
@@ -459,19 +456,9 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
 
 # ----------------------------------------------------------------------------- the launcher
 def _launch(*args, cwd, timeout=120):
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    return subprocess.run(
-        [sys.executable, str(LAUNCHER), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    env = {"PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    return launchers.run(
+        "launch/imagenet.py", *args, env=env, timeout=timeout, cwd=cwd, log_level="3"
     )
 
 

@@ -2,14 +2,14 @@
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
 
+import launchers
 import pytest
+from launchers import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 SMALL = [
     "--model=small",
     "--batch_size=16",
@@ -22,13 +22,7 @@ SMALL = [
 
 
 def cifar(*args, env=None):
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch/cifar.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
-    )
+    return launchers.run("launch/cifar.py", *args, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -6,20 +6,18 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import launchers
 import numpy as np
 import pytest
+from launchers import REPO
 
 from resnet_noBN.errors import InputError
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory import expressivity_checks, expressivity_report
 from resnet_noBN.theory.expressivity import ExpressivityError
 from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -355,15 +353,7 @@ def test_summary_of_a_record_keeps_the_last_lines_figures():
 
 
 def _run(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch" / "expressivity.py"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return launchers.run("launch/expressivity.py", *args, cwd=REPO)
 
 
 def test_launcher_writes_plot_json_and_a_json_line(tmp_path):

@@ -4,19 +4,15 @@ settings (theory.linear_checks), and the launcher end to end."""
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
+import launchers
 import numpy as np
 import pytest
+from launchers import REPO
 
 from resnet_noBN.theory import linear, linear_checks
 from resnet_noBN.theory.linear import LinearTheoryError
 from resnet_noBN.theory.linear_checks import LinearSettings
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _instance(d, depth, seed, scale=0.3):
@@ -406,15 +402,7 @@ def test_gradient_descent_check_follows_its_settings():
 
 
 def _run(script, *args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
-        [sys.executable, str(REPO / "launch" / script), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return launchers.run(f"launch/{script}", *args, cwd=REPO)
 
 
 def test_launcher_writes_plots_json_and_a_json_line(tmp_path):

@@ -1,0 +1,29 @@
+"""The repository's launchers run as a user runs them: `python launch/NAME.py ...` in a
+subprocess, its output captured, TensorFlow's C++ log quiet. Shared by the tests that drive a
+launcher end to end."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args, env=None, timeout: float = 300, cwd=None, log_level: str = "2"):
+    """The finished `python REPO/script args...`; env's entries are added to this process's
+    variables (a None value removes that variable)."""
+    variables = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=log_level)
+    for name, value in (env or {}).items():
+        if value is None:
+            variables.pop(name, None)
+        else:
+            variables[name] = value
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=variables,
+        cwd=cwd,
+    )
