@@ -137,6 +137,13 @@ def run_args(engine, image, data, runs, *flags, name=None):
     ]
 
 
+def run_image(engine, image, data, runs, *flags):
+    """The finished `run_args` container."""
+    return subprocess.run(
+        run_args(engine, image, data, runs, *flags), capture_output=True, text=True, timeout=600
+    )
+
+
 def final(output: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
@@ -178,13 +185,8 @@ def test_image_trains_on_mounted_files_and_resumes_from_its_checkpoints(
 ):
     runs = runs_folder(tmp_path / "runs")
     every = ["--log_every=4", "--checkpoint_every=4", "--eval_every=4"]
-    first = subprocess.run(
-        run_args(
-            engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=8", *SMALL, *every
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    first = run_image(
+        engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=8", *SMALL, *every
     )
     assert first.returncode == 0, first.stderr[-3000:]
     assert final(first.stdout)["final_step"] == 8 and final(first.stdout)["test_examples"] == 16
@@ -192,13 +194,8 @@ def test_image_trains_on_mounted_files_and_resumes_from_its_checkpoints(
         assert (runs / "t" / name).is_file(), name
     assert (runs / "t" / "ckpt-8.index").stat().st_uid == IMAGE_UID  # written by the image's user
 
-    again = subprocess.run(
-        run_args(
-            engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=12", *SMALL, *every
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    again = run_image(
+        engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=12", *SMALL, *every
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from /runs/t/ckpt-8 at step 8" in again.stdout.splitlines()
@@ -253,12 +250,7 @@ def test_image_trains_like_a_kubernetes_pod_read_only_root_no_capabilities_fresh
 def uninterrupted_digest(engine, image, data, tmp_path_factory):
     """weights_sha256 of the stoppable run, run straight through in one container."""
     runs = runs_folder(tmp_path_factory.mktemp("straight") / "runs")
-    proc = subprocess.run(
-        run_args(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_image(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert final(proc.stdout)["final_step"] == 150
     return final(proc.stdout)["weights_sha256"]
@@ -296,12 +288,7 @@ def test_stop_saves_the_step_reached_exits_3_and_the_rerun_resumes_bit_identical
     assert 20 <= saved < 150 and f"step {saved:>7d}  loss" in output
     assert (runs / "t" / f"ckpt-{saved}.index").is_file()
 
-    resumed = subprocess.run(
-        run_args(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    resumed = run_image(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from /runs/t/ckpt-{saved} at step {saved}" in resumed.stdout.splitlines()
     assert final(resumed.stdout)["final_step"] == 150
