@@ -19,18 +19,6 @@ import sys
 from pathlib import Path
 
 ENV = "TF_ENABLE_ONEDNN_OPTS"
-# The extensions that decide TF's oneDNN default, bfloat16 arithmetic, and the FLOP rates.
-ISA_FLAGS = (
-    "avx2",
-    "fma",
-    "avx512f",
-    "avx512_vnni",
-    "avx512_bf16",
-    "avx_vnni",
-    "amx_tile",
-    "amx_bf16",
-    "amx_int8",
-)
 # Where TensorFlow itself turns oneDNN on when TF_ENABLE_ONEDNN_OPTS is unset (x86 Linux).
 TF_ONEDNN_DEFAULT_FLAGS = (
     "avx512_vnni",
@@ -40,6 +28,8 @@ TF_ONEDNN_DEFAULT_FLAGS = (
     "amx_bf16",
     "amx_int8",
 )
+# The extensions that decide TF's oneDNN default, bfloat16 arithmetic, and the FLOP rates.
+ISA_FLAGS = ("avx2", "fma", "avx512f", *TF_ONEDNN_DEFAULT_FLAGS)
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
