@@ -48,6 +48,14 @@ def check_choices(cfg) -> None:
             )
 
 
+def check_at_least(cfg, names: tuple[str, ...], low: int, words: str) -> None:
+    """ValueError "--NAME must be WORDS, got VALUE" (one line, naming the flag) for the first
+    integer field of ``names`` in the config dataclass ``cfg`` below ``low``."""
+    for name in names:
+        if getattr(cfg, name) < low:
+            raise ValueError(f"--{name} must be {words}, got {getattr(cfg, name)}")
+
+
 def validated(cfg):
     """``cfg`` after ``cfg.validate()``; its ValueError becomes an InputError."""
     try:

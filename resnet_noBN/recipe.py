@@ -18,7 +18,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from resnet_noBN.flag_config import check_choices
+from resnet_noBN.flag_config import check_at_least, check_choices
 
 
 def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
@@ -143,7 +143,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for an impossible recipe."""
-        for name in (
+        counts = (
             "train_steps",
             "batch_size",
             "eval_every",
@@ -151,9 +151,8 @@ class TrainConfig:
             "log_every",
             "max_checkpoints",
             "eval_batch_size",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        )
+        check_at_least(self, counts, 1, "positive")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.momentum < 1:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from resnet_noBN.errors import InputError
+from resnet_noBN.flag_config import check_at_least
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory.expressivity import ExpressivityError
 
@@ -75,12 +76,9 @@ class ExpressivitySettings:
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for a setting out of range."""
-        for name in ("num_classes", "dim", "sphere_width", "image_width", "sweep_images"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("num_points", "num_images"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        counts = ("num_classes", "dim", "sphere_width", "image_width", "sweep_images")
+        check_at_least(self, counts, 1, ">= 1")
+        check_at_least(self, ("num_points", "num_images"), 0, ">= 0")
         if self.cifar_dir is not None and not os.path.isdir(self.cifar_dir):
             raise ValueError(
                 f"--cifar_dir {self.cifar_dir} is no folder; point it at "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from resnet_noBN.flag_config import check_at_least
 from resnet_noBN.theory import linear
 from resnet_noBN.theory.linear import LinearTheoryError
 
@@ -67,16 +68,15 @@ class LinearSettings:
 
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag) for a setting out of range."""
-        for name in (
+        counts = (
             "mc_samples",
             "tau_samples",
             "dim",
             "steps",
             "adversarial_starts",
             "adversarial_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        )
+        check_at_least(self, counts, 1, ">= 1")
         if self.init_scale < 0:
             raise ValueError(f"--init_scale must be >= 0, got {self.init_scale}")
         if not self.depths or min(self.depths) < 1:
