@@ -58,7 +58,7 @@ REPO = BENCH.parent
 # resnet_noBN without installing it (also for torch_twin.py); imported inside the functions only,
 # so that --onednn is set before resnet_noBN and TensorFlow load (presets is plain Python).
 sys.path.insert(0, str(REPO))
-from resnet_noBN.presets import MODELS  # noqa: E402  the architectures, by name
+from resnet_noBN.configs.presets import MODELS  # noqa: E402  the architectures, by name
 
 # Dense peak FLOP/s by GPU name (first substring match wins), from NVIDIA's data sheets
 # (without sparsity). "float32" is the non-tensor-core rate; TF runs float32 convs and matmuls
@@ -321,7 +321,7 @@ def parse_args(argv=None):
         "--model",
         choices=list(MODELS),
         default="paper",
-        help="the network (resnet_noBN/presets.py): paper (Table 1 of arXiv:1611.04231), "
+        help="the network (resnet_noBN/configs/presets.py): paper (Table 1 of arXiv:1611.04231), "
         "quarter (its widths / 4), small (1 block per stage: a smoke test)",
     )
     p.add_argument("--batch_size", type=int, default=128, help="global training batch")

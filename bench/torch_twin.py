@@ -177,8 +177,8 @@ def make_train_step(
 
 
 def model_kwargs(name: str) -> dict:
-    """The HardtMaNet arguments of the preset ``name`` (resnet_noBN/presets.py; a preset field the
-    twin lacks is a TypeError, not ignored), for CIFAR-10."""
+    """The HardtMaNet arguments of the preset ``name`` (resnet_noBN/configs/presets.py; a preset
+    field the twin lacks is a TypeError, not ignored), for CIFAR-10."""
     return {"num_classes": 10, **MODELS[name]}
 
 

@@ -23,9 +23,10 @@ import sys
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, cli, presets, run_log
+from resnet_noBN import backend, cifar_data, cli, run_log
 from resnet_noBN.backend import RuntimeConfig
 from resnet_noBN.cifar_sources import sources
+from resnet_noBN.configs import presets
 from resnet_noBN.errors import InputError
 from resnet_noBN.flag_config import config_from_flags, define_flags
 from resnet_noBN.model import ModelConfig, build_cifar_model
@@ -54,9 +55,9 @@ flags.DEFINE_enum(
     "model",
     "paper",
     list(presets.MODELS),
-    "The architecture to start from (resnet_noBN/presets.py): paper (Table 1), quarter (its "
-    "widths / 4: the CPU long runs), small (1 block per stage: tests); the model flags given "
-    "on the command line override it.",
+    "The architecture to start from (resnet_noBN/configs/presets.py): paper (Table 1), quarter "
+    "(its widths / 4: the CPU long runs), small (1 block per stage: tests); the model flags "
+    "given on the command line override it.",
 )
 define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
 cli.define_train_flags(TrainConfig())

@@ -48,7 +48,7 @@ _QUICK = claims.QUICK
 flags.DEFINE_bool(
     "quick",
     False,
-    f"A smoke sweep in minutes: the {_QUICK.model} network (resnet_noBN/presets.py), "
+    f"A smoke sweep in minutes: the {_QUICK.model} network (resnet_noBN/configs/presets.py), "
     f"{_QUICK.recipe.train_steps} steps of batch {_QUICK.recipe.batch_size}, {_QUICK.seeds} seeds.",
 )
 flags.DEFINE_list("arms", list(claims.ARM_NAMES), "Arms to run (the baseline is always run).")

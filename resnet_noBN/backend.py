@@ -20,13 +20,9 @@ import sys
 import keras
 
 from resnet_noBN import cpu
+from resnet_noBN.configs.choices import JAX_STRATEGIES, PRECISIONS, RESOLVERS, STRATEGIES
 from resnet_noBN.errors import InputError
 from resnet_noBN.flag_config import check_choices
-
-STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
-RESOLVERS = ("tf_config", "slurm")
-PRECISIONS = ("float32", "mixed_bfloat16")
-JAX_STRATEGIES = ("default", "mirrored")
 
 
 def name() -> str:

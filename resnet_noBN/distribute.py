@@ -31,7 +31,8 @@ import keras
 import tensorflow as tf
 
 from resnet_noBN import speed
-from resnet_noBN.backend import RESOLVERS, STRATEGIES, Runtime
+from resnet_noBN.backend import Runtime
+from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
 from resnet_noBN.errors import InputError
 
 

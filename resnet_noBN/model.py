@@ -44,7 +44,7 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
-from resnet_noBN import presets
+from resnet_noBN.configs import presets
 from resnet_noBN.flag_config import check_choices
 
 HEADS = ("random", "trainable")

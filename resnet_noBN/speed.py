@@ -16,8 +16,8 @@ import os
 
 import tensorflow as tf
 
-from resnet_noBN.backend import PRECISIONS as PRECISIONS  # the flag's choices
 from resnet_noBN.backend import set_precision
+from resnet_noBN.configs.choices import PRECISIONS as PRECISIONS  # the flag's choices
 
 
 def configure(
