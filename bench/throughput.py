@@ -54,11 +54,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-# resnet_noBN without installing it (also for torch_twin.py); imported inside the functions only,
-# so that --onednn is set before resnet_noBN and TensorFlow load (configs/ is plain Python).
-sys.path.insert(0, str(REPO))
+# resnet_noBN without installing it; imported inside the functions only, so that --onednn is set
+# before resnet_noBN and TensorFlow load (configs/ is plain Python).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # The parts of the benchmark (bench/ is not a package): plain Python, no backend loads with them.
 from compare import compare_with_other_backend, compare_with_torch  # noqa: E402
 from flops import model_flops  # noqa: E402

@@ -209,9 +209,10 @@ def build(model: str, batch_size: int, channels_last: bool, seed: int, device: s
 
 
 def time_training(step, warmup: int, steps: int):
-    """(the first call's seconds, then after ``warmup`` calls in all the wall and CPU seconds of
-    each of ``steps`` timed ones, the last loss) of ``step()``, which returns the loss as a
-    float (so the step has finished); RuntimeError where the loss is not finite."""
+    """``step()``, which returns the loss as a float (so the step has finished): once, timed;
+    ``warmup - 1`` more times; then ``steps`` times, each timed. Returns (the first call's
+    seconds, the timed calls' wall and CPU seconds, the last loss); RuntimeError where the loss
+    is not finite."""
     t0 = time.perf_counter()
     step()
     first = time.perf_counter() - t0
