@@ -257,12 +257,14 @@ class Supervisor:
 
     # -- bookkeeping
     def log(self, line: str) -> None:
+        """One line of plan.log, stamped with the time and the GPU time used and left."""
         used, left = gpu_time(self.status)
         stamp = time.strftime("%H:%M:%S", time.gmtime())
         with open(self.work / "plan.log", "a") as f:
             f.write(f"{stamp} [GPU {used:5.0f} s used, {left:5.0f} s left] {line}\n")
 
     def save(self) -> None:
+        """status.json, with each running run's progress read from its model_dir."""
         self.status["updated_at"] = time.time()
         for name, run in self.status["runs"].items():
             if run["state"] == "running":
@@ -270,6 +272,8 @@ class Supervisor:
         write_json(self.work / "status.json", self.status)
 
     def _progress(self, name: str, run: dict) -> None:
+        """Step and images/s (train.jsonl), test error so far (metrics.jsonl), and the end
+        projected from the run's own wall rate between its first and latest step seen."""
         model_dir = self.work / name
         train = read_jsonl(model_dir / "train.jsonl")
         evals = read_jsonl(model_dir / "metrics.jsonl")
@@ -312,6 +316,7 @@ class Supervisor:
         self.save()
 
     def spawn(self, cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+        """Start ``cmd`` from the tree's root, its output (after the command line) to ``log``."""
         with open(log, "w") as f:
             f.write(" ".join(cmd) + "\n")
             f.flush()
@@ -327,6 +332,7 @@ class Supervisor:
 
     # -- the plan
     def run(self) -> None:
+        """The whole plan: the probe, then the runs (or the speed tries), then done."""
         self.log(f"plan started: runs {list(self.k.runs)}, {self.k.train_steps} steps each")
         self.probe()
         self.runs()
@@ -335,6 +341,7 @@ class Supervisor:
         self.log("plan done")
 
     def bench_cmd(self, flags: list[str], precision: str = "mixed_bfloat16") -> list[str]:
+        """bench/throughput.py on the CIFAR-10 JPEG folder (random records where it is absent)."""
         data = self.work / "data" / RUNS["cifar10"][1]
         return [
             self.k.python,
@@ -616,6 +623,9 @@ def child_env(knobs: Knobs) -> dict:
 
 
 def call(knobs: Knobs) -> int:
+    """One call of the lease: on a bare machine start the plan and return; else wait and
+    report. Exit 0: done; 3: still running; 1: a run failed or the supervisor is gone; 2: a
+    carried file is missing or JAX and Keras do not import."""
     work = knobs.work
     status = read_json(work / "status.json")
     first = status is None
@@ -728,11 +738,11 @@ def start(knobs: Knobs) -> int:
 
 
 def alive(pid: int) -> bool:
+    """Whether the process ``pid`` runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    # a zombie (exited, not reaped) is not alive
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (OSError, IndexError):
@@ -754,7 +764,7 @@ def report(knobs: Knobs, wait_s: float) -> int:
     out = os.environ.get("OUT")
     if out:
         collect(work, Path(out))
-    print_table(status, knobs)
+    print_table(status)
     if gone:
         print(
             f"the supervisor (pid {pid}) is gone before the plan was done: see "
@@ -808,8 +818,10 @@ def _fmt(x, spec=",.0f", none="-"):
     return none if x is None else format(x, spec)
 
 
-def print_table(status: dict, knobs: Knobs) -> None:
-    used, left = gpu_time(status)
+def print_table(status: dict) -> None:
+    """The short table a call prints last: phase, GPU time left, the probe, each run's state,
+    step, images/s, test error so far and projected finish, the speed tries."""
+    left = gpu_time(status)[1]
     state = "done" if status["done"] else "running: call again within 30 s"
     print(
         f"lease plan: phase {status['phase']}, {state}; GPU time left {left:,.0f} s of "
