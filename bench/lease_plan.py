@@ -640,6 +640,72 @@ def call(knobs: Knobs) -> int:
     return report(knobs, wait_s=0 if first else knobs.wait_s)
 
 
+def unpack(knobs: Knobs, tarballs: dict[str, Path]) -> str | None:
+    """The carried wheels into the scratch site and the JPEG folders into the work folder; what
+    is wrong with them, in one line (None: nothing)."""
+    work, carry = knobs.work, knobs.carry
+    work.mkdir(parents=True, exist_ok=True)
+    wheels = sorted((carry / "wheels").glob("*.whl"))
+    if wheels:
+        pip = "-m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target"
+        subprocess.run(
+            [knobs.python, *pip.split(), str(work / "site"), *map(str, wheels)],
+            check=True,
+        )
+    data = work / "data"
+    data.mkdir(exist_ok=True)
+    for name, tarball in tarballs.items():
+        subprocess.run(["tar", "xzf", str(tarball), "-C", str(data)], check=True)
+        if not (data / RUNS[name][1] / "test").is_dir():
+            return f"{tarball.name} holds no {RUNS[name][1]}/test/ folder"
+    return None
+
+
+def check_imports(knobs: Knobs) -> str | None:
+    """Whether JAX and Keras import as the runs will import them (printing their versions); the
+    reason in one line where they do not."""
+    check = subprocess.run(
+        [
+            knobs.python,
+            "-c",
+            "import jax, keras; print(f'JAX {jax.__version__} on "
+            "{jax.devices()}, Keras {keras.__version__} from {keras.__file__}')",
+        ],
+        env=child_env(knobs),
+        capture_output=True,
+        text=True,
+    )
+    if check.returncode:
+        why = check.stderr.strip().splitlines()[-1]
+        return (
+            f"JAX and Keras do not import: {why}; carry the keras, optree and namex wheels "
+            "(.carry/wheels)"
+        )
+    print(check.stdout.strip())
+    return None
+
+
+def first_status(knobs: Knobs, lost: dict | None, now: float) -> dict:
+    """The plan's status before anything ran; ``lost``: the carried status of a lost machine of
+    this lease, whose start and GPU time the new plan goes on counting."""
+    return {
+        "phase": "starting",
+        "done": False,
+        "smoke": knobs.smoke,
+        "started_at": lost["started_at"] if lost else now,
+        "start_s": (lost["start_s"] if lost else 0) + knobs.start_s,
+        "lease_s": knobs.lease_s,
+        "margin_s": knobs.margin_s,
+        "started_over": bool(lost),
+        "probe": {},
+        "runs": {
+            name: {"state": "pending", "step": 0, "train_steps": knobs.train_steps}
+            for name in knobs.runs
+        },
+        "speed": [],
+    }
+
+
 def start(knobs: Knobs) -> int:
     """On a bare machine: check the carried files, unpack the wheels and data, start the
     supervisor in a session of its own."""
@@ -671,58 +737,11 @@ def start(knobs: Knobs) -> int:
             "a bare machine and no status of this lease carried: the lease's first call; "
             "starting the plan"
         )
-    work.mkdir(parents=True, exist_ok=True)
-    wheels = sorted((carry / "wheels").glob("*.whl"))
-    if wheels:
-        pip = "-m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target"
-        subprocess.run(
-            [knobs.python, *pip.split(), str(work / "site"), *map(str, wheels)],
-            check=True,
-        )
-    data = work / "data"
-    data.mkdir(exist_ok=True)
-    for name, tarball in tarballs.items():
-        subprocess.run(["tar", "xzf", str(tarball), "-C", str(data)], check=True)
-        if not (data / RUNS[name][1] / "test").is_dir():
-            print(f"error: {tarball.name} holds no {RUNS[name][1]}/test/ folder", file=sys.stderr)
-            return 2
-    env = child_env(knobs)
-    check = subprocess.run(
-        [
-            knobs.python,
-            "-c",
-            "import jax, keras; print(f'JAX {jax.__version__} on "
-            "{jax.devices()}, Keras {keras.__version__} from {keras.__file__}')",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if check.returncode:
-        why = check.stderr.strip().splitlines()[-1]
-        print(
-            f"error: JAX and Keras do not import: {why}; carry the keras, optree and namex "
-            "wheels (.carry/wheels)",
-            file=sys.stderr,
-        )
+    error = unpack(knobs, tarballs) or check_imports(knobs)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    print(check.stdout.strip())
-    status = {
-        "phase": "starting",
-        "done": False,
-        "smoke": knobs.smoke,
-        "started_at": carried["started_at"] if lost else now,
-        "start_s": (carried["start_s"] if lost else 0) + knobs.start_s,
-        "lease_s": knobs.lease_s,
-        "margin_s": knobs.margin_s,
-        "started_over": lost,
-        "probe": {},
-        "runs": {
-            name: {"state": "pending", "step": 0, "train_steps": knobs.train_steps}
-            for name in knobs.runs
-        },
-        "speed": [],
-    }
+    status = first_status(knobs, carried if lost else None, now)
     write_json(work / "status.json", status)
     with open(work / "supervisor.log", "w") as log:
         proc = subprocess.Popen(
