@@ -19,7 +19,7 @@ import time
 import keras
 import numpy as np
 
-from resnet_noBN import backend
+from resnet_noBN.backends import backend
 
 
 def engine(args) -> TensorFlowEngine | JaxEngine:
@@ -29,8 +29,8 @@ def engine(args) -> TensorFlowEngine | JaxEngine:
 
 def _configs(args):
     """The benchmarked network (the ``--model`` preset in ``--data_format``) and recipe."""
-    from resnet_noBN.model import ModelConfig
-    from resnet_noBN.recipe import TrainConfig
+    from resnet_noBN.models.model import ModelConfig
+    from resnet_noBN.trainers.recipe import TrainConfig
 
     return (
         ModelConfig.preset(args.model, data_format=args.data_format),
@@ -44,7 +44,7 @@ class TensorFlowEngine:
     name = "tensorflow"
 
     def __init__(self, args):
-        from resnet_noBN import speed
+        from resnet_noBN.backends import speed
 
         intra, inter = speed.default_threads()
         self.intra = intra if args.intra_op_threads is None else args.intra_op_threads
@@ -69,7 +69,7 @@ class TensorFlowEngine:
         self.input = "pipeline" if not args.synthetic else "synthetic (one cached batch)"
 
     def _dataset(self, data_path: str, split: str, batch_size: int, **kwargs):
-        from resnet_noBN import cifar_input
+        from resnet_noBN.datasets import cifar_input
 
         return cifar_input.build_dataset(
             "cifar10", split, batch_size, data_path=data_path, seed=self.args.seed, **kwargs
@@ -78,7 +78,7 @@ class TensorFlowEngine:
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the training pipeline over ``batches``, how), after one pass of the
         records (which fills the cache and the shuffle buffer)."""
-        from resnet_noBN import cifar_data
+        from resnet_noBN.datasets import cifar_data
 
         records = cifar_data.num_records("cifar10", data_path, "train")
         warm = math.ceil(records / self.args.batch_size) + 1
@@ -93,8 +93,8 @@ class TensorFlowEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the Trainer, the iterator it trains from: the pipeline, or one cached batch)."""
-        from resnet_noBN.model import build_cifar_model
-        from resnet_noBN.training import Trainer
+        from resnet_noBN.models.model import build_cifar_model
+        from resnet_noBN.trainers.training import Trainer
 
         tf, args = self.tf, self.args
         model_cfg, train_cfg = _configs(args)
@@ -148,7 +148,7 @@ class JaxEngine:
     def __init__(self, args):
         import jax
 
-        from resnet_noBN.errors import InputError
+        from resnet_noBN.configs.errors import InputError
 
         try:  # the launchers' JAX runtime: precision, seed, and the TensorFlow-only flags refused
             runtime = backend.start_jax_runtime(
@@ -184,20 +184,20 @@ class JaxEngine:
         self.input = "on the device, inside the step"
 
     def _split(self, data_path: str, split: str):
-        from resnet_noBN.cifar_data import load_split
+        from resnet_noBN.datasets.cifar_data import load_split
 
         return load_split("cifar10", split, data_path)
 
     def _train_split(self, data_path: str):
         """The training source the trainer's steps take (its seed and crop padding too)."""
-        from resnet_noBN.cifar_sources import TrainSplit
+        from resnet_noBN.backends.cifar_sources import TrainSplit
 
         return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
 
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
         on the device, over ``batches`` batches after one, how)."""
-        from resnet_noBN import stream
+        from resnet_noBN.datasets import stream
 
         jax, size, split = self.jax, self.args.batch_size, self._train_split(data_path)
         images, labels = jax.device_put(split.images), jax.device_put(split.labels)
@@ -213,8 +213,8 @@ class JaxEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the JaxTrainer, the device-held split its steps make their batches from)."""
-        from resnet_noBN.jax_training import JaxTrainer
-        from resnet_noBN.model import build_cifar_model
+        from resnet_noBN.models.model import build_cifar_model
+        from resnet_noBN.trainers.jax_training import JaxTrainer
 
         model_cfg, train_cfg = _configs(self.args)
         trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)

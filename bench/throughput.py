@@ -145,9 +145,9 @@ def keras_model_flops(model) -> int:
 
 # --------------------------------------------------------------------------- peaks
 def cpu_info() -> dict:
-    """vendor, family, model, flags, name and clock (MHz) of this CPU: ``resnet_noBN.cpu``'s
+    """vendor, family, model, flags, name and clock (MHz) of this CPU: ``backends.cpu``'s
     reading of /proc/cpuinfo, with lscpu's max clock where the kernel exposes one."""
-    from resnet_noBN import cpu
+    from resnet_noBN.backends import cpu
 
     fields = cpu.cpu_fields()
     info = {
@@ -485,7 +485,7 @@ def set_environment(args) -> None:
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet_noBN import cpu
+    from resnet_noBN.backends import cpu
 
     cpu.default_onednn()
 
@@ -493,7 +493,7 @@ def set_environment(args) -> None:
 def describe_device(args, eng) -> dict:
     """device ("cpu" or "gpu"), device_name, cores, and the peak FLOP/s at peak_precision (bf16
     for mixed_bfloat16, tf32 for float32 on a GPU that runs float32 as TF32)."""
-    from resnet_noBN import cpu
+    from resnet_noBN.backends import cpu
 
     if args.precision == "mixed_bfloat16":
         precision = "bfloat16"
@@ -514,7 +514,7 @@ def describe_device(args, eng) -> dict:
 
 def training_data(args, folder: Path) -> tuple[str, str]:
     """(data_path, where it came from): --data_path, or random records written into folder."""
-    from resnet_noBN import cifar_data
+    from resnet_noBN.datasets import cifar_data
 
     if args.data_path:
         data_path, source = args.data_path, "--data_path"
@@ -530,8 +530,8 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
 
-    from resnet_noBN import backend, cpu
-    from resnet_noBN.model import ModelConfig
+    from resnet_noBN.backends import backend, cpu
+    from resnet_noBN.models.model import ModelConfig
 
     tensorflow = eng.name == "tensorflow"
     say(
@@ -594,7 +594,7 @@ def measure_input_pipeline(args, eng, data_path: str) -> dict:
 
 def count_model(model) -> dict:
     """Parameter and layer counts, and the forward FLOPs per image read off the Keras layers."""
-    from resnet_noBN.model import param_counts
+    from resnet_noBN.models.model import param_counts
 
     return {**param_counts(model), "keras_forward_flops_per_image": keras_model_flops(model)}
 
@@ -877,7 +877,7 @@ def main(argv=None) -> dict:
 
     eng = engine(args)
     dev = describe_device(args, eng)
-    from resnet_noBN.model import ModelConfig
+    from resnet_noBN.models.model import ModelConfig
 
     flops = model_flops(**dataclasses.asdict(ModelConfig.preset(args.model)))
     with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:

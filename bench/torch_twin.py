@@ -4,7 +4,7 @@
     python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
 
-The same layers as ``resnet_noBN.model.build_cifar_model`` (arXiv:1611.04231, Section 4, Table 1):
+The same layers as ``models.model.build_cifar_model`` (arXiv:1611.04231, Section 4, Table 1):
 a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), no conv
 biases unless ``conv_bias``,
 TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts by average pooling (kernel =
@@ -43,7 +43,7 @@ from throughput import (
 )
 from torch import nn  # noqa: E402
 
-# resnet_noBN.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
+# resnet_noBN.models.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
 STDDEVS = {
     "hardt_ma": lambda k, c: 1.0 / (k * k * c),
     "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),

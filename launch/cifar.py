@@ -14,23 +14,26 @@ from --model_dir. Ends by printing one line of JSON.
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import dataclasses
 import sys
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, cli, run_log
-from resnet_noBN.backend import RuntimeConfig
-from resnet_noBN.cifar_sources import sources
+from resnet_noBN.backends import backend
+from resnet_noBN.backends.backend import RuntimeConfig
+from resnet_noBN.backends.cifar_sources import sources
 from resnet_noBN.configs import presets
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig, objective_fields
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.runs import cli
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.recipe import TrainConfig, objective_fields
 
 FLAGS = flags.FLAGS
 cli.define_cifar_data_flags()
@@ -122,7 +125,7 @@ def main(argv):
     runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)  # before tfds: that runs TF ops
     if not FLAGS.data_path and backend.is_tensorflow():
         # download / verify the tfds data set now, before anything is written
-        from resnet_noBN import cifar_input
+        from resnet_noBN.datasets import cifar_input
 
         cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
     cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)

@@ -5,7 +5,7 @@
     python launch/claims.py                                          # CIFAR-10 from tfds
     python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
 
-Eight arms (``resnet_noBN/claims.py``): the paper's network and seven one-change variants (init
+Eight arms (``resnet_noBN/runs/claims.py``): the paper's network and seven one-change variants (init
 standard / he, trained head, no identity shortcuts, leaky ReLU, conv biases, batch norm), each
 trained from the same seeds at the paper's full depth (9 blocks per stage) with stage widths
 16/32/64, for 300 steps of batch 128 with the paper's learning-rate shape, and evaluated on the
@@ -17,9 +17,9 @@ is kept, an unfinished one resumes from its checkpoint.
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import dataclasses
 import datetime
@@ -31,10 +31,13 @@ import time
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, claims, cli, run_log
-from resnet_noBN.cifar_sources import sources
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import validated
+from resnet_noBN.backends import backend
+from resnet_noBN.backends.cifar_sources import sources
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import validated
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.runs import claims, cli
+from resnet_noBN.trainers import run_log
 
 FLAGS = flags.FLAGS
 cli.define_cifar_data_flags()
@@ -196,7 +199,8 @@ def main(argv):
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
     configs = run_configs(runs, sweep, num_classes)
     if backend.is_tensorflow():
-        from resnet_noBN import cifar_input, speed
+        from resnet_noBN.backends import speed
+        from resnet_noBN.datasets import cifar_input
 
         speed.configure("float32", *speed.default_threads())
         if not FLAGS.data_path:

@@ -9,26 +9,33 @@ The recipe (arXiv:1611.04231 Section 4): momentum SGD 0.9, global batch 256, lea
 multiplied by 0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4
 (the CIFAR value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on
 the whole validation split every --eval_every steps and at the end. Architecture and input
-choices: resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints resume
-from --model_dir. Ends by printing one line of JSON.
+choices: resnet_noBN/models/imagenet_model.py and resnet_noBN/datasets/imagenet_input.py.
+Checkpoints resume from --model_dir. Ends by printing one line of JSON.
 """
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import dataclasses
 
 from absl import flags
 
-from resnet_noBN import cli, distribute, imagenet_input, run_log
-from resnet_noBN.backend import RuntimeConfig
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule, objective_fields
+from resnet_noBN.backends import distribute
+from resnet_noBN.backends.backend import RuntimeConfig
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.runs import cli
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.recipe import (
+    TrainConfig,
+    exponential_learning_rate_schedule,
+    objective_fields,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -86,7 +93,10 @@ cli.define_runtime_flags()
 
 def summary(cfg: ImageNetConfig) -> None:
     cli.print_summary(build_imagenet_model(cfg))
-    print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
+    print(
+        "paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see "
+        "resnet_noBN/models/imagenet_model.py"
+    )
 
 
 def configs_from_flags() -> tuple[TrainConfig, RuntimeConfig]:

@@ -5,7 +5,7 @@ import json
 import launchers
 import pytest
 
-from resnet_noBN import claims
+from resnet_noBN.runs import claims
 
 
 def run_claims(*args):

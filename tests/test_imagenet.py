@@ -17,12 +17,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from launchers import REPO
 
-from resnet_noBN import imagenet_input
-from resnet_noBN.imagenet_input import DataError
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import param_counts
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
-from resnet_noBN.training import Trainer
+from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.datasets.imagenet_input import DataError
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.model import param_counts
+from resnet_noBN.trainers.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.trainers.training import Trainer
 
 TINY = ImageNetConfig(
     image_size=32, stem_filters=8, stage_units=(1, 1, 1, 1), stage_widths=(8, 16, 32, 64)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cpu, model
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import (
+from resnet_noBN.backends import cpu
+from resnet_noBN.models import model
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.model import (
     BLOCKS,
     INIT_STDDEVS,
     BlockConfig,

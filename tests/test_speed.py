@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import speed
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
-from resnet_noBN.training import Trainer
+from resnet_noBN.backends import speed
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.trainers.training import Trainer
 
 SMALL = ModelConfig.preset("small", num_residual_units=2)
 STEPS = 4

@@ -20,7 +20,7 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
   the same branch without its shortcut (:func:`plain_chain`, a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
   These switches are a :class:`BlockConfig`, all that the block functions read, declared once
-  and shared with the ImageNet network (:mod:`resnet_noBN.imagenet_model`), whose config derives
+  and shared with the ImageNet network (:mod:`models.imagenet_model`), whose config derives
   from it as :class:`ModelConfig` does.
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained.
@@ -45,7 +45,7 @@ import keras
 from keras import ops
 
 from resnet_noBN.configs import presets
-from resnet_noBN.flag_config import check_choices
+from resnet_noBN.configs.flag_config import check_choices
 
 HEADS = ("random", "trainable")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
@@ -342,7 +342,7 @@ class BlockConfig:
         default="none",
         metadata={
             "choices": BLOCKS,
-            "help": "The block variant (resnet_noBN.model.BLOCKS): none is the paper's; batch: "
+            "help": "The block variant (models/model.py BLOCKS): none is the paper's; batch: "
             "the original code's pre-activation unit with batch norm restored (BN, ReLU, conv, "
             "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
         },
@@ -400,7 +400,7 @@ class BlockConfig:
 class NetworkConfig(BlockConfig):
     """What both networks' configs share: the block's switches (:class:`BlockConfig`), the
     classes and the head. :class:`ModelConfig` (CIFAR) and
-    :class:`resnet_noBN.imagenet_model.ImageNetConfig` derive from it."""
+    :class:`resnet_noBN.models.imagenet_model.ImageNetConfig` derive from it."""
 
     num_classes: int = 10
     head: str = dataclasses.field(

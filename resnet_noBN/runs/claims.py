@@ -22,9 +22,9 @@ import statistics
 
 import keras
 
-from resnet_noBN import run_log
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig, paper_boundaries
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.recipe import TrainConfig, paper_boundaries
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
@@ -175,8 +175,8 @@ def train_one(
     returns its result; ``sources(cfg)``: its (training, test) sources (`cifar_data.sources`). A
     run whose loss stops being finite is a result (``diverged``), not an
     error: its curves up to that point stay in ``model_dir``."""
-    from resnet_noBN import backend
-    from resnet_noBN.loop import TrainingDiverged
+    from resnet_noBN.backends import backend
+    from resnet_noBN.trainers.loop import TrainingDiverged
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)

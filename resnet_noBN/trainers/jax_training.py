@@ -1,8 +1,8 @@
-"""The JAX training loop: :class:`resnet_noBN.loop.TrainLoop` on one host's accelerators, with
+"""The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators, with
 Keras 3's JAX backend and no TensorFlow.
 
-The same network (:mod:`resnet_noBN.model`), recipe (:mod:`resnet_noBN.recipe`) and training
-stream (:mod:`resnet_noBN.stream`) as the TensorFlow loop; what differs is how they run:
+The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training
+stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs is how they run:
 
 * **Stateless, compiled steps.** ``model.stateless_call`` and ``optimizer.stateless_apply`` in
   one ``jax.jit`` step, the weights and optimizer state donated and updated in place; a call
@@ -33,24 +33,25 @@ import jax
 import keras
 import numpy as np
 
-from resnet_noBN import preemption, stream
-from resnet_noBN.errors import DataError
-from resnet_noBN.loop import (
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import stream
+from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers.loop import (
     CheckpointError,
     TrainLoop,
     errors,
     no_checkpoint_message,
     unreadable_checkpoint_line,
 )
-from resnet_noBN.model import decayed_weights, weight_decay_loss
-from resnet_noBN.recipe import (
+from resnet_noBN.trainers.recipe import (
     TrainConfig,
     eval_counts,
     learning_rate_schedule,
     make_optimizer,
     objective,
 )
-from resnet_noBN.run_log import RunLog
+from resnet_noBN.trainers.run_log import RunLog
 
 INDEX_FILE = "checkpoints.json"
 

@@ -20,11 +20,13 @@ import dataclasses
 
 import numpy as np
 
-from resnet_noBN import backend, cifar_data, run_log
-from resnet_noBN.cifar_sources import evaluation_source
-from resnet_noBN.errors import InputError
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.backends import backend
+from resnet_noBN.backends.cifar_sources import evaluation_source
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.recipe import TrainConfig
 
 FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")
 

@@ -1,5 +1,5 @@
 """What a CIFAR run trains and evaluates on, for the Keras backend in use (no TensorFlow imported
-on JAX): the same splits (`resnet_noBN.cifar_data`) and the same stream (`resnet_noBN.stream`)
+on JAX): the same splits (`datasets.cifar_data`) and the same stream (`datasets.stream`)
 either way, handed to the trainer in the form its loop takes."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from resnet_noBN import backend
-from resnet_noBN.errors import DataError
+from resnet_noBN.backends import backend
+from resnet_noBN.configs.errors import DataError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ def sources(
     :class:`TrainSplit` and the test split's arrays. tensorflow-datasets (no ``data_path``)
     needs TensorFlow: DataError on JAX."""
     if backend.is_tensorflow():
-        from resnet_noBN import cifar_input
+        from resnet_noBN.datasets import cifar_input
 
         fn = cifar_input.split_fns(
             dataset, data_path=data_path, data_dir=data_dir, pad=pad, seed=seed, layout=layout
@@ -51,7 +51,7 @@ def sources(
             "reading tensorflow-datasets needs TensorFlow: on the JAX backend pass --data_path "
             "(the official binary files or an image folder; see data/README.md)"
         )
-    from resnet_noBN.cifar_data import load_split
+    from resnet_noBN.datasets.cifar_data import load_split
 
     train = TrainSplit(*load_split(dataset, "train", data_path, layout), seed=seed, pad=pad)
     return train, load_split(dataset, "test", data_path, layout)
@@ -63,6 +63,6 @@ def evaluation_source(images: np.ndarray, labels: np.ndarray, batch: int):
     TensorFlow a ``dataset_fn`` of `cifar_input.evaluation_dataset`."""
     if not backend.is_tensorflow():
         return images, labels
-    from resnet_noBN import cifar_input
+    from resnet_noBN.datasets import cifar_input
 
     return lambda input_context: cifar_input.evaluation_dataset(images, labels, batch)

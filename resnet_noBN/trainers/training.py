@@ -1,9 +1,9 @@
-"""The TensorFlow training loop: :class:`resnet_noBN.loop.TrainLoop` under any ``tf.distribute``
+"""The TensorFlow training loop: :class:`trainers.loop.TrainLoop` under any ``tf.distribute``
 strategy, for every launcher.
 
 It mirrors the original ``resnet_main.py``'s explicit loop (momentum SGD, a step-keyed learning
 rate, ``cost = xent + decay``, periodic evaluation and checkpoints; the recipe is
-:mod:`resnet_noBN.recipe`) in TF2 terms: ``strategy.distribute_datasets_from_function`` feeds each
+:mod:`trainers.recipe`) in TF2 terms: ``strategy.distribute_datasets_from_function`` feeds each
 replica, ``strategy.run`` runs the step, the loss is the global batch mean whatever the number of
 replicas (``recipe.objective``), and the Keras optimizer all-reduces the gradients. Keras 3's
 ``model.fit`` is not used: it fails under multi-worker MirroredStrategy (keras-team/keras#20585).
@@ -24,18 +24,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from resnet_noBN import preemption
-from resnet_noBN.distribute import is_parameter_server
-from resnet_noBN.loop import (
+from resnet_noBN.backends.distribute import is_parameter_server
+from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers.loop import (
     CheckpointError,
     TrainLoop,
     errors,
     no_checkpoint_message,
     unreadable_checkpoint_line,
 )
-from resnet_noBN.model import decayed_weights, weight_decay_loss
-from resnet_noBN.recipe import TrainConfig, eval_counts, make_optimizer, objective
-from resnet_noBN.run_log import RunLog
+from resnet_noBN.trainers.recipe import TrainConfig, eval_counts, make_optimizer, objective
+from resnet_noBN.trainers.run_log import RunLog
 
 
 class Trainer(TrainLoop):

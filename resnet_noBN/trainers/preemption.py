@@ -25,7 +25,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from resnet_noBN.errors import Preempted
+from resnet_noBN.configs.errors import Preempted
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -77,7 +77,7 @@ def guard(
         return
     import tensorflow as tf
 
-    from resnet_noBN.distribute import is_parameter_server
+    from resnet_noBN.backends.distribute import is_parameter_server
 
     def exit_fn():
         raise Preempted(message())

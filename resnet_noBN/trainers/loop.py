@@ -19,7 +19,7 @@ import time
 import numpy as np
 from keras import ops
 
-from resnet_noBN.errors import TimeBudgetReached
+from resnet_noBN.configs.errors import TimeBudgetReached
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and

@@ -1,7 +1,7 @@
 """What every training launcher shares: the recipe's and the runtime's flags, the run's start,
 its report, and the exit codes.
 
-TensorFlow is imported only on the TensorFlow backend (:mod:`resnet_noBN.backend`).
+TensorFlow is imported only on the TensorFlow backend (:mod:`resnet_noBN.backends.backend`).
 
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
 ``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
@@ -17,13 +17,14 @@ import sys
 
 from absl import app, flags, logging
 
-from resnet_noBN import backend, run_log
-from resnet_noBN.backend import Runtime, RuntimeConfig
-from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
-from resnet_noBN.model import param_counts
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.backends import backend
+from resnet_noBN.backends.backend import Runtime, RuntimeConfig
+from resnet_noBN.configs.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.models.model import param_counts
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged, TrainLoop
+from resnet_noBN.trainers.recipe import TrainConfig
 
 flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
 FLAGS = flags.FLAGS
@@ -52,8 +53,8 @@ def define_train_flags(defaults: TrainConfig) -> None:
 def define_cifar_data_flags() -> None:
     """--dataset, --data_path and --data_dir: which CIFAR and where it is read from (the CIFAR
     launchers' own)."""
-    from resnet_noBN import cifar_data
-    from resnet_noBN.input_common import DEFAULT_TFDS_DIR
+    from resnet_noBN.datasets import cifar_data
+    from resnet_noBN.datasets.input_common import DEFAULT_TFDS_DIR
 
     flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
     flags.DEFINE_string(
@@ -94,7 +95,7 @@ def train_config_from_flags() -> TrainConfig:
 
 def start_runtime(cfg: RuntimeConfig, train_cfg: TrainConfig, model_dir: str) -> Runtime:
     """The runtime ``cfg`` describes, on the Keras backend in use: TensorFlow's
-    :func:`resnet_noBN.distribute.start_runtime`, or :func:`backend.start_jax_runtime`.
+    :func:`resnet_noBN.backends.distribute.start_runtime`, or :func:`backend.start_jax_runtime`.
 
     The seed: ``cfg.seed``; else, resuming, the one ``model_dir``'s config.json recorded (so a
     rerun continues the same data order); else drawn at random.
@@ -122,7 +123,7 @@ def start_runtime(cfg: RuntimeConfig, train_cfg: TrainConfig, model_dir: str) ->
                 if getattr(cfg, name) != getattr(defaults, name)
             },
         )
-    from resnet_noBN import distribute
+    from resnet_noBN.backends import distribute
 
     return distribute.start_runtime(
         cfg.strategy,

@@ -23,7 +23,7 @@ import os
 
 from tensorboard.summary import Writer
 
-from resnet_noBN.errors import InputError
+from resnet_noBN.configs.errors import InputError
 
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.jsonl"

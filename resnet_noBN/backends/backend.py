@@ -2,7 +2,7 @@
 
 ==============  ===============================================================================
 TensorFlow      every ``--strategy`` (default, mirrored, multi_worker, parameter_server), SLURM
-                and Kubernetes clusters: ``resnet_noBN.distribute`` and ``training.Trainer``.
+                and Kubernetes clusters: ``backends.distribute`` and ``training.Trainer``.
 JAX             one host: ``--strategy=default`` (one device) or ``mirrored`` (every local
                 device, each batch split between them): ``jax_training.JaxTrainer``.
 ==============  ===============================================================================
@@ -19,10 +19,10 @@ import sys
 
 import keras
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 from resnet_noBN.configs.choices import JAX_STRATEGIES, PRECISIONS, RESOLVERS, STRATEGIES
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import check_choices
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import check_choices
 
 
 def name() -> str:
@@ -37,14 +37,14 @@ def is_tensorflow() -> bool:
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """Where and how a training launcher runs: its runtime flags, each declared here once (its
-    name, default, choices and help are the flag's; ``resnet_noBN.flag_config``)."""
+    name, default, choices and help are the flag's; ``resnet_noBN.configs.flag_config``)."""
 
     strategy: str = dataclasses.field(
         default="default",
         metadata={
             "choices": STRATEGIES,
-            "help": "tf.distribute strategy; see resnet_noBN/distribute.py and the README (batch "
-            "semantics). On JAX: default (one device) or mirrored (every local device).",
+            "help": "tf.distribute strategy; see resnet_noBN/backends/distribute.py and the README "
+            "(batch semantics). On JAX: default (one device) or mirrored (every local device).",
         },
     )
     cluster_resolver: str = dataclasses.field(
@@ -206,7 +206,7 @@ def make_trainer(runtime: Runtime, build_model, cfg, model_dir: str, jit_compile
     ``jit_compile``: XLA) or ``jax_training.JaxTrainer`` on its devices. ``kwargs``: title,
     schedule, top5, time_budget_s."""
     if is_tensorflow():
-        from resnet_noBN.training import trainer_for
+        from resnet_noBN.trainers.training import trainer_for
 
         return trainer_for(
             runtime.strategy,
@@ -217,6 +217,6 @@ def make_trainer(runtime: Runtime, build_model, cfg, model_dir: str, jit_compile
             jit_compile=jit_compile,
             **kwargs,
         )
-    from resnet_noBN.jax_training import JaxTrainer
+    from resnet_noBN.trainers.jax_training import JaxTrainer
 
     return JaxTrainer(build_model, cfg, model_dir, devices=list(runtime.devices), **kwargs)

@@ -16,7 +16,7 @@ import os
 
 import tensorflow as tf
 
-from resnet_noBN.backend import set_precision
+from resnet_noBN.backends.backend import set_precision
 from resnet_noBN.configs.choices import PRECISIONS as PRECISIONS  # the flag's choices
 
 

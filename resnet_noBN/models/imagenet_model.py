@@ -3,8 +3,8 @@
 Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
-parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
-(its :class:`~resnet_noBN.model.NetworkConfig` with the block's switches, ``conv``,
+parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.models.model`
+(its :class:`~resnet_noBN.models.model.NetworkConfig` with the block's switches, ``conv``,
 ``residual_stages``, ``pool_and_project``), so the two networks differ only where ImageNet
 forces them to, and every block switch and block variant of the CIFAR model is one here too:
 
@@ -74,7 +74,7 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import (
+from resnet_noBN.models.model import (
     NetworkConfig,
     activation,
     conv,
@@ -93,7 +93,7 @@ class ImageNetConfig(NetworkConfig):
     flags of ``launch/imagenet.py`` (not ``num_classes``, ``stem_kernel``, ``data_format``).
 
     The block's switches (``init`` .. ``data_format``), ``num_classes`` and ``head`` are
-    :class:`resnet_noBN.model.NetworkConfig`'s, declared there once for both networks, at the
+    :class:`resnet_noBN.models.model.NetworkConfig`'s, declared there once for both networks, at the
     paper's values (the block reads them through :attr:`block`). ``stage_units`` /
     ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests and smoke runs.
     """

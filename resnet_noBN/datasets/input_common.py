@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
 
 if TYPE_CHECKING:
     import tensorflow as tf

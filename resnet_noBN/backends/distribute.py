@@ -30,10 +30,10 @@ import socket
 import keras
 import tensorflow as tf
 
-from resnet_noBN import speed
-from resnet_noBN.backend import Runtime
+from resnet_noBN.backends import speed
+from resnet_noBN.backends.backend import Runtime
 from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
-from resnet_noBN.errors import InputError
+from resnet_noBN.configs.errors import InputError
 
 
 class ClusterError(ValueError):
@@ -263,7 +263,7 @@ def start_runtime(
 
     ``batch_sizes``: the global batches the replicas must split evenly, by flag name. ``seed``:
     None draws one at random; a multi-worker job takes the chief's. ``*_op_threads``: None is
-    :func:`resnet_noBN.speed.default_threads`'s. ``deterministic``: TF's op determinism
+    :func:`resnet_noBN.backends.speed.default_threads`'s. ``deterministic``: TF's op determinism
     (bit-identical reruns on GPUs too).
 
     InputError for a bad cluster or a batch the replicas cannot split evenly. A worker or

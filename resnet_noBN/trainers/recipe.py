@@ -18,7 +18,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from resnet_noBN.flag_config import check_at_least, check_choices
+from resnet_noBN.configs.flag_config import check_at_least, check_choices
 
 
 def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
