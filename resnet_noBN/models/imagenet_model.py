@@ -75,6 +75,7 @@ import dataclasses
 import keras
 
 from resnet_noBN.models.model import (
+    Block,
     NetworkConfig,
     activation,
     conv,
@@ -152,7 +153,9 @@ class ImageNetConfig(NetworkConfig):
         self.check_widths(self.stem_filters, self.stage_widths)
 
 
-def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
+def build_imagenet_model(
+    cfg: ImageNetConfig = ImageNetConfig(), dtype: str = "float32"
+) -> keras.Model:
     """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3].
 
     Layer names follow the CIFAR model (``stageS_unitU_conv1`` ...): ``stem_conv``, then
@@ -161,8 +164,8 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
     ``keras.utils.set_random_seed`` first for a repeatable model.
     """
     cfg.validate()
-    block = cfg.block
-    inputs, x = image_input(cfg.image_size, block.data_format)
+    block = Block.of(cfg, dtype)
+    inputs, x = image_input(cfg.image_size, block)
     x = conv(
         x,
         cfg.stem_filters,
