@@ -2,7 +2,9 @@
 trainer and what it trains from, the input alone, evaluation's input, profiling and GPU memory.
 
 Everything else (FLOPs, peaks, timing, the PyTorch comparison) is backend-agnostic and stays in
-``throughput.py``; ``engine()`` picks the class of the backend Keras loaded (``KERAS_BACKEND``).
+``throughput.py``; ``engine()`` picks the class of the backend Keras loaded (``KERAS_BACKEND``),
+and each starts the runtime and builds the trainer through the launchers' backend object
+(``resnet_noBN.backends.registry.current()``): the same threads, precision, seed and refusals.
 
 * TensorFlow: ``training.Trainer`` fed by ``cifar_input.build_dataset`` (tf.data on the host).
 * JAX: ``jax_training.JaxTrainer``, which makes each augmented batch on the device inside the
@@ -13,18 +15,56 @@ Everything else (FLOPs, peaks, timing, the PyTorch comparison) is backend-agnost
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 
-import keras
 import numpy as np
 
-from resnet_noBN.backends import backend
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.runtime_config import RuntimeConfig
 
 
 def engine(args) -> TensorFlowEngine | JaxEngine:
-    """The engine of the backend in use, after its runtime is configured from ``args``."""
-    return (TensorFlowEngine if backend.is_tensorflow() else JaxEngine)(args)
+    """The engine of the backend in use, after its runtime is started from ``args``."""
+    try:
+        backend = registry.current()
+    except InputError as e:
+        raise SystemExit(f"error: {e}") from None
+    return {"tensorflow": TensorFlowEngine, "jax": JaxEngine}[backend.name](args)
+
+
+def _start(args):
+    """The launchers' runtime for ``args`` (threads, precision, seed; one device), the flags
+    the backend cannot take refused: 'error: ...' and exit 1."""
+    cfg = RuntimeConfig(
+        precision=args.precision,
+        jit_compile=args.jit_compile,
+        intra_op_threads=args.intra_op_threads,
+        inter_op_threads=args.inter_op_threads,
+    )
+    backend = registry.current()
+    try:
+        backend.refuse(cfg, {"onednn": args.onednn, "synthetic": args.synthetic})
+        return backend.start(cfg, {"batch_size": args.batch_size}, args.seed)
+    except InputError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def _trainer(runtime, args, model_dir: str):
+    """The launchers' trainer of the benchmarked network and recipe, on one device, writing no
+    run log (a non-chief's)."""
+    from resnet_noBN.models.model import build_cifar_model
+
+    model_cfg, train_cfg = _configs(args)
+    return registry.current().make_trainer(
+        dataclasses.replace(runtime, is_chief=False),
+        lambda: build_cifar_model(model_cfg, runtime.precision),
+        train_cfg,
+        model_dir,
+        jit_compile=args.jit_compile,
+    )
 
 
 def _configs(args):
@@ -44,15 +84,11 @@ class TensorFlowEngine:
     name = "tensorflow"
 
     def __init__(self, args):
-        from resnet_noBN.backends import speed
-
-        intra, inter = speed.default_threads()
-        self.intra = intra if args.intra_op_threads is None else args.intra_op_threads
-        self.inter = inter if args.inter_op_threads is None else args.inter_op_threads
-        speed.configure(args.precision, self.intra, self.inter)
-        keras.utils.set_random_seed(args.seed)
         import tensorflow as tf
 
+        self.runtime = _start(args)
+        self.intra = tf.config.threading.get_intra_op_parallelism_threads()
+        self.inter = tf.config.threading.get_inter_op_parallelism_threads()
         self.tf, self.args = tf, args
         self.version = f"TF {tf.__version__}"
         gpus = tf.config.list_physical_devices("GPU")
@@ -93,19 +129,8 @@ class TensorFlowEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the Trainer, the iterator it trains from: the pipeline, or one cached batch)."""
-        from resnet_noBN.models.model import build_cifar_model
-        from resnet_noBN.trainers.training import Trainer
-
         tf, args = self.tf, self.args
-        model_cfg, train_cfg = _configs(args)
-        trainer = Trainer(
-            tf.distribute.get_strategy(),
-            lambda: build_cifar_model(model_cfg),
-            train_cfg,
-            model_dir,
-            is_chief=False,
-            jit_compile=args.jit_compile,
-        )
+        trainer = _trainer(self.runtime, args, model_dir)
         if args.synthetic:
             batch = next(iter(self._dataset(data_path, "train", args.batch_size)))
 
@@ -148,27 +173,7 @@ class JaxEngine:
     def __init__(self, args):
         import jax
 
-        from resnet_noBN.configs.errors import InputError
-
-        try:  # the launchers' JAX runtime: precision, seed, and the TensorFlow-only flags refused
-            runtime = backend.start_jax_runtime(
-                "default",
-                batch_sizes={"batch_size": args.batch_size},
-                seed=args.seed,
-                precision=args.precision,
-                tensorflow_only={
-                    flag: getattr(args, flag)
-                    for flag in (
-                        "intra_op_threads",
-                        "inter_op_threads",
-                        "onednn",
-                        "jit_compile",
-                        "synthetic",
-                    )
-                },
-            )
-        except InputError as e:
-            raise SystemExit(f"error: {e}") from None
+        self.runtime = runtime = _start(args)
         self.jax, self.args = jax, args
         self.intra = self.inter = None
         self.version = f"JAX {jax.__version__}"
@@ -190,7 +195,7 @@ class JaxEngine:
 
     def _train_split(self, data_path: str):
         """The training source the trainer's steps take (its seed and crop padding too)."""
-        from resnet_noBN.backends.cifar_sources import TrainSplit
+        from resnet_noBN.datasets.stream import TrainSplit
 
         return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
 
@@ -213,11 +218,7 @@ class JaxEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the JaxTrainer, the device-held split its steps make their batches from)."""
-        from resnet_noBN.models.model import build_cifar_model
-        from resnet_noBN.trainers.jax_training import JaxTrainer
-
-        model_cfg, train_cfg = _configs(self.args)
-        trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)
+        trainer = _trainer(self.runtime, self.args, model_dir)
         return trainer, trainer.start(self._train_split(data_path), 0)
 
     def eval_source(self, data_path: str, batches: int):

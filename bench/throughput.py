@@ -530,7 +530,7 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
 
-    from resnet_noBN.backends import backend, cpu
+    from resnet_noBN.backends import cpu, registry
     from resnet_noBN.models.model import ModelConfig
 
     tensorflow = eng.name == "tensorflow"
@@ -580,7 +580,7 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
         )
     else:
         result["cpu_isa"] = [isa for isa, present in cpu.isa().items() if present]
-        say(f"XLA on {backend.name()}; CPU {', '.join(result['cpu_isa'])}")
+        say(f"XLA on {registry.name()}; CPU {', '.join(result['cpu_isa'])}")
     return result
 
 

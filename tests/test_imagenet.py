@@ -507,4 +507,6 @@ def test_launcher_trains_tiny_variant_on_shards(shards, tmp_path):
     assert result["final_step"] == 2 and result["test_examples"] == len(written["validation"])
     assert 0 <= result["test_top5_error"] <= result["test_error"]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["dataset"] == "imagenet2012" and config["stage_units"] == [1, 1, 1, 1]
+    assert config["data"]["dataset"] == "imagenet2012"
+    assert config["network"]["stage_units"] == [1, 1, 1, 1]
+    assert config["recipe"]["epochs_per_decay"] == 2.0 and config["recipe"]["lr_boundaries"] == []

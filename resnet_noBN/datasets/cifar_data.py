@@ -52,7 +52,8 @@ class CifarSpec:
     folder: str  # the folder the official binary archive unpacks to
     files: dict[str, tuple[str, ...]]  # split -> record files, in the official order
     class_names: tuple[str, ...]  # label id -> name (batches.meta.txt / fine_label_names.txt)
-    train_examples: int = 50_000
+    train_examples: int = 50_000  # the official splits' sizes (tensorflow-datasets' too)
+    test_examples: int = 10_000
 
     @property
     def record_bytes(self) -> int:
@@ -172,8 +173,12 @@ def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
     return [path for split in SPLITS for path in files[split]]
 
 
-def num_records(dataset: str, data_path: str | os.PathLike, split: str) -> int:
-    """Examples in one split of a --data_path (either layout)."""
+def num_records(dataset: str, data_path: str | os.PathLike | None, split: str) -> int:
+    """Examples in one split of a --data_path (either layout; None: tensorflow-datasets', the
+    official split)."""
+    if data_path is None:
+        spec = _spec(dataset)
+        return spec.train_examples if split == "train" else spec.test_examples
     images = _image_files(dataset, data_path, split)
     if images is not None:
         return len(images[0])

@@ -30,7 +30,6 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
-from resnet_noBN.backends import distribute
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.datasets.cifar_data import DATASETS as DATASETS
@@ -47,7 +46,12 @@ from resnet_noBN.datasets.cifar_data import num_classes as num_classes
 from resnet_noBN.datasets.input_common import (
     DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR,
 )  # the launchers' default
-from resnet_noBN.datasets.input_common import check_split, pipeline_shard, require_files
+from resnet_noBN.datasets.input_common import (
+    check_split,
+    per_replica_dataset,
+    pipeline_shard,
+    require_files,
+)
 
 # What a failed download raises through tfds: requests' errors (ConnectionError when offline),
 # tfds' DownloadError (HTTP status), urllib's (ftp) and the socket-level ones.
@@ -240,7 +244,7 @@ def split_fns(dataset: str, **kwargs):
     layout)."""
 
     def fn(split: str, global_batch: int):
-        return distribute.per_replica_dataset(
+        return per_replica_dataset(
             build_dataset, dataset, split, global_batch=global_batch, **kwargs
         )
 
