@@ -32,7 +32,7 @@ def measure_input_pipeline(args, eng, data_path: str) -> dict:
 
 def count_model(model) -> dict:
     """Parameter and layer counts, and the forward FLOPs per image read off the Keras layers."""
-    from resnet_noBN.model import param_counts
+    from resnet_noBN.models.model import param_counts
 
     return {**param_counts(model), "keras_forward_flops_per_image": keras_model_flops(model)}
 

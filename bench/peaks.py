@@ -2,7 +2,7 @@
 NVIDIA's dense data-sheet figures for GPUs (``GPU_PEAKS``), and for a CPU the stated peak, cores x
 FLOP/cycle x clock, the FLOP/cycle from its microarchitecture (``cpu_flops_per_cycle``).
 
-Plain Python (``resnet_noBN.cpu`` reads /proc/cpuinfo without Keras): the PyTorch twin
+Plain Python (``resnet_noBN.backends.cpu`` reads /proc/cpuinfo without Keras): the PyTorch twin
 (``torch_twin.py``) holds its step against the same peaks.
 """
 
@@ -40,9 +40,10 @@ def peak_precision(compute: str, float32_as_tf32: bool) -> str:
 
 
 def cpu_info() -> dict:
-    """vendor, family, model, flags, name and clock (MHz) of this CPU: ``resnet_noBN.cpu``'s
-    reading of /proc/cpuinfo, with lscpu's max clock where the kernel exposes one."""
-    from resnet_noBN import cpu
+    """vendor, family, model, flags, name and clock (MHz) of this CPU: the reading of
+    /proc/cpuinfo by ``resnet_noBN.backends.cpu``, with lscpu's max clock where the kernel
+    exposes one."""
+    from resnet_noBN.backends import cpu
 
     fields = cpu.cpu_fields()
     info = {

@@ -249,7 +249,7 @@ def set_environment(args) -> None:
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet_noBN import cpu
+    from resnet_noBN.backends import cpu
 
     cpu.default_onednn()
 
@@ -257,7 +257,7 @@ def set_environment(args) -> None:
 def describe_device(args, eng) -> dict:
     """device ("cpu" or "gpu"), device_name, cores, and the peak FLOP/s at peak_precision (bf16
     for mixed_bfloat16, tf32 for float32 on a GPU that runs float32 as TF32)."""
-    from resnet_noBN import cpu
+    from resnet_noBN.backends import cpu
 
     precision = peak_precision(COMPUTE_PRECISIONS[args.precision], eng.float32_as_tf32)
     name = eng.gpu_name or cpu.cpu_name()
@@ -273,7 +273,7 @@ def describe_device(args, eng) -> dict:
 
 def training_data(args, folder: Path) -> tuple[str, str]:
     """(data_path, where it came from): --data_path, or random records written into folder."""
-    from resnet_noBN import cifar_data
+    from resnet_noBN.datasets import cifar_data
 
     if args.data_path:
         data_path, source = args.data_path, "--data_path"
@@ -307,8 +307,8 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
 
-    from resnet_noBN import backend, cpu
-    from resnet_noBN.model import ModelConfig
+    from resnet_noBN.backends import cpu, registry
+    from resnet_noBN.models.model import ModelConfig
 
     tensorflow = eng.name == "tensorflow"
     say(
@@ -357,7 +357,7 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
         )
     else:
         result["cpu_isa"] = [isa for isa, present in cpu.isa().items() if present]
-        say(f"XLA on {backend.name()}; CPU {', '.join(result['cpu_isa'])}")
+        say(f"XLA on {registry.name()}; CPU {', '.join(result['cpu_isa'])}")
     return result
 
 
@@ -370,7 +370,7 @@ def main(argv=None) -> dict:
 
     eng = engine(args)
     dev = describe_device(args, eng)
-    from resnet_noBN.model import ModelConfig
+    from resnet_noBN.models.model import ModelConfig
 
     flops = model_flops(**dataclasses.asdict(ModelConfig.preset(args.model)))
     with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:

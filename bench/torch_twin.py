@@ -4,15 +4,14 @@
     python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
 
-The same layers as ``resnet_noBN.model.build_cifar_model`` (arXiv:1611.04231, Section 4, Table 1):
-a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), no conv
-biases unless ``conv_bias``,
-TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts by average pooling (kernel =
-stride) and zero channels (half on each side), global average pool, and a fixed random
-projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9, cross-entropy
-plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager, channels-
-last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random batch
-(compute only, like ``throughput.py --synthetic``).
+The same layers as ``resnet_noBN.models.model.build_cifar_model`` (arXiv:1611.04231, Section 4,
+Table 1): a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c),
+no conv biases unless ``conv_bias``, TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts
+by average pooling (kernel = stride) and zero channels (half on each side), global average pool, and
+a fixed random projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9,
+cross-entropy plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager,
+channels-last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random
+batch (compute only, like ``throughput.py --synthetic``).
 
 Benchmark only: torch is never a dependency of the ``resnet_noBN`` package (bench/requirements.txt).
 Its LAST stdout line is a JSON object, which ``throughput.py --compare_torch`` reads.
@@ -42,7 +41,7 @@ from torch import nn  # noqa: E402
 
 from resnet_noBN.configs.presets import MODELS  # noqa: E402
 
-# resnet_noBN.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
+# resnet_noBN.models.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
 STDDEVS = {
     "hardt_ma": lambda k, c: 1.0 / (k * k * c),
     "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),

@@ -16,24 +16,19 @@ The cluster comes from ``TF_CONFIG`` (``--cluster_resolver=tf_config``, as Kuber
 compose and ``launch/local_cluster.py`` set it) or from SLURM's variables
 (``--cluster_resolver=slurm``). It is validated here, before any TensorFlow op runs: collective
 ops must be configured first, and a bad cluster gets a one-line error, not a hang.
-:func:`start_runtime` does all that a launcher needs before it builds anything: threads,
-precision, the strategy, the seed.
+``tensorflow_backend.TensorFlowBackend.start`` does all that a launcher needs before it builds
+anything: threads, the strategy, the seed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 
-import keras
 import tensorflow as tf
 
-from resnet_noBN import speed
-from resnet_noBN.backend import Runtime
 from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
-from resnet_noBN.errors import InputError
 
 
 class ClusterError(ValueError):
@@ -213,24 +208,6 @@ def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
-def per_replica_dataset(build, *args, global_batch: int, **kwargs):
-    """The ``dataset_fn(input_context)`` that ``distribute_datasets_from_function`` calls:
-    ``build(*args, <per-replica batch>, input_context=..., **kwargs)``, each input pipeline
-    building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``). Keywords given
-    to ``dataset_fn`` (the trainer's ``start_step``) are passed on to ``build``."""
-
-    def fn(input_context: tf.distribute.InputContext, **more):
-        return build(
-            *args,
-            input_context.get_per_replica_batch_size(global_batch),
-            input_context=input_context,
-            **kwargs,
-            **more,
-        )
-
-    return fn
-
-
 def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
     """The chief's ``seed`` on every worker of a multi-worker job (each may have drawn its own:
     the data order of a resumed run must not depend on which worker drew what); ``seed``
@@ -246,52 +223,3 @@ def chief_seed(strategy: tf.distribute.Strategy, seed: int, chief: bool) -> int:
         )
     )(tf.constant(seed if chief else 0, tf.int64))
     return int(total) // (strategy.num_replicas_in_sync // workers)
-
-
-def start_runtime(
-    strategy: str = "default",
-    cluster_resolver: str = "tf_config",
-    *,
-    batch_sizes: dict[str, int],
-    seed: int | None = None,
-    precision: str = "float32",
-    intra_op_threads: int | None = None,
-    inter_op_threads: int | None = None,
-    deterministic: bool = False,
-) -> Runtime:
-    """Threads and precision, then the strategy (before any other TensorFlow op), then seeds.
-
-    ``batch_sizes``: the global batches the replicas must split evenly, by flag name. ``seed``:
-    None draws one at random; a multi-worker job takes the chief's. ``*_op_threads``: None is
-    :func:`resnet_noBN.speed.default_threads`'s. ``deterministic``: TF's op determinism
-    (bit-identical reruns on GPUs too).
-
-    InputError for a bad cluster or a batch the replicas cannot split evenly. A worker or
-    parameter server of a parameter-server job never returns: it serves the chief.
-    """
-    default_intra, default_inter = speed.default_threads()
-    speed.configure(
-        precision,
-        default_intra if intra_op_threads is None else intra_op_threads,
-        default_inter if inter_op_threads is None else inter_op_threads,
-    )
-    try:
-        distribution, resolver = make_strategy(strategy, cluster_resolver)
-    except ClusterError as e:
-        raise InputError(str(e)) from None
-    replicas = distribution.num_replicas_in_sync
-    for name, size in batch_sizes.items():
-        if size % replicas:
-            raise InputError(
-                f"--{name}={size} is not divisible by the {replicas} replicas; use "
-                f"a multiple of {replicas}"
-            )
-    seed = random.randrange(2**31) if seed is None else seed
-    chief = is_chief(resolver)
-    seed = chief_seed(distribution, seed, chief)
-    keras.utils.set_random_seed(seed)
-    if deterministic:
-        tf.config.experimental.enable_op_determinism()
-    return Runtime(
-        distribution, chief, input_pipelines(distribution, resolver), seed, replicas=replicas
-    )

@@ -20,20 +20,23 @@ import dataclasses
 
 import numpy as np
 
-from resnet_noBN import backend, cifar_data, run_log
-from resnet_noBN.cifar_sources import evaluation_source
-from resnet_noBN.errors import InputError
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.runs import record
+from resnet_noBN.trainers.recipe import TrainConfig
 
 FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")
 
 
 def model_config(saved: dict) -> ModelConfig:
-    """The ModelConfig a run's config.json records (lists back to tuples)."""
+    """The ModelConfig a run's config.json records (any version's; lists back to tuples)."""
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    network = record.section(saved, "network")
     return ModelConfig(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in network.items() if k in fields}
     )
 
 
@@ -74,32 +77,34 @@ def evaluate_run(
     """The latest checkpoint of the run in ``model_dir`` evaluated on the whole test split of
     ``data_path`` (read with the run's layout, probed as ``first_red_pixel`` says), on the backend
     the run trained on: its step, errors and counts. Writes nothing into ``model_dir``."""
-    saved = run_log.read_config(model_dir)
+    saved = record.read_config(model_dir)
     if not saved:
         raise InputError(
             f"--model_dir {model_dir} has no config.json: not a run of launch/cifar.py; name the "
             "folder a run wrote"
         )
-    if saved.get("backend", "tensorflow") != backend.name():
+    backend = registry.current()
+    if saved.get("backend", "tensorflow") != backend.name:
         raise InputError(
             f"--model_dir {model_dir} was trained on {saved.get('backend', 'tensorflow')} and its "
             f"checkpoints are read there; run with KERAS_BACKEND={saved.get('backend')}"
         )
-    dataset, layout = saved["dataset"], saved.get("cifar100_layout", "official")
+    data = record.section(saved, "data")
+    dataset, layout = data["dataset"], data.get("cifar100_layout", "official")
     cifar_data.check_data_path(dataset, data_path)
     images, labels = probed_test_split(dataset, data_path, layout, first_red_pixel)
     cfg = model_config(saved)
     train_cfg = TrainConfig()
+    runtime = backend.start(
+        RuntimeConfig(), {"eval_batch_size": train_cfg.eval_batch_size}, saved.get("seed", 0)
+    )
     trainer = backend.make_trainer(
-        backend.local_runtime(saved.get("seed", 0)),
-        lambda: build_cifar_model(cfg),
-        train_cfg,
-        model_dir,
+        runtime, lambda: build_cifar_model(cfg, runtime.precision), train_cfg, model_dir
     )
     step = trainer.restore(print_fn)
     if step == 0:
         raise InputError(f"--model_dir {model_dir} holds no checkpoint; train it first")
-    result = trainer.evaluate(evaluation_source(images, labels, train_cfg.eval_batch_size))
+    result = trainer.evaluate(backend.evaluation_source(images, labels, train_cfg.eval_batch_size))
     return {
         "model_dir": model_dir,
         "step": step,

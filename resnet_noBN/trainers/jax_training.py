@@ -1,8 +1,8 @@
-"""The JAX training loop: :class:`resnet_noBN.loop.TrainLoop` on one host's accelerators, with
+"""The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators, with
 Keras 3's JAX backend and no TensorFlow.
 
-The same network (:mod:`resnet_noBN.model`), recipe (:mod:`resnet_noBN.recipe`) and training
-stream (:mod:`resnet_noBN.stream`) as the TensorFlow loop; what differs is how they run:
+The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training
+stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs is how they run:
 
 * **Stateless, compiled steps.** ``model.stateless_call`` and ``optimizer.stateless_apply`` in
   one ``jax.jit`` step, the weights and optimizer state donated and updated in place; a call
@@ -33,24 +33,19 @@ import jax
 import keras
 import numpy as np
 
-from resnet_noBN import preemption, stream
-from resnet_noBN.errors import DataError
-from resnet_noBN.loop import (
-    CheckpointError,
-    TrainLoop,
-    errors,
-    no_checkpoint_message,
-    unreadable_checkpoint_line,
-)
-from resnet_noBN.model import decayed_weights, weight_decay_loss
-from resnet_noBN.recipe import (
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import stream
+from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers.recipe import (
     TrainConfig,
     eval_counts,
     learning_rate_schedule,
     make_optimizer,
     objective,
 )
-from resnet_noBN.run_log import RunLog
+from resnet_noBN.trainers.run_log import RunLog
 
 INDEX_FILE = "checkpoints.json"
 
@@ -58,7 +53,7 @@ INDEX_FILE = "checkpoints.json"
 class JaxTrainer(TrainLoop):
     """Model, optimizer, checkpoints and the compiled steps on ``devices`` of this host.
 
-    ``train(source, eval_source)``: ``source`` a ``cifar_data.TrainSplit``, ``eval_source`` the test
+    ``train(source, eval_source)``: ``source`` a ``stream.TrainSplit``, ``eval_source`` the test
     split as (uint8 images, int32 labels), evaluated whole, in order, standardised only.
     ``schedule`` and ``top5`` as in ``training.Trainer``.
     """
@@ -80,12 +75,8 @@ class JaxTrainer(TrainLoop):
             top5,
             time_budget_s,
         )
+        # the batch splits evenly over them: the backend checked it (base.Backend.start)
         self.devices = devices or jax.local_devices()[:1]
-        if cfg.batch_size % len(self.devices):
-            raise DataError(
-                f"--batch_size={cfg.batch_size} does not split evenly over "
-                f"{len(self.devices)} devices; pick a multiple of {len(self.devices)}"
-            )
         self.model = build_model()
         self._schedule = schedule or learning_rate_schedule(cfg)
         self.optimizer = make_optimizer(cfg, self._schedule)
@@ -190,13 +181,12 @@ class JaxTrainer(TrainLoop):
         loss_sum, correct, count = (float(v) for v in np.asarray(totals))
         return loss_sum, correct, count
 
-    def evaluate(self, eval_source) -> dict:
+    def eval_counts(self, eval_source):
         images, labels = eval_source
         trainable, non_trainable, _ = self._values() if self._state is None else self._state
-        totals = np.zeros(3 if self.top5 else 2, np.int64)
         size = self.cfg.eval_batch_size
         for begin in range(0, len(images), size):
-            totals += np.asarray(
+            yield np.asarray(
                 self._eval_batch(
                     trainable,
                     non_trainable,
@@ -204,7 +194,6 @@ class JaxTrainer(TrainLoop):
                     labels[begin : begin + size],
                 )
             )
-        return errors(totals, self.top5)
 
     def guard(self, print_fn):
         return preemption.local_guard(self.save_if_new, self.preempted_message, print_fn)
@@ -239,9 +228,8 @@ class JaxTrainer(TrainLoop):
         with open(path, encoding="utf-8") as f:
             return json.load(f)["checkpoints"]
 
-    def latest_checkpoint(self) -> str | None:
-        names = self._index()
-        return os.path.join(self.model_dir, names[-1]) if names else None
+    def checkpoints(self) -> list[str]:
+        return [os.path.join(self.model_dir, name) for name in self._index()]
 
     def save(self) -> None:
         """Write ``ckpt-<step>.npz`` and then the index, each atomically (temporary file, fsync,
@@ -264,31 +252,21 @@ class JaxTrainer(TrainLoop):
                 pass
         self._saved_step = self._step
 
-    def restore(self, print_fn=print) -> int:
-        names = self._index()
-        paths = [os.path.join(self.model_dir, n) for n in names]
+    unreadable = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+    def read_checkpoint(self, path: str) -> None:
+        """Every variable read and its shape checked before any is assigned."""
         variables = self._named_variables()
-        for path in reversed(paths):
-            try:
-                with np.load(path) as saved:
-                    values = {name: saved[name] for name in variables}
-                for name, value in values.items():
-                    if value.shape != tuple(variables[name].shape):
-                        raise ValueError(
-                            f"{name} has shape {value.shape}, the model "
-                            f"{tuple(variables[name].shape)}"
-                        )
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-                print_fn(unreadable_checkpoint_line(path, e))
-                continue
-            for name, value in values.items():
-                variables[name].assign(value)
-            self.restored_from = path
-            self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
-            return self._step
-        if paths:
-            raise CheckpointError(no_checkpoint_message(self.model_dir, paths))
-        return 0
+        with np.load(path) as saved:
+            values = {name: saved[name] for name in variables}
+        for name, value in values.items():
+            if value.shape != tuple(variables[name].shape):
+                raise ValueError(
+                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
+                )
+        for name, value in values.items():
+            variables[name].assign(value)
+        self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
 
 
 def _atomic_write(path: str, write) -> None:

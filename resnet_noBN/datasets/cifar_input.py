@@ -2,9 +2,9 @@
 
 A tf.data rewrite of the original tensorflow/models `resnet/cifar_input.py` (queue runners,
 `FixedLengthRecordReader`), which the paper's experiments used (arXiv:1611.04231, Section 4).
-One pipeline for both backends: the splits are uint8 arrays (`resnet_noBN.cifar_data`: the
+One pipeline for both backends: the splits are uint8 arrays (`resnet_noBN.datasets.cifar_data`: the
 official binary files or an image folder, no TensorFlow; or tensorflow-datasets, `load_arrays`),
-and the training stream, its order, augmentation and standardisation, is `resnet_noBN.stream`,
+and the training stream, its order, augmentation and standardisation, is `datasets.stream`,
 which the JAX loop runs on the accelerator. What stays in tf.data: feeding
 ``tf.distribute`` (each input pipeline its shard and its own seed, prefetching, the dataset
 function that parameter-server workers run as a graph) and tfds' download and preparation.
@@ -30,15 +30,28 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
-from resnet_noBN import distribute, stream
-from resnet_noBN.cifar_data import DATASETS as DATASETS
-from resnet_noBN.cifar_data import LAYOUTS as LAYOUTS
-from resnet_noBN.cifar_data import SPLITS, _spec, check_layout, load_split, original_2016_shift
-from resnet_noBN.cifar_data import check_data_path as check_data_path
-from resnet_noBN.cifar_data import num_classes as num_classes
-from resnet_noBN.errors import DataError
-from resnet_noBN.input_common import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR  # the launchers' default
-from resnet_noBN.input_common import check_split, pipeline_shard, require_files
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import stream
+from resnet_noBN.datasets.cifar_data import DATASETS as DATASETS
+from resnet_noBN.datasets.cifar_data import LAYOUTS as LAYOUTS
+from resnet_noBN.datasets.cifar_data import (
+    SPLITS,
+    _spec,
+    check_layout,
+    load_split,
+    original_2016_shift,
+)
+from resnet_noBN.datasets.cifar_data import check_data_path as check_data_path
+from resnet_noBN.datasets.cifar_data import num_classes as num_classes
+from resnet_noBN.datasets.input_common import (
+    DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR,
+)  # the launchers' default
+from resnet_noBN.datasets.input_common import (
+    check_split,
+    per_replica_dataset,
+    pipeline_shard,
+    require_files,
+)
 
 # What a failed download raises through tfds: requests' errors (ConnectionError when offline),
 # tfds' DownloadError (HTTP status), urllib's (ftp) and the socket-level ones.
@@ -231,7 +244,7 @@ def split_fns(dataset: str, **kwargs):
     layout)."""
 
     def fn(split: str, global_batch: int):
-        return distribute.per_replica_dataset(
+        return per_replica_dataset(
             build_dataset, dataset, split, global_batch=global_batch, **kwargs
         )
 

@@ -1,13 +1,14 @@
-"""Speed settings that leave the mathematics unchanged (issue: "Fast").
+"""Speed settings that leave the mathematics unchanged (issue: "Fast"), on TensorFlow.
 
 * Threading: on a small CPU, TensorFlow's default inter-op pool runs independent ops of a step
   concurrently with the intra-op pool that each conv already saturates, so steps are bimodal and
   slower; one inter-op thread and one intra-op thread per core keeps them steady.
-* Mixed precision: ``mixed_bfloat16`` computes convolutions in bfloat16 with float32 weights and
-  float32 updates; the loss and the logits are cast to float32 (see ``training.py``), and the
-  fixed head's float32 kernel is never updated, so it stays bit-for-bit fixed.
+* Mixed precision is the network's dtype policy (``build_cifar_model(cfg, dtype=...)``), not a
+  setting here: ``mixed_bfloat16`` computes convolutions in bfloat16 with float32 weights and
+  float32 updates; the loss and the logits are cast to float32 (``trainers.recipe.objective``),
+  and the fixed head's float32 kernel is never updated, so it stays bit-for-bit fixed.
 
-Call :func:`configure` before any TensorFlow op runs and before the model is built.
+Call :func:`configure` before any TensorFlow op runs.
 """
 
 from __future__ import annotations
@@ -16,15 +17,9 @@ import os
 
 import tensorflow as tf
 
-from resnet_noBN.backend import set_precision
-from resnet_noBN.configs.choices import PRECISIONS as PRECISIONS  # the flag's choices
 
-
-def configure(
-    precision: str = "float32", intra_op_threads: int = 0, inter_op_threads: int = 0
-) -> None:
-    """Set the Keras dtype policy and TF's thread pools (0 = TF's default for that pool)."""
-    set_precision(precision, has_gpu=bool(tf.config.list_physical_devices("GPU")))
+def configure(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
+    """Set TF's thread pools (0 = TF's default for that pool)."""
     if intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
     if inter_op_threads:

@@ -3,8 +3,8 @@
 Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
-parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.model`
-(its :class:`~resnet_noBN.model.NetworkConfig` with the block's switches, ``conv``,
+parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.models.model`
+(its :class:`~resnet_noBN.models.model.NetworkConfig` with the block's switches, ``conv``,
 ``residual_stages``, ``pool_and_project``), so the two networks differ only where ImageNet
 forces them to, and every block switch and block variant of the CIFAR model is one here too:
 
@@ -74,7 +74,8 @@ import dataclasses
 
 import keras
 
-from resnet_noBN.model import (
+from resnet_noBN.models.model import (
+    Block,
     NetworkConfig,
     activation,
     conv,
@@ -93,7 +94,7 @@ class ImageNetConfig(NetworkConfig):
     flags of ``launch/imagenet.py`` (not ``num_classes``, ``stem_kernel``, ``data_format``).
 
     The block's switches (``init`` .. ``data_format``), ``num_classes`` and ``head`` are
-    :class:`resnet_noBN.model.NetworkConfig`'s, declared there once for both networks, at the
+    :class:`resnet_noBN.models.model.NetworkConfig`'s, declared there once for both networks, at the
     paper's values (the block reads them through :attr:`block`). ``stage_units`` /
     ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests and smoke runs.
     """
@@ -152,7 +153,9 @@ class ImageNetConfig(NetworkConfig):
         self.check_widths(self.stem_filters, self.stage_widths)
 
 
-def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
+def build_imagenet_model(
+    cfg: ImageNetConfig = ImageNetConfig(), dtype: str = "float32"
+) -> keras.Model:
     """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3].
 
     Layer names follow the CIFAR model (``stageS_unitU_conv1`` ...): ``stem_conv``, then
@@ -161,8 +164,8 @@ def build_imagenet_model(cfg: ImageNetConfig = ImageNetConfig()) -> keras.Model:
     ``keras.utils.set_random_seed`` first for a repeatable model.
     """
     cfg.validate()
-    block = cfg.block
-    inputs, x = image_input(cfg.image_size, block.data_format)
+    block = Block.of(cfg, dtype)
+    inputs, x = image_input(cfg.image_size, block)
     x = conv(
         x,
         cfg.stem_filters,

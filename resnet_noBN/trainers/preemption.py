@@ -25,7 +25,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-from resnet_noBN.errors import Preempted
+from resnet_noBN.configs.errors import Preempted
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -60,12 +60,14 @@ def _catch_signals(then: Callable, print_fn):
 @contextlib.contextmanager
 def guard(
     strategy,
+    parameter_server: bool,
     checkpoint_dir: str,
     save_fn: Callable[[], None],
     message: Callable[[], str],
     print_fn=print,
 ):
-    """The TensorFlow handler for one training loop under ``strategy``.
+    """The TensorFlow handler for one training loop under ``strategy`` (``parameter_server``:
+    a ``ParameterServerStrategy``).
 
     ``save_fn`` saves; :class:`Preempted` carries ``message()``. The handler restores nothing
     (the trainer did, skipping unreadable checkpoints), so it gets an empty checkpoint manager.
@@ -77,13 +79,11 @@ def guard(
         return
     import tensorflow as tf
 
-    from resnet_noBN.distribute import is_parameter_server
-
     def exit_fn():
         raise Preempted(message())
 
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        None if is_parameter_server(strategy) else strategy.cluster_resolver,
+        None if parameter_server else strategy.cluster_resolver,
         tf.train.CheckpointManager(
             tf.train.Checkpoint(),
             os.path.join(checkpoint_dir, "preemption-handler-restores-nothing"),

@@ -1,7 +1,8 @@
 """What every training launcher shares: the recipe's and the runtime's flags, the run's start,
 its report, and the exit codes.
 
-TensorFlow is imported only on the TensorFlow backend (:mod:`resnet_noBN.backend`).
+What differs between the Keras backends is the backend object's (``backends.registry.current()``):
+TensorFlow is imported only on the TensorFlow backend.
 
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
 ``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
@@ -17,13 +18,16 @@ import sys
 
 from absl import app, flags, logging
 
-from resnet_noBN import backend, run_log
-from resnet_noBN.backend import Runtime, RuntimeConfig
-from resnet_noBN.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.loop import CheckpointError, TrainingDiverged, TrainLoop
-from resnet_noBN.model import param_counts
-from resnet_noBN.recipe import TrainConfig
+from resnet_noBN.backends import registry
+from resnet_noBN.backends.base import Runtime
+from resnet_noBN.configs.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.models.model import BlockConfig, param_counts
+from resnet_noBN.runs import record
+from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged, TrainLoop
+from resnet_noBN.trainers.recipe import TrainConfig
 
 flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
 FLAGS = flags.FLAGS
@@ -49,24 +53,10 @@ def define_train_flags(defaults: TrainConfig) -> None:
     )
 
 
-def define_cifar_data_flags() -> None:
-    """--dataset, --data_path and --data_dir: which CIFAR and where it is read from (the CIFAR
-    launchers' own)."""
-    from resnet_noBN import cifar_data
-    from resnet_noBN.input_common import DEFAULT_TFDS_DIR
-
-    flags.DEFINE_enum("dataset", "cifar10", list(cifar_data.DATASETS), "Data set.")
-    flags.DEFINE_string(
-        "data_path",
-        None,
-        "Folder of the official binary files (cifar-10-batches-bin/ or "
-        "cifar-100-binary/, or their parent), or an image folder train/<class>/*.jpg "
-        "and test/<class>/... (or its parent, e.g. where cifar-10-jpeg/ was "
-        "unpacked). Default: read tensorflow-datasets (TensorFlow backend only).",
-    )
-    flags.DEFINE_string(
-        "data_dir", str(DEFAULT_TFDS_DIR), "tensorflow-datasets directory (see data/README.md)."
-    )
+def define_cifar_data_flags(exclude: tuple[str, ...] = ()) -> None:
+    """The flags of :class:`DataConfig` (but ``exclude``): which CIFAR, where it is read from,
+    how (the CIFAR launchers' own)."""
+    define_flags(DataConfig, exclude=exclude)
 
 
 def define_runtime_flags() -> None:
@@ -93,47 +83,17 @@ def train_config_from_flags() -> TrainConfig:
 
 
 def start_runtime(cfg: RuntimeConfig, train_cfg: TrainConfig, model_dir: str) -> Runtime:
-    """The runtime ``cfg`` describes, on the Keras backend in use: TensorFlow's
-    :func:`resnet_noBN.distribute.start_runtime`, or :func:`backend.start_jax_runtime`.
+    """The runtime ``cfg`` describes, started by the backend in use (``Backend.start``), the
+    global batches checked to split over its replicas.
 
     The seed: ``cfg.seed``; else, resuming, the one ``model_dir``'s config.json recorded (so a
     rerun continues the same data order); else drawn at random.
     """
     seed = cfg.seed
     if seed is None:
-        seed = run_log.read_config(model_dir).get(run_log.SEED_KEY)
+        seed = record.read_config(model_dir).get(record.SEED_KEY)
     batch_sizes = {name: getattr(train_cfg, name) for name in ("batch_size", "eval_batch_size")}
-    if not backend.is_tensorflow():
-        defaults = RuntimeConfig()
-        return backend.start_jax_runtime(
-            cfg.strategy,
-            batch_sizes=batch_sizes,
-            seed=seed,
-            precision=cfg.precision,
-            tensorflow_only={
-                name: getattr(cfg, name)
-                for name in (
-                    "jit_compile",
-                    "intra_op_threads",
-                    "inter_op_threads",
-                    "deterministic",
-                    "cluster_resolver",
-                )
-                if getattr(cfg, name) != getattr(defaults, name)
-            },
-        )
-    from resnet_noBN import distribute
-
-    return distribute.start_runtime(
-        cfg.strategy,
-        cfg.cluster_resolver,
-        batch_sizes=batch_sizes,
-        seed=seed,
-        precision=cfg.precision,
-        intra_op_threads=cfg.intra_op_threads,
-        inter_op_threads=cfg.inter_op_threads,
-        deterministic=cfg.deterministic,
-    )
+    return registry.current().start(cfg, batch_sizes, seed)
 
 
 def make_trainer(
@@ -144,8 +104,9 @@ def make_trainer(
     model_dir: str,
     **kwargs,
 ) -> TrainLoop:
-    """:func:`backend.make_trainer` with ``cfg``'s jit_compile and time_budget_s."""
-    return backend.make_trainer(
+    """The backend's trainer (``Backend.make_trainer``) with ``cfg``'s jit_compile and
+    time_budget_s."""
+    return registry.current().make_trainer(
         runtime,
         build_model,
         train_cfg,
@@ -156,44 +117,54 @@ def make_trainer(
     )
 
 
+# What a resumed run may change: the fields declared "may_change" (runs.record)
+FREE_ON_RESUME = record.may_change(BlockConfig, TrainConfig, RuntimeConfig, DataConfig)
+
+
+def checked_record(
+    model_dir: str, network, recipe: TrainConfig, data: dict, precision: str, **recipe_extras
+) -> dict:
+    """The run's record (``runs.record.record``, on the backend in use), refused where
+    ``model_dir`` holds a run this one cannot resume. A key an older config.json lacks stands
+    for today's default where it is a switch added since: the network's fields, the recipe's
+    optimizer, loss and label smoothing, the CIFAR-100 layout."""
+    run = record.record(network, recipe, data, registry.current().name, precision, **recipe_extras)
+    defaults = TrainConfig()
+    absent = {
+        "network": dataclasses.asdict(type(network)()),
+        "recipe": {k: getattr(defaults, k) for k in ("optimizer", "loss", "label_smoothing")},
+        "data": {"cifar100_layout": DataConfig().cifar100_layout},
+    }
+    record.check_resumable(model_dir, run, absent, FREE_ON_RESUME)
+    return run
+
+
 def begin_run(
     runtime: Runtime,
+    runtime_cfg: RuntimeConfig,
     label: str,
     train_cfg: TrainConfig,
     model_dir: str,
-    run_config: dict,
+    run_record: dict,
 ) -> None:
-    """The chief records ``run_config`` in ``model_dir``; every task prints where it runs.
-
-    ``config.json`` also records the backend (a run resumes on the backend it started on: the
-    checkpoint formats differ) and, under ``runtime``, where it computes (TensorFlow: oneDNN on
-    or not, and why; JAX: the devices; the CPU's vector extensions), which a resumed run may
-    change.
-    """
-    host = backend.report(runtime)
+    """The chief records ``run_record`` in ``model_dir``, with the seed and, under ``runtime``,
+    where it computes (``Backend.report``: the strategy, the devices, the versions; TensorFlow:
+    oneDNN on or not, and why), which a resumed run may change; every task prints where it
+    runs."""
+    backend = registry.current()
+    host = backend.report(runtime, runtime_cfg.strategy)
     if runtime.is_chief:
-        run_log.record_config(
-            model_dir, {**run_config, run_log.SEED_KEY: runtime.seed, run_log.RUNTIME_KEY: host}
+        record.record_config(
+            model_dir, {**run_record, record.SEED_KEY: runtime.seed, record.RUNTIME_KEY: host}
         )
     print(
-        f"{label}: {backend.name()} backend, {runtime.replicas} replica(s) x "
+        f"{label}: {backend.name} backend, {runtime.replicas} replica(s) x "
         f"{runtime.input_pipelines} input pipeline(s), global batch {train_cfg.batch_size}, "
         f"seed {runtime.seed}, model_dir {model_dir}",
         flush=True,
     )
-    if host["backend"] == "tensorflow":
-        where = f"oneDNN {'on' if host['onednn'] else 'off'}: {host['onednn_reason']}"
-    else:
-        where = f"devices {', '.join(host['devices'])}"
-    print(f"{where}; CPU {', '.join(host['cpu_isa']) or 'extensions unknown'}", flush=True)
-
-
-def check_backend(run_config: dict) -> dict:
-    """``run_config`` with the backend, which a resumed run must share (InputError for a backend
-    the launchers do not support)."""
-    if backend.name() not in ("tensorflow", "jax"):
-        raise InputError(f"KERAS_BACKEND={backend.name()} is not supported; use tensorflow or jax")
-    return {**run_config, "backend": backend.name()}
+    isa = ", ".join(host["cpu_isa"]) or "extensions unknown"
+    print(f"{backend.where(host)}; CPU {isa}", flush=True)
 
 
 def train_and_report(trainer: TrainLoop, train_fn, eval_fn, **report) -> dict:

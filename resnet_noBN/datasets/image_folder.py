@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 SPLITS = ("train", "test")

@@ -52,8 +52,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from resnet_noBN.errors import DataError
-from resnet_noBN.input_common import DEFAULT_TFDS_DIR, check_split, pipeline_shard, require_files
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets.input_common import (
+    DEFAULT_TFDS_DIR,
+    check_split,
+    pipeline_shard,
+    require_files,
+)
 
 TFDS_NAME = "imagenet2012"
 MANUAL_FILES = ("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar")

@@ -18,7 +18,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from resnet_noBN.flag_config import check_at_least, check_choices
+from resnet_noBN.configs.flag_config import check_at_least, check_choices
 
 
 def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
@@ -77,10 +77,12 @@ OPTIMIZERS = {"momentum": momentum_sgd, "nesterov": nesterov_sgd, "adam": adam}
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The recipe of arXiv:1611.04231 Section 4 (the original ``resnet_main.py``); each field is
-    a flag of the launchers, its ``help`` the flag's."""
+    a flag of the launchers, its ``help`` the flag's, and a key of ``config.json``'s recipe.
+    ``"may_change"`` marks what a resumed run may change (it changes neither the objective nor
+    the training stream); every other field must match the run's (``runs.record``)."""
 
     train_steps: int = dataclasses.field(
-        default=60_000, metadata={"help": "Number of updates to train for."}
+        default=60_000, metadata={"may_change": True, "help": "Number of updates to train for."}
     )
     batch_size: int = dataclasses.field(
         default=128,
@@ -126,19 +128,27 @@ class TrainConfig:
     eval_every: int = dataclasses.field(
         default=2_000,
         metadata={
-            "help": "Evaluate on the whole test split every this many steps (and at the end)."
+            "may_change": True,
+            "help": "Evaluate on the whole test split every this many steps (and at the end).",
         },
     )
     checkpoint_every: int = dataclasses.field(
         default=1_000,
-        metadata={"help": "Write a checkpoint every this many steps (and at the end)."},
+        metadata={
+            "may_change": True,
+            "help": "Write a checkpoint every this many steps (and at the end).",
+        },
     )
     log_every: int = dataclasses.field(
-        default=100, metadata={"help": "Print progress every this many steps."}
+        default=100,
+        metadata={"may_change": True, "help": "Print progress every this many steps."},
     )
-    max_checkpoints: int = dataclasses.field(default=5, metadata={"help": "Checkpoints kept."})
+    max_checkpoints: int = dataclasses.field(
+        default=5, metadata={"may_change": True, "help": "Checkpoints kept."}
+    )
     eval_batch_size: int = dataclasses.field(
-        default=500, metadata={"help": "GLOBAL batch size of the evaluation."}
+        default=500,
+        metadata={"may_change": True, "help": "GLOBAL batch size of the evaluation."},
     )
 
     def validate(self) -> None:
@@ -170,12 +180,6 @@ class TrainConfig:
                 f"--lr_boundaries must be positive and strictly increasing, got "
                 f"{','.join(map(str, bounds))}"
             )
-
-
-def objective_fields(cfg: TrainConfig) -> dict:
-    """The recipe's choices a resumed run must share (config.json records them): another
-    optimizer has other variables, another loss another objective."""
-    return {"optimizer": cfg.optimizer, "loss": cfg.loss, "label_smoothing": cfg.label_smoothing}
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:

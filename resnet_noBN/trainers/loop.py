@@ -5,9 +5,11 @@ checkpoint), with several steps per compiled call so the host wakes only at the 
 
 :class:`TrainLoop` holds what both backends share: that schedule, the calls' length (about
 :data:`SECONDS_PER_CALL`), the progress scalars, divergence (:class:`TrainingDiverged`), the run
-log and the one-line summary. A backend supplies the compiled steps, the checkpoints and the
-preemption guard: ``training.Trainer`` (TensorFlow, any ``tf.distribute`` strategy) and
-``jax_training.JaxTrainer`` (JAX, one host's devices). No TensorFlow here.
+log and the one-line summary, the restore of the newest readable checkpoint and the totals of an
+evaluation. A backend supplies the compiled steps, how to list, read and write one checkpoint,
+how to count one evaluation batch, and the preemption guard: ``training.Trainer`` (TensorFlow,
+any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's devices). No
+TensorFlow here.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 import numpy as np
 from keras import ops
 
-from resnet_noBN.errors import TimeBudgetReached
+from resnet_noBN.configs.errors import TimeBudgetReached
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
@@ -38,10 +40,11 @@ class TrainingDiverged(RuntimeError):
 class TrainLoop:
     """The event schedule of one run; subclasses supply the backend.
 
-    A subclass sets ``model``, ``cfg``, ``model_dir``, ``is_chief``, ``top5`` and ``log`` and
-    implements ``step``, :meth:`restore`, :meth:`save`, :meth:`latest_checkpoint`,
-    :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`, :meth:`evaluate` and
-    :meth:`guard`; :meth:`agreed` and :meth:`close` where a job has several workers.
+    A subclass sets ``model``, ``cfg``, ``model_dir``, ``is_chief``, ``top5``, ``log`` and
+    :attr:`unreadable` and implements ``step``, :meth:`checkpoints`, :meth:`read_checkpoint`,
+    :meth:`save`, :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`,
+    :meth:`eval_counts` and :meth:`guard`; :meth:`agreed` and :meth:`close` where a job has
+    several workers.
     """
 
     model = cfg = model_dir = log = None
@@ -56,16 +59,20 @@ class TrainLoop:
         """The global step: the number of updates applied."""
         raise NotImplementedError
 
-    def restore(self, print_fn=print) -> int:
-        """Resume from the newest readable checkpoint (one line for each unreadable one);
-        returns the step (0: none). CheckpointError when none of several can be read."""
+    # what reading a damaged or foreign checkpoint raises (read_checkpoint)
+    unreadable: tuple[type[Exception], ...] = ()
+
+    def checkpoints(self) -> list[str]:
+        """The checkpoints of ``model_dir``, oldest first."""
+        raise NotImplementedError
+
+    def read_checkpoint(self, path: str) -> None:
+        """Load the checkpoint ``path`` into the model and optimizer, or raise one of
+        :attr:`unreadable` having changed nothing."""
         raise NotImplementedError
 
     def save(self) -> None:
         """Write a checkpoint of the current step, atomically."""
-        raise NotImplementedError
-
-    def latest_checkpoint(self) -> str | None:
         raise NotImplementedError
 
     def learning_rate(self) -> float:
@@ -80,8 +87,8 @@ class TrainLoop:
         """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
         raise NotImplementedError
 
-    def evaluate(self, eval_source) -> dict:
-        """Top-1 (and top-5) error on the whole split, in one pass."""
+    def eval_counts(self, eval_source):
+        """[top-1 correct, (top-5 correct,) examples] of each batch of the split, in turn."""
         raise NotImplementedError
 
     def guard(self, print_fn):
@@ -97,6 +104,34 @@ class TrainLoop:
         """Release what the run holds (a non-chief worker's scratch folder)."""
 
     # ------------------------------------------------------------ the shared loop
+    def restore(self, print_fn=print) -> int:
+        """Resume from the newest readable checkpoint (one line for each unreadable one, the one
+        before it tried next); returns the step (0: none). CheckpointError when none of several
+        can be read."""
+        paths = self.checkpoints()
+        for path in reversed(paths):
+            try:
+                self.read_checkpoint(path)
+            except self.unreadable as e:
+                print_fn(unreadable_checkpoint_line(path, e))
+                continue
+            self.restored_from = path
+            return self.step
+        if paths:
+            raise CheckpointError(no_checkpoint_message(self.model_dir, paths))
+        return self.step
+
+    def latest_checkpoint(self) -> str | None:
+        paths = self.checkpoints()
+        return paths[-1] if paths else None
+
+    def evaluate(self, eval_source) -> dict:
+        """Top-1 (and top-5) error on the whole split, in one pass."""
+        totals = np.zeros(3 if self.top5 else 2, np.int64)
+        for counts in self.eval_counts(eval_source):
+            totals += counts
+        return errors(totals, self.top5)
+
     def train(self, train_source, eval_source, print_fn=print) -> dict:
         """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
 

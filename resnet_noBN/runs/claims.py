@@ -22,9 +22,13 @@ import statistics
 
 import keras
 
-from resnet_noBN import run_log
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig, paper_boundaries
+from resnet_noBN.backends import registry
+from resnet_noBN.backends.base import Runtime
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.loop import TrainingDiverged
+from resnet_noBN.trainers.recipe import TrainConfig, paper_boundaries
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
@@ -169,29 +173,35 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
 
 
 def train_one(
-    arm: Arm, seed: int, sweep: Sweep, model_dir: str, sources, num_classes: int, print_fn=print
+    arm: Arm,
+    seed: int,
+    sweep: Sweep,
+    model_dir: str,
+    runtime: Runtime,
+    data: DataConfig,
+    num_classes: int,
+    print_fn=print,
 ) -> dict:
-    """Train one (arm, seed) to the end, resuming from ``model_dir``'s checkpoint; writes and
-    returns its result; ``sources(cfg)``: its (training, test) sources (`cifar_data.sources`). A
-    run whose loss stops being finite is a result (``diverged``), not an
-    error: its curves up to that point stay in ``model_dir``."""
-    from resnet_noBN import backend
-    from resnet_noBN.loop import TrainingDiverged
-
+    """Train one (arm, seed) to the end on ``runtime`` (started once, reseeded here), resuming
+    from ``model_dir``'s checkpoint, from ``data``; writes and returns its result. A run whose
+    loss stops being finite is a result (``diverged``), not an error: its curves up to that
+    point stay in ``model_dir``."""
+    backend = registry.current()
     keras.backend.clear_session()
-    keras.utils.set_random_seed(seed)
+    runtime = backend.reseed(runtime, seed)
     cfg = sweep.recipe
     model_cfg = model_config(arm, sweep, num_classes)
     trainer = backend.make_trainer(
-        backend.local_runtime(seed),
-        lambda: build_cifar_model(model_cfg),
+        runtime,
+        lambda: build_cifar_model(model_cfg, runtime.precision),
         cfg,
         model_dir,
         title=f"{arm.name}, seed {seed}",
     )
+    sources = backend.cifar_sources(data, cfg.batch_size, cfg.eval_batch_size, seed)
     try:
         result = {
-            **trainer.train(*sources(cfg), print_fn=print_fn),
+            **trainer.train(*sources, print_fn=print_fn),
             "diverged": False,
         }
     except TrainingDiverged as e:

@@ -1,8 +1,8 @@
 """CIFAR-10/100 read into numpy: the data sets, their checks, and whole splits as uint8 arrays.
 
-No TensorFlow anywhere in this module's imports (numpy, pillow through `resnet_noBN.image_folder`,
+No TensorFlow anywhere in this module's imports (numpy, pillow through `datasets.image_folder`,
 and the package's plain modules only), so the CIFAR input runs on a machine with another Keras 3
-backend and no TensorFlow; `resnet_noBN.cifar_input` builds its tf.data pipeline on top of it.
+backend and no TensorFlow; `datasets.cifar_input` builds its tf.data pipeline on top of it.
 
 * `DATASETS`: what the pipeline needs to know about CIFAR-10 and CIFAR-100 (tfds names them the
   same): classes, label bytes, the official binary files.
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from resnet_noBN import image_folder
-from resnet_noBN.errors import DataError
-from resnet_noBN.input_common import check_split, require_files
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import image_folder
+from resnet_noBN.datasets.input_common import check_split, require_files
 
 IMAGE_SIZE = 32
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
@@ -52,7 +52,8 @@ class CifarSpec:
     folder: str  # the folder the official binary archive unpacks to
     files: dict[str, tuple[str, ...]]  # split -> record files, in the official order
     class_names: tuple[str, ...]  # label id -> name (batches.meta.txt / fine_label_names.txt)
-    train_examples: int = 50_000
+    train_examples: int = 50_000  # the official splits' sizes (tensorflow-datasets' too)
+    test_examples: int = 10_000
 
     @property
     def record_bytes(self) -> int:
@@ -161,7 +162,7 @@ def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
       `cifar-100-binary/`: one file per record batch;
     * an image folder `train/<class>/*.jpg|png`, `test/<class>/...` (or the one folder inside
       `data_path` that holds them, e.g. `cifar-10-jpeg/`), classes named as the data set's
-      (`resnet_noBN.image_folder`): one file per image.
+      (`datasets.image_folder`): one file per image.
     Raises DataError for a missing path, a wrong layout (naming the expected files and where), a
     binary file that is empty or not a whole number of records, a missing split, class folders
     that are not the data set's, or an empty class. Plain file-system checks: no TensorFlow.
@@ -172,8 +173,12 @@ def check_data_path(dataset: str, data_path: str | os.PathLike) -> list[str]:
     return [path for split in SPLITS for path in files[split]]
 
 
-def num_records(dataset: str, data_path: str | os.PathLike, split: str) -> int:
-    """Examples in one split of a --data_path (either layout)."""
+def num_records(dataset: str, data_path: str | os.PathLike | None, split: str) -> int:
+    """Examples in one split of a --data_path (either layout; None: tensorflow-datasets', the
+    official split)."""
+    if data_path is None:
+        spec = _spec(dataset)
+        return spec.train_examples if split == "train" else spec.test_examples
     images = _image_files(dataset, data_path, split)
     if images is not None:
         return len(images[0])

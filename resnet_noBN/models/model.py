@@ -20,15 +20,18 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
   the same branch without its shortcut (:func:`plain_chain`, a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
   These switches are a :class:`BlockConfig`, all that the block functions read, declared once
-  and shared with the ImageNet network (:mod:`resnet_noBN.imagenet_model`), whose config derives
+  and shared with the ImageNet network (:mod:`models.imagenet_model`), whose config derives
   from it as :class:`ModelConfig` does.
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained.
 
-Mixed precision: only the convolutions and the activation between them compute in bfloat16. The
-residual stream (the adds, the pool/pad shortcuts, the global pool, the head) stays float32: at
-sigma = 1/(k^2 c) a branch adds ~1e-3 of the stream, below bfloat16's relative step 2^-8, so a
-bfloat16 add would round most of each branch away.
+Precision is an argument, not a process-global policy (keras-hub's way): the builders take
+``dtype``, the Keras dtype policy ("float32", or "mixed_bfloat16": bfloat16 compute, float32
+weights; the runtime's ``--precision``), and every layer is built with it, through
+:class:`Block`, except those of the residual stream. Only the convolutions and the activation
+between them compute in bfloat16. The residual stream (the adds, the pool/pad shortcuts, the
+global pool, the head) stays float32: at sigma = 1/(k^2 c) a branch adds ~1e-3 of the stream,
+below bfloat16's relative step 2^-8, so a bfloat16 add would round most of each branch away.
 
 Counts (tested): 55 convolutions; 13,538,736 trainable parameters, all of them kernel weights
 (Table 1's "13.5M", the default); 13,546,816 with ``conv_bias``; 13,588,800 with conv biases and
@@ -45,7 +48,8 @@ import keras
 from keras import ops
 
 from resnet_noBN.configs import presets
-from resnet_noBN.flag_config import check_choices
+from resnet_noBN.configs.choices import PRECISIONS
+from resnet_noBN.configs.flag_config import check_choices
 
 HEADS = ("random", "trainable")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
@@ -78,7 +82,7 @@ def conv(
     kernel_size: int,
     strides: int,
     stddev: float,
-    block: BlockConfig,
+    block: Block,
     name: str,
     use_bias: bool | None = None,
 ):
@@ -96,6 +100,7 @@ def conv(
         bias_initializer="zeros",
         data_format=block.data_format,
         name=name,
+        dtype=block.dtype,
     )(x)
 
 
@@ -128,9 +133,7 @@ class ZeroPadChannels(keras.layers.Layer):
         }
 
 
-def pool_pad_shortcut(
-    x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
-):
+def pool_pad_shortcut(x, in_filters: int, out_filters: int, strides: int, block: Block, name: str):
     """The original code's shortcut (and the paper's prose): average pooling with kernel = stride,
     then zero channels, half on each side."""
     if strides > 1:
@@ -151,7 +154,7 @@ def pool_pad_shortcut(
 
 
 def projection_shortcut(
-    x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+    x, in_filters: int, out_filters: int, strides: int, block: Block, name: str
 ):
     """A linear 1x1 convolution with stride and no bias, He init (it carries the signal, like the
     first conv); with conv biases elsewhere this gives exactly the paper's 13.59M count
@@ -173,7 +176,7 @@ def projection_shortcut(
 SHORTCUTS = {"pool_pad": pool_pad_shortcut, "projection": projection_shortcut}
 
 
-def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str):
+def shortcut(x, in_filters: int, out_filters: int, strides: int, block: Block, name: str):
     """The identity, or, where the block changes the shape, its adjustment
     (``SHORTCUTS[block.shortcut]``)."""
     if in_filters == out_filters and strides == 1:
@@ -181,29 +184,30 @@ def shortcut(x, in_filters: int, out_filters: int, strides: int, block: BlockCon
     return SHORTCUTS[block.shortcut](x, in_filters, out_filters, strides, block, name)
 
 
-def activation(x, block: BlockConfig, name: str):
+def activation(x, block: Block, name: str):
     """ReLU (the paper), or the original code's leaky ReLU with slope ``block.relu_leakiness``."""
-    return keras.layers.ReLU(negative_slope=block.relu_leakiness, name=name)(x)
+    return keras.layers.ReLU(negative_slope=block.relu_leakiness, name=name, dtype=block.dtype)(x)
 
 
-def batch_norm(x, block: BlockConfig, name: str):
+def batch_norm(x, block: Block, name: str):
     """The original ``_batch_norm``: decay 0.9 of the moving statistics, epsilon 0.001."""
     axis = -1 if block.data_format == "channels_last" else 1
-    return keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=0.001, name=name)(x)
+    return keras.layers.BatchNormalization(
+        axis=axis, momentum=0.9, epsilon=0.001, name=name, dtype=block.dtype
+    )(x)
 
 
 # --- Block variants --------------------------------------------------------------------------
 # A variant's body builds one block's branch F:
 #     body(x, out_filters, strides, block, name, first) -> (source, F(x))
 # ``source`` is the tensor the shortcut starts from (x itself, for most); ``first`` is True for
-# the network's first block; ``block`` is the BlockConfig (read your switches from it); layer
-# names start with ``name`` (``stageS_unitU``), which checkpoints and tests depend on.
+# the network's first block; ``block`` is the Block (read your switches from it, and build
+# layers with ``dtype=block.dtype``); layer names start with ``name`` (``stageS_unitU``), which
+# checkpoints and tests depend on.
 # :func:`residual_block` then joins them: x + F(x), or F(x) alone with --noidentity.
 
 
-def hardt_ma_body(
-    x, out_filters: int, strides: int, block: BlockConfig, name: str, first: bool = False
-):
+def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
     """C2(ReLU(C1(x))), the paper's block (arXiv:1611.04231, Section 4): no batch norm, one
     ReLU; C1 may have stride 2, C2 has stride 1; the shortcut starts from x."""
     stddev = INIT_STDDEVS[block.init](3, out_filters)
@@ -213,7 +217,7 @@ def hardt_ma_body(
 
 
 def preactivation_body(
-    x, out_filters: int, strides: int, block: BlockConfig, name: str, first: bool = False
+    x, out_filters: int, strides: int, block: Block, name: str, first: bool = False
 ):
     """The original code's pre-activation ``_residual``, the baseline the paper departs from:
     C2(ReLU(BN(C1(ReLU(BN(x)))))). The shortcut starts from x, before the first BN and ReLU,
@@ -227,7 +231,7 @@ def preactivation_body(
     return (activated if first else x), y
 
 
-def preactivation_end(x, block: BlockConfig):
+def preactivation_end(x, block: Block):
     """The original's ``unit_last``: BN and ReLU after the last pre-activation block."""
     return activation(batch_norm(x, block, "final_bn"), block, "final_relu")
 
@@ -250,7 +254,7 @@ BLOCKS = {
 
 
 def add_shortcut(
-    source, branch, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+    source, branch, in_filters: int, out_filters: int, strides: int, block: Block, name: str
 ):
     """x + F(x): the branch added to the shortcut (shape-adjusted where the block changes it),
     in float32 (the residual stream)."""
@@ -260,7 +264,7 @@ def add_shortcut(
 
 
 def plain_chain(
-    source, branch, in_filters: int, out_filters: int, strides: int, block: BlockConfig, name: str
+    source, branch, in_filters: int, out_filters: int, strides: int, block: Block, name: str
 ):
     """F(x) alone: the same convolutions as a plain chain, no shortcut (``--noidentity``; the
     paper's title claim, Sections 1-2)."""
@@ -272,7 +276,7 @@ def residual_block(
     in_filters: int,
     out_filters: int,
     strides: int,
-    block: BlockConfig,
+    block: Block,
     name: str,
     activate_before_residual: bool = False,
 ):
@@ -342,7 +346,7 @@ class BlockConfig:
         default="none",
         metadata={
             "choices": BLOCKS,
-            "help": "The block variant (resnet_noBN.model.BLOCKS): none is the paper's; batch: "
+            "help": "The block variant (models/model.py BLOCKS): none is the paper's; batch: "
             "the original code's pre-activation unit with batch norm restored (BN, ReLU, conv, "
             "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
         },
@@ -350,6 +354,7 @@ class BlockConfig:
     data_format: str = dataclasses.field(
         default="channels_last",
         metadata={
+            "may_change": True,  # a layout: the same weights, checkpoints carry over
             "choices": LAYOUTS,
             "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
             "kernels need channels_last). The input pipeline always yields NHWC.",
@@ -397,10 +402,29 @@ class BlockConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class Block(BlockConfig):
+    """What the block functions get: a network's switches (:class:`BlockConfig`) and ``dtype``,
+    the Keras dtype policy their layers are built with (the runtime's ``--precision``, given to
+    the builder; not a switch of the network: checkpoints carry over between precisions)."""
+
+    dtype: str = "float32"
+
+    @classmethod
+    def of(cls, config, dtype: str = "float32") -> Block:
+        """The block switches of a network's config, built in ``dtype`` (ValueError naming
+        --precision for an unknown policy)."""
+        if dtype not in PRECISIONS:
+            raise ValueError(
+                f"--precision={dtype} is unknown; choose one of {', '.join(PRECISIONS)}"
+            )
+        return cls(**dataclasses.asdict(BlockConfig.of(config)), dtype=dtype)
+
+
+@dataclasses.dataclass(frozen=True)
 class NetworkConfig(BlockConfig):
     """What both networks' configs share: the block's switches (:class:`BlockConfig`), the
     classes and the head. :class:`ModelConfig` (CIFAR) and
-    :class:`resnet_noBN.imagenet_model.ImageNetConfig` derive from it."""
+    :class:`resnet_noBN.models.imagenet_model.ImageNetConfig` derive from it."""
 
     num_classes: int = 10
     head: str = dataclasses.field(
@@ -495,7 +519,7 @@ def residual_stages(
     stage_units: tuple[int, ...],
     stage_widths: tuple[int, ...],
     stage_strides: tuple[int, ...],
-    block: BlockConfig,
+    block: Block,
 ):
     """The residual stages: stage s has ``stage_units[s]`` blocks of ``stage_widths[s]``
     channels, its first block with stride ``stage_strides[s]`` (Table 1: 9, 9, 9 blocks of
@@ -517,7 +541,7 @@ def residual_stages(
     return x
 
 
-def pool_and_project(x, block: BlockConfig, num_classes: int, head: str):
+def pool_and_project(x, block: Block, num_classes: int, head: str):
     """Global average pooling, then the fixed (or, as an ablation, trained) projection.
 
     First the block variant's ``end``, if it has one (``norm="batch"``: the original's last BN
@@ -531,23 +555,25 @@ def pool_and_project(x, block: BlockConfig, num_classes: int, head: str):
     return projection_head(x, num_classes, trainable=head == "trainable")
 
 
-def image_input(size: int, data_format: str):
+def image_input(size: int, block: Block):
     """(the Keras input of NHWC images, the tensor in the model's layout)."""
     inputs = keras.Input((size, size, 3), name="images")
-    if data_format == "channels_first":
-        return inputs, keras.layers.Permute((3, 1, 2), name="to_channels_first")(inputs)
+    if block.data_format == "channels_first":
+        permute = keras.layers.Permute((3, 1, 2), name="to_channels_first", dtype=block.dtype)
+        return inputs, permute(inputs)
     return inputs, inputs
 
 
-def build_cifar_model(cfg: ModelConfig = ModelConfig()) -> keras.Model:
-    """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images.
+def build_cifar_model(cfg: ModelConfig = ModelConfig(), dtype: str = "float32") -> keras.Model:
+    """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images, its
+    layers built in the dtype policy ``dtype`` (the residual stream's in float32).
 
     Weights are drawn from Keras' global generator: call ``keras.utils.set_random_seed`` first
     for a repeatable model.
     """
     cfg.validate()
-    block = cfg.block
-    inputs, x = image_input(32, block.data_format)
+    block = Block.of(cfg, dtype)
+    inputs, x = image_input(32, block)
     x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), block, name="init_conv")
     x = residual_stages(
         x,

@@ -7,9 +7,8 @@
   learning rate, images/s): the training-loss curve.
 * ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
   redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
-* ``<model_dir>/config.json``: what the run is (architecture, data set; :func:`record_config`),
-  which a rerun in the same folder must match to resume (:func:`check_resumable`), its seed and
-  where it ran.
+
+(``<model_dir>/config.json``, the run's record, is ``runs.record``'s.)
 
 Only the chief of a multi-worker job writes them (``enabled=False`` elsewhere). No TensorFlow:
 the summaries are written by the tensorboard package's own writer, on every backend.
@@ -23,14 +22,9 @@ import os
 
 from tensorboard.summary import Writer
 
-from resnet_noBN.errors import InputError
-
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.jsonl"
 PLOT_FILE = "test_error.png"
-CONFIG_FILE = "config.json"
-RUNTIME_KEY = "runtime"  # where the run ran (config.json); not compared on resume
-SEED_KEY = "seed"  # config.json: the run's seed, which a rerun without --seed reuses
 
 
 def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
@@ -132,50 +126,3 @@ class RunLog:
         for name, value in scalars.items():
             writer.add_scalar(name, value, step)
         writer.flush()
-
-
-def check_resumable(model_dir: str, run_config: dict, absent: dict | None = None) -> None:
-    """InputError if ``model_dir`` holds a run of another architecture or data set.
-
-    ``run_config`` holds what must match for a checkpoint to be resumed; it is written to
-    ``config.json`` by :func:`record_config` when a run starts. ``absent``: the value a key
-    missing from an older ``config.json`` stands for (what that run used before the switch
-    existed: today's default).
-    """
-    absent = absent or {}
-    saved = read_config(model_dir)
-    if not saved:
-        return
-    run_config = json.loads(json.dumps(run_config))  # as saved: tuples are lists
-    changed = [
-        f"{k}={saved.get(k, absent.get(k))!r} there, {v!r} now"
-        for k, v in run_config.items()
-        if k not in (RUNTIME_KEY, SEED_KEY) and saved.get(k, absent.get(k)) != v
-    ]
-    if changed:
-        raise InputError(
-            f"--model_dir {model_dir} holds a run of another model "
-            f"({'; '.join(changed)}); use a new --model_dir or the same flags"
-        )
-
-
-def read_config(model_dir: str) -> dict:
-    """``model_dir``'s config.json ({} when there is none yet)."""
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def record_config(model_dir: str, run_config: dict) -> None:
-    """Write ``config.json`` (what :func:`check_resumable` compares) into ``model_dir``;
-    InputError where the folder cannot be created or written."""
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-        with open(os.path.join(model_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(run_config, f, indent=2, sort_keys=True)
-    except OSError as e:
-        raise InputError(
-            f"--model_dir {model_dir} cannot be written ({e.strerror}); pick a writable folder"
-        ) from None

@@ -25,10 +25,26 @@ wrap identically on TensorFlow, JAX and numpy, so the draws are bit-identical.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from keras import ops
 
 IMAGE_SIZE = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSplit:
+    """A training split kept whole, as the JAX trainer makes its batches from it on the device:
+    uint8 images [N, 32, 32, 3], int32 labels [N], the run's seed and the crop padding of
+    :func:`training_batch`."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    seed: int
+    pad: int = 2
+
+
 # Domain separation of the two uses of the seed.
 _ORDER, _AUGMENT = 1, 2
 _GOLDEN = 0x9E3779B9

@@ -1,9 +1,9 @@
-"""The TensorFlow training loop: :class:`resnet_noBN.loop.TrainLoop` under any ``tf.distribute``
+"""The TensorFlow training loop: :class:`trainers.loop.TrainLoop` under any ``tf.distribute``
 strategy, for every launcher.
 
 It mirrors the original ``resnet_main.py``'s explicit loop (momentum SGD, a step-keyed learning
 rate, ``cost = xent + decay``, periodic evaluation and checkpoints; the recipe is
-:mod:`resnet_noBN.recipe`) in TF2 terms: ``strategy.distribute_datasets_from_function`` feeds each
+:mod:`trainers.recipe`) in TF2 terms: ``strategy.distribute_datasets_from_function`` feeds each
 replica, ``strategy.run`` runs the step, the loss is the global batch mean whatever the number of
 replicas (``recipe.objective``), and the Keras optimizer all-reduces the gradients. Keras 3's
 ``model.fit`` is not used: it fails under multi-worker MirroredStrategy (keras-team/keras#20585).
@@ -24,18 +24,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from resnet_noBN import preemption
-from resnet_noBN.distribute import is_parameter_server
-from resnet_noBN.loop import (
-    CheckpointError,
-    TrainLoop,
-    errors,
-    no_checkpoint_message,
-    unreadable_checkpoint_line,
-)
-from resnet_noBN.model import decayed_weights, weight_decay_loss
-from resnet_noBN.recipe import TrainConfig, eval_counts, make_optimizer, objective
-from resnet_noBN.run_log import RunLog
+from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers.recipe import TrainConfig, eval_counts, make_optimizer, objective
+from resnet_noBN.trainers.run_log import RunLog
 
 
 class Trainer(TrainLoop):
@@ -48,12 +41,14 @@ class Trainer(TrainLoop):
     is False (a non-chief worker of a multi-worker job) checkpoints go to a scratch folder, as
     TF's multi-worker guide prescribes, and no run log is written. The scratch folder is named
     for the model_dir and the task, so a killed worker's is reused (emptied) by its next run
-    rather than left to accumulate, and :meth:`close` removes it. :func:`trainer_for` picks
+    rather than left to accumulate, and :meth:`close` removes it. The TensorFlow backend picks
     :class:`ParameterServerTrainer` under parameter servers.
 
     The sources of :meth:`train`: ``train_fn(input_context, start_step=s)`` builds the training
     batches from the batch of step s on; ``eval_fn(input_context)`` the test split.
     """
+
+    parameter_server = False  # the asynchronous trainer's guard runs on the chief alone
 
     def __init__(
         self,
@@ -146,32 +141,21 @@ class Trainer(TrainLoop):
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     # ----------------------------------------------------------------- the backend's part
-    def restore(self, print_fn=print) -> int:
-        state = tf.train.get_checkpoint_state(self.model_dir)
-        paths = list(state.all_model_checkpoint_paths) if state else []
-        for path in reversed(paths):
-            try:
-                self.checkpoint.restore(path).assert_existing_objects_matched()
-            except (tf.errors.OpError, ValueError, IndexError) as e:
-                print_fn(unreadable_checkpoint_line(path, e))
-                continue
-            self.restored_from = path
-            return self.step
-        if paths:
-            raise CheckpointError(no_checkpoint_message(self.model_dir, paths))
-        return self.step
+    unreadable = (tf.errors.OpError, ValueError, IndexError)
 
-    def latest_checkpoint(self) -> str | None:
-        return tf.train.latest_checkpoint(self.model_dir)
+    def checkpoints(self) -> list[str]:
+        state = tf.train.get_checkpoint_state(self.model_dir)
+        return list(state.all_model_checkpoint_paths) if state else []
+
+    def read_checkpoint(self, path: str) -> None:
+        self.checkpoint.restore(path).assert_existing_objects_matched()
 
     def learning_rate(self) -> float:
         return float(self.optimizer.learning_rate.numpy())
 
-    def evaluate(self, dataset_fn: Callable) -> dict:
-        totals = np.zeros(3 if self.top5 else 2, np.int64)
+    def eval_counts(self, dataset_fn: Callable):
         for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
-            totals += self._eval_batch(batch).numpy()
-        return errors(totals, self.top5)
+            yield self._eval_batch(batch).numpy()
 
     def start(self, train_fn: Callable, step: int):
         return self.distribute(lambda context: train_fn(context, start_step=step))
@@ -198,6 +182,7 @@ class Trainer(TrainLoop):
     def guard(self, print_fn):
         return preemption.guard(
             self.strategy,
+            self.parameter_server,
             self._checkpoint_dir,
             self.save_if_new,
             self.preempted_message,
@@ -220,16 +205,16 @@ class ParameterServerTrainer(Trainer):
     closures on whichever worker is free (each advances the shared step counter), and evaluates
     the parameter servers' variables itself. Only the chief runs this loop."""
 
+    parameter_server = True
+
     def __init__(self, strategy, *args, **kwargs):
         super().__init__(strategy, *args, **kwargs)
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         self._local_eval = tf.function(self._replica_eval)
 
-    def evaluate(self, dataset_fn: Callable) -> dict:
-        totals = np.zeros(3 if self.top5 else 2, np.int64)
+    def eval_counts(self, dataset_fn: Callable):
         for images, labels in dataset_fn(tf.distribute.InputContext()):
-            totals += self._local_eval(images, labels).numpy()
-        return errors(totals, self.top5)
+            yield self._local_eval(images, labels).numpy()
 
     def distribute(self, dataset_fn: Callable):
         """One input pipeline per worker."""
@@ -250,12 +235,6 @@ class ParameterServerTrainer(Trainer):
 
     def agreed(self, steps: int) -> int:
         return steps  # only the chief runs the loop
-
-
-def trainer_for(strategy: tf.distribute.Strategy, *args, **kwargs) -> Trainer:
-    """The :class:`Trainer` for ``strategy`` (same arguments)."""
-    cls = ParameterServerTrainer if is_parameter_server(strategy) else Trainer
-    return cls(strategy, *args, **kwargs)
 
 
 def scratch_dir_name(model_dir: str, task: str) -> str:

@@ -8,14 +8,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 # Where `python data/prepare.py` prepares tfds data sets, and the launchers' default --data_dir
 # (git-ignored).
-DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[1] / "data" / "tensorflow_datasets"
+DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[2] / "data" / "tensorflow_datasets"
 
 
 def check_split(split: str, splits: tuple[str, ...]) -> None:
@@ -39,3 +39,21 @@ def pipeline_shard(input_context: tf.distribute.InputContext | None) -> tuple[in
     if input_context is None or input_context.num_input_pipelines == 1:
         return None
     return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
+def per_replica_dataset(build, *args, global_batch: int, **kwargs):
+    """The ``dataset_fn(input_context)`` that ``distribute_datasets_from_function`` calls:
+    ``build(*args, <per-replica batch>, input_context=..., **kwargs)``, each input pipeline
+    building its share of ``global_batch`` (e.g. ``cifar_input.build_dataset``). Keywords given
+    to ``dataset_fn`` (the trainer's ``start_step``) are passed on to ``build``."""
+
+    def fn(input_context: tf.distribute.InputContext, **more):
+        return build(
+            *args,
+            input_context.get_per_replica_batch_size(global_batch),
+            input_context=input_context,
+            **kwargs,
+            **more,
+        )
+
+    return fn

@@ -20,7 +20,7 @@ import typing
 
 from absl import flags
 
-from resnet_noBN.errors import InputError
+from resnet_noBN.configs.errors import InputError
 
 flags.disclaim_key_flags()  # the flags defined here belong to the module calling define_flags
 
