@@ -23,7 +23,7 @@ setup(
         "absl-py",
         # PNG plots of training curves and of the theory experiments.
         "matplotlib",
-        # Decodes image-folder data sets (resnet_noBN/image_folder.py), without TensorFlow.
+        # Decodes image-folder data sets (resnet_noBN/datasets/image_folder.py), without TensorFlow.
         "pillow",
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.

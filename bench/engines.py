@@ -1,8 +1,11 @@
 """What ``throughput.py`` does differently on each Keras backend: the runtime, the device, the
 trainer and what it trains from, the input alone, evaluation's input, profiling and GPU memory.
 
-Everything else (FLOPs, peaks, timing, the PyTorch comparison) is backend-agnostic and stays in
-``throughput.py``; ``engine()`` picks the class of the backend Keras loaded (``KERAS_BACKEND``).
+Everything else is backend-agnostic: the FLOP count (``flops.py``), the peaks (``peaks.py``), the
+timing (``timing.py``, ``measure.py``) and the comparisons (``compare.py``). ``engine()`` picks
+the class of the backend Keras loaded (``KERAS_BACKEND``), and each starts the runtime and builds
+the trainer through the launchers' backend object (``resnet_noBN.backends.registry.current()``):
+the same threads, precision, seed and refusals.
 
 * TensorFlow: ``training.Trainer`` fed by ``cifar_input.build_dataset`` (tf.data on the host).
 * JAX: ``jax_training.JaxTrainer``, which makes each augmented batch on the device inside the
@@ -13,24 +16,62 @@ Everything else (FLOPs, peaks, timing, the PyTorch comparison) is backend-agnost
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 
-import keras
 import numpy as np
 
-from resnet_noBN import backend
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.runtime_config import RuntimeConfig
 
 
 def engine(args) -> TensorFlowEngine | JaxEngine:
-    """The engine of the backend in use, after its runtime is configured from ``args``."""
-    return (TensorFlowEngine if backend.is_tensorflow() else JaxEngine)(args)
+    """The engine of the backend in use, after its runtime is started from ``args``."""
+    try:
+        backend = registry.current()
+    except InputError as e:
+        raise SystemExit(f"error: {e}") from None
+    return {"tensorflow": TensorFlowEngine, "jax": JaxEngine}[backend.name](args)
+
+
+def _start(args):
+    """The launchers' runtime for ``args`` (threads, precision, seed; one device), the flags
+    the backend cannot take refused: 'error: ...' and exit 1."""
+    cfg = RuntimeConfig(
+        precision=args.precision,
+        jit_compile=args.jit_compile,
+        intra_op_threads=args.intra_op_threads,
+        inter_op_threads=args.inter_op_threads,
+    )
+    backend = registry.current()
+    try:
+        backend.refuse(cfg, {"onednn": args.onednn, "synthetic": args.synthetic})
+        return backend.start(cfg, {"batch_size": args.batch_size}, args.seed)
+    except InputError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def _trainer(runtime, args, model_dir: str):
+    """The launchers' trainer of the benchmarked network and recipe, on one device, writing no
+    run log (a non-chief's)."""
+    from resnet_noBN.models.model import build_cifar_model
+
+    model_cfg, train_cfg = _configs(args)
+    return registry.current().make_trainer(
+        dataclasses.replace(runtime, is_chief=False),
+        lambda: build_cifar_model(model_cfg, runtime.precision),
+        train_cfg,
+        model_dir,
+        jit_compile=args.jit_compile,
+    )
 
 
 def _configs(args):
     """The benchmarked network (the ``--model`` preset in ``--data_format``) and recipe."""
-    from resnet_noBN.model import ModelConfig
-    from resnet_noBN.recipe import TrainConfig
+    from resnet_noBN.models.model import ModelConfig
+    from resnet_noBN.trainers.recipe import TrainConfig
 
     return (
         ModelConfig.preset(args.model, data_format=args.data_format),
@@ -44,15 +85,11 @@ class TensorFlowEngine:
     name = "tensorflow"
 
     def __init__(self, args):
-        from resnet_noBN import speed
-
-        intra, inter = speed.default_threads()
-        self.intra = intra if args.intra_op_threads is None else args.intra_op_threads
-        self.inter = inter if args.inter_op_threads is None else args.inter_op_threads
-        speed.configure(args.precision, self.intra, self.inter)
-        keras.utils.set_random_seed(args.seed)
         import tensorflow as tf
 
+        self.runtime = _start(args)
+        self.intra = tf.config.threading.get_intra_op_parallelism_threads()
+        self.inter = tf.config.threading.get_inter_op_parallelism_threads()
         self.tf, self.args = tf, args
         self.version = f"TF {tf.__version__}"
         gpus = tf.config.list_physical_devices("GPU")
@@ -69,7 +106,7 @@ class TensorFlowEngine:
         self.input = "pipeline" if not args.synthetic else "synthetic (one cached batch)"
 
     def _dataset(self, data_path: str, split: str, batch_size: int, **kwargs):
-        from resnet_noBN import cifar_input
+        from resnet_noBN.datasets import cifar_input
 
         return cifar_input.build_dataset(
             "cifar10", split, batch_size, data_path=data_path, seed=self.args.seed, **kwargs
@@ -78,7 +115,7 @@ class TensorFlowEngine:
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the training pipeline over ``batches``, how), after one pass of the
         records (which fills the cache and the shuffle buffer)."""
-        from resnet_noBN import cifar_data
+        from resnet_noBN.datasets import cifar_data
 
         records = cifar_data.num_records("cifar10", data_path, "train")
         warm = math.ceil(records / self.args.batch_size) + 1
@@ -93,19 +130,8 @@ class TensorFlowEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the Trainer, the iterator it trains from: the pipeline, or one cached batch)."""
-        from resnet_noBN.model import build_cifar_model
-        from resnet_noBN.training import Trainer
-
         tf, args = self.tf, self.args
-        model_cfg, train_cfg = _configs(args)
-        trainer = Trainer(
-            tf.distribute.get_strategy(),
-            lambda: build_cifar_model(model_cfg),
-            train_cfg,
-            model_dir,
-            is_chief=False,
-            jit_compile=args.jit_compile,
-        )
+        trainer = _trainer(self.runtime, args, model_dir)
         if args.synthetic:
             batch = next(iter(self._dataset(data_path, "train", args.batch_size)))
 
@@ -148,27 +174,7 @@ class JaxEngine:
     def __init__(self, args):
         import jax
 
-        from resnet_noBN.errors import InputError
-
-        try:  # the launchers' JAX runtime: precision, seed, and the TensorFlow-only flags refused
-            runtime = backend.start_jax_runtime(
-                "default",
-                batch_sizes={"batch_size": args.batch_size},
-                seed=args.seed,
-                precision=args.precision,
-                tensorflow_only={
-                    flag: getattr(args, flag)
-                    for flag in (
-                        "intra_op_threads",
-                        "inter_op_threads",
-                        "onednn",
-                        "jit_compile",
-                        "synthetic",
-                    )
-                },
-            )
-        except InputError as e:
-            raise SystemExit(f"error: {e}") from None
+        self.runtime = runtime = _start(args)
         self.jax, self.args = jax, args
         self.intra = self.inter = None
         self.version = f"JAX {jax.__version__}"
@@ -184,20 +190,20 @@ class JaxEngine:
         self.input = "on the device, inside the step"
 
     def _split(self, data_path: str, split: str):
-        from resnet_noBN.cifar_data import load_split
+        from resnet_noBN.datasets.cifar_data import load_split
 
         return load_split("cifar10", split, data_path)
 
     def _train_split(self, data_path: str):
         """The training source the trainer's steps take (its seed and crop padding too)."""
-        from resnet_noBN.cifar_sources import TrainSplit
+        from resnet_noBN.datasets.stream import TrainSplit
 
         return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
 
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
         on the device, over ``batches`` batches after one, how)."""
-        from resnet_noBN import stream
+        from resnet_noBN.datasets import stream
 
         jax, size, split = self.jax, self.args.batch_size, self._train_split(data_path)
         images, labels = jax.device_put(split.images), jax.device_put(split.labels)
@@ -213,11 +219,7 @@ class JaxEngine:
 
     def trainer(self, data_path: str, model_dir: str):
         """(the JaxTrainer, the device-held split its steps make their batches from)."""
-        from resnet_noBN.jax_training import JaxTrainer
-        from resnet_noBN.model import build_cifar_model
-
-        model_cfg, train_cfg = _configs(self.args)
-        trainer = JaxTrainer(lambda: build_cifar_model(model_cfg), train_cfg, model_dir)
+        trainer = _trainer(self.runtime, self.args, model_dir)
         return trainer, trainer.start(self._train_split(data_path), 0)
 
     def eval_source(self, data_path: str, batches: int):

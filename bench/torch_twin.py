@@ -4,15 +4,14 @@
     python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
 
-The same layers as ``resnet_noBN.model.build_cifar_model`` (arXiv:1611.04231, Section 4, Table 1):
-a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c), no conv
-biases unless ``conv_bias``,
-TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts by average pooling (kernel =
-stride) and zero channels (half on each side), global average pool, and a fixed random
-projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9, cross-entropy
-plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager, channels-
-last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random batch
-(compute only, like ``throughput.py --synthetic``).
+The same layers as ``resnet_noBN.models.model.build_cifar_model`` (arXiv:1611.04231, Section 4,
+Table 1): a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c),
+no conv biases unless ``conv_bias``, TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts
+by average pooling (kernel = stride) and zero channels (half on each side), global average pool, and
+a fixed random projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9,
+cross-entropy plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager,
+channels-last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random
+batch (compute only, like ``throughput.py --synthetic``).
 
 Benchmark only: torch is never a dependency of the ``resnet_noBN`` package (bench/requirements.txt).
 Its LAST stdout line is a JSON object, which ``throughput.py --compare_torch`` reads.
@@ -30,20 +29,19 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-# throughput.py imports TensorFlow only inside its functions: these are plain Python.
+# resnet_noBN without installing it; its configs/ are plain Python, as are the bench modules read
+# here (bench/, this script's folder, is on the path): timing torch never imports TensorFlow.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from throughput import (
-    MODELS,
-    device_peak_flops,
-    model_flops,  # noqa: E402
-    summarize,
-)
+from flops import model_flops  # noqa: E402
+from peaks import COMPUTE_PRECISIONS, device_peak_flops, mfu, peak_precision  # noqa: E402
+from timing import rounded, summarize, time_each  # noqa: E402
 from torch import nn  # noqa: E402
 
-# resnet_noBN.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
+from resnet_noBN.configs.presets import MODELS  # noqa: E402
+
+# resnet_noBN.models.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
 STDDEVS = {
     "hardt_ma": lambda k, c: 1.0 / (k * k * c),
     "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),
@@ -182,6 +180,58 @@ def model_kwargs(name: str) -> dict:
     return {"num_classes": 10, **MODELS[name]}
 
 
+def start_threads(threads: int | None, flush_denormal: bool) -> int:
+    """torch's thread pools: ``threads`` intra-op threads (0 or None: one per available core)
+    and one inter-op thread; denormals flushed to zero if asked. Returns the intra-op count."""
+    threads = threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+    if flush_denormal:
+        torch.set_flush_denormal(True)
+    return threads
+
+
+def build(model: str, batch_size: int, channels_last: bool, seed: int, device: str):
+    """(the preset ``model``'s network, one random batch of images and of labels) on ``device``,
+    from ``seed``, channels-last where asked."""
+    torch.manual_seed(seed)
+    kwargs = model_kwargs(model)
+    net = HardtMaNet(**kwargs, projection_seed=seed)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    net = net.to(device, memory_format=fmt)
+    images = torch.randn(batch_size, 3, 32, 32).contiguous(memory_format=fmt).to(device)
+    labels = torch.randint(0, kwargs["num_classes"], (batch_size,)).to(device)
+    return net, images, labels
+
+
+def time_training(step, warmup: int, steps: int):
+    """``step()``, which returns the loss as a float (so the step has finished): once, timed;
+    ``warmup - 1`` more times; then ``steps`` times, each timed. Returns (the first call's
+    seconds, the timed calls' wall and CPU seconds, the last loss); RuntimeError where the loss
+    is not finite."""
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    for _ in range(max(warmup - 1, 0)):
+        step()
+    times, cpu_times, loss = time_each(step, steps)
+    if not math.isfinite(loss):
+        raise RuntimeError(f"torch twin: loss is {loss}")
+    return first, times, cpu_times, loss
+
+
+def device_peak(device: str, precision: str) -> dict:
+    """The peak the step is held against: a GPU's data sheet on CUDA, where cuDNN runs float32
+    convolutions as TF32 by default; else the CPU's stated peak."""
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        return device_peak_flops("gpu", peak_precision(precision, True), name)
+    return device_peak_flops("cpu", precision)
+
+
 def run(
     model: str = "paper",
     batch_size: int = 128,
@@ -196,44 +246,16 @@ def run(
     print_fn=print,
 ) -> dict:
     """Warm-up steps, then ``steps`` individually timed steps; returns the result dict."""
-    threads = threads or len(os.sched_getaffinity(0))
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set in this process
-        pass
-    if flush_denormal:
-        torch.set_flush_denormal(True)
-    torch.manual_seed(seed)
-    kwargs = model_kwargs(model)
-    net = HardtMaNet(**kwargs, projection_seed=seed)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    net = net.to(device, memory_format=fmt)
-    images = torch.randn(batch_size, 3, 32, 32).contiguous(memory_format=fmt).to(device)
-    labels = torch.randint(0, kwargs["num_classes"], (batch_size,)).to(device)
+    threads = start_threads(threads, flush_denormal)
+    net, images, labels = build(model, batch_size, channels_last, seed, device)
     step = make_train_step(net, precision=precision, device=device)
-
-    t0 = time.perf_counter()
-    step(images, labels).item()
-    first = time.perf_counter() - t0
-    for _ in range(max(warmup - 1, 0)):
-        step(images, labels).item()
-    times, cpu_times = [], []
-    for _ in range(steps):
-        c0, t0 = time.process_time(), time.perf_counter()
-        loss = step(images, labels).item()
-        times.append(time.perf_counter() - t0)
-        cpu_times.append(time.process_time() - c0)
-    if not math.isfinite(loss):
-        raise RuntimeError(f"torch twin: loss is {loss}")
-    flops = model_flops(**kwargs)
+    first, times, cpu_times, loss = time_training(
+        lambda: step(images, labels).item(), warmup, steps
+    )
+    flops = model_flops(**model_kwargs(model))
     stats = summarize(times)
-    train_flops_per_s = 3 * flops["forward_flops_per_image"] * batch_size / stats["median"]
-    if device == "cuda":  # cuDNN runs float32 convolutions as TF32 by default
-        name = torch.cuda.get_device_name()
-        peak = device_peak_flops("gpu", "bfloat16" if precision == "bfloat16" else "tf32", name)
-    else:
-        peak = device_peak_flops("cpu", "bfloat16" if precision == "bfloat16" else "float32")
+    train_flops_per_s = flops["train_flops_per_image"] * batch_size / stats["median"]
+    peak = device_peak(device, precision)
     result = {
         "framework": "torch",
         "torch_version": torch.__version__,
@@ -248,13 +270,13 @@ def run(
         "warmup_steps": warmup,
         "timed_steps": steps,
         "first_step_s": round(first, 4),
-        "train_s_per_step": {k: round(v, 5) for k, v in stats.items()},
+        "train_s_per_step": rounded(stats),
         "train_images_per_s": round(batch_size / stats["median"], 2),
         "train_cpu_s_per_step": round(statistics.median(cpu_times), 4),
         "train_flops_per_s": round(train_flops_per_s, 0),
         "peak_flops_per_s": peak["flops_per_s"],
         "peak_source": peak["source"],
-        "mfu": round(train_flops_per_s / peak["flops_per_s"], 4) if peak["flops_per_s"] else None,
+        "mfu": mfu(train_flops_per_s, peak),
         "peak_host_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "last_loss": round(loss, 5),
     }
@@ -277,7 +299,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=0, help="0: one per available core")
     parser.add_argument(
         "--precision",
-        choices=("float32", "bfloat16"),
+        choices=tuple(COMPUTE_PRECISIONS.values()),  # what each Keras precision computes in
         default="float32",
         help="bfloat16: torch.autocast(device, bfloat16)",
     )

@@ -14,42 +14,27 @@ from --model_dir. Ends by printing one line of JSON.
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
-import dataclasses
 import sys
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, cli, run_log
-from resnet_noBN.backend import RuntimeConfig
-from resnet_noBN.cifar_sources import sources
+from resnet_noBN.backends import registry
 from resnet_noBN.configs import presets
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig, objective_fields
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.runs import cli
+from resnet_noBN.trainers.recipe import TrainConfig
 
 FLAGS = flags.FLAGS
 cli.define_cifar_data_flags()
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default: runs/<dataset>.")
-flags.DEFINE_integer(
-    "pad",
-    2,
-    "Pixels of padding per side before the random 32x32 crop: 2 as "
-    "the original cifar_data.py (36x36), 4 as He et al. (40x40), 0 for none.",
-)
-flags.DEFINE_enum(
-    "cifar100_layout",
-    "official",
-    list(cifar_data.LAYOUTS),
-    "How a CIFAR-100 record is read: official (the fine label, then the pixels from byte 2), "
-    "or original_2016: as the original cifar_data.py before its July 2017 fix, the pixels "
-    "from byte 1, so the fine label is the first red pixel of every image (a label leak; "
-    "see data/README.md). For measuring what that did to the paper's figure, not for use.",
-)
 # The architecture (arXiv:1611.04231 Table 1 by default), the paper's ablations, the recipe.
 flags.DEFINE_enum(
     "model",
@@ -79,31 +64,6 @@ def model_config() -> ModelConfig:
     )
 
 
-def checked_run_config(model_cfg: ModelConfig, train_cfg: TrainConfig, model_dir: str) -> dict:
-    """What config.json records, refused where ``model_dir`` holds a run of other settings (a
-    key an older config.json lacks stands for its default)."""
-    run_config = cli.check_backend(
-        {
-            "dataset": FLAGS.dataset,
-            "cifar100_layout": FLAGS.cifar100_layout,
-            **dataclasses.asdict(model_cfg),
-            **objective_fields(train_cfg),
-        }
-    )
-    run_config.pop("data_format")  # a layout, not a different model: checkpoints carry over
-    run_log.check_resumable(
-        model_dir,
-        run_config,
-        absent={
-            "cifar100_layout": "official",
-            "backend": "tensorflow",
-            **dataclasses.asdict(ModelConfig()),
-            **objective_fields(TrainConfig()),
-        },
-    )
-    return run_config
-
-
 @cli.exit_codes
 def main(argv):
     model_cfg = model_config()
@@ -111,43 +71,32 @@ def main(argv):
         return cli.print_summary(build_cifar_model(model_cfg))
     train_cfg = cli.train_config_from_flags()
     runtime_cfg = config_from_flags(RuntimeConfig)
-    if FLAGS.pad < 0:
-        raise InputError(f"--pad must be >= 0, got {FLAGS.pad}")
-    cifar_data.check_layout(FLAGS.dataset, FLAGS.cifar100_layout)
-    if FLAGS.data_path:
-        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    model_dir = FLAGS.model_dir or f"runs/{FLAGS.dataset}"
-    run_config = checked_run_config(model_cfg, train_cfg, model_dir)
+    data_cfg = config_from_flags(DataConfig)
+    if data_cfg.data_path:
+        cifar_data.check_data_path(data_cfg.dataset, data_cfg.data_path)
+    model_dir = FLAGS.model_dir or f"runs/{data_cfg.dataset}"
+    run_record = cli.checked_record(
+        model_dir, model_cfg, train_cfg, data_cfg.record(), runtime_cfg.precision
+    )
 
     runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)  # before tfds: that runs TF ops
-    if not FLAGS.data_path and backend.is_tensorflow():
-        # download / verify the tfds data set now, before anything is written
-        from resnet_noBN import cifar_input
-
-        cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
-    cli.begin_run(runtime, FLAGS.dataset, train_cfg, model_dir, run_config)
-    if FLAGS.cifar100_layout == "original_2016":
+    backend = registry.current()
+    backend.prepare_data(data_cfg)  # download / verify tfds now, before anything is written
+    cli.begin_run(runtime, runtime_cfg, data_cfg.dataset, train_cfg, model_dir, run_record)
+    if data_cfg.cifar100_layout == "original_2016":
         print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)
-
-    train_source, test_source = sources(
-        FLAGS.dataset,
-        train_cfg.batch_size,
-        train_cfg.eval_batch_size,
-        seed=runtime.seed,
-        data_path=FLAGS.data_path,
-        data_dir=FLAGS.data_dir,
-        pad=FLAGS.pad,
-        layout=FLAGS.cifar100_layout,
+    train_source, test_source = backend.cifar_sources(
+        data_cfg, train_cfg.batch_size, train_cfg.eval_batch_size, runtime.seed
     )
     trainer = cli.make_trainer(
         runtime,
         runtime_cfg,
-        lambda: build_cifar_model(model_cfg),
+        lambda: build_cifar_model(model_cfg, runtime.precision),
         train_cfg,
         model_dir,
-        title=f"{FLAGS.dataset}, Hardt & Ma ResNet (no BN)",
+        title=f"{data_cfg.dataset}, Hardt & Ma ResNet (no BN)",
     )
-    cli.train_and_report(trainer, train_source, test_source, dataset=FLAGS.dataset)
+    cli.train_and_report(trainer, train_source, test_source, dataset=data_cfg.dataset)
 
 
 if __name__ == "__main__":

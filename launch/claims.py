@@ -5,7 +5,7 @@
     python launch/claims.py                                          # CIFAR-10 from tfds
     python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
 
-Eight arms (``resnet_noBN/claims.py``): the paper's network and seven one-change variants (init
+Eight arms (``resnet_noBN/runs/claims.py``): the paper's network and seven one-change variants (init
 standard / he, trained head, no identity shortcuts, leaky ReLU, conv biases, batch norm), each
 trained from the same seeds at the paper's full depth (9 blocks per stage) with stage widths
 16/32/64, for 300 steps of batch 128 with the paper's learning-rate shape, and evaluated on the
@@ -17,9 +17,9 @@ is kept, an unfinished one resumes from its checkpoint.
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import dataclasses
 import datetime
@@ -31,13 +31,16 @@ import time
 
 from absl import flags
 
-from resnet_noBN import backend, cifar_data, claims, cli, run_log
-from resnet_noBN.cifar_sources import sources
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import validated
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import config_from_flags, validated
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.runs import claims, cli, record
 
 FLAGS = flags.FLAGS
-cli.define_cifar_data_flags()
+cli.define_cifar_data_flags(exclude=("pad", "cifar100_layout"))
 flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
 flags.DEFINE_string(
     "label",
@@ -96,38 +99,30 @@ def arms_from_flags() -> list[claims.Arm]:
     return [arm for arm in claims.ARMS if arm.name in FLAGS.arms or arm.name == claims.BASELINE]
 
 
-def machine() -> str:
-    """CPU model, cores, ISA, and oneDNN (TensorFlow) or the devices (JAX): where the figures
-    were taken."""
-    host = backend.report(backend.local_runtime(0))
-    where = (
-        f"oneDNN {'on' if host['onednn'] else 'off'}"
-        if host["backend"] == "tensorflow"
-        else f"JAX on {', '.join(host['devices'])}"
-    )
+def machine(host: dict) -> str:
+    """CPU model, cores, ISA, and where the backend computes (``host``: ``Backend.report``):
+    where the figures were taken."""
     return (
         f"{cpu.cpu_name()}, {len(os.sched_getaffinity(0))} cores "
-        f"({', '.join(host['cpu_isa'])}), {where}"
+        f"({', '.join(host['cpu_isa'])}), {host['backend']}: {registry.current().where(host)}"
     )
 
 
-def run_configs(runs, sweep, num_classes: int) -> dict:
-    """{model_dir: the config.json of its run}, each checked against a folder already there (a
+def run_records(runs, sweep, num_classes: int, data: dict) -> dict:
+    """{model_dir: the record of its run}, each checked against a folder already there (a
     folder of other settings is refused before anything is written)."""
-    configs = {}
+    records = {}
     for arm, seed in runs:
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
-        configs[model_dir] = {
-            "dataset": FLAGS.dataset,
-            "seed": seed,
-            **dataclasses.asdict(claims.model_config(arm, sweep, num_classes)),
-            "recipe": dataclasses.asdict(sweep.recipe),
+        network = claims.model_config(arm, sweep, num_classes)
+        records[model_dir] = {
+            **cli.checked_record(model_dir, network, sweep.recipe, data, "float32"),
+            record.SEED_KEY: seed,
         }
-        run_log.check_resumable(model_dir, configs[model_dir])
-    return configs
+    return records
 
 
-def report_header(label: str, sweep, num_classes: int) -> str:
+def report_header(label: str, sweep, num_classes: int, host: dict) -> str:
     """The head of claims.md: the budget, the recipe, the machine, the date and the command."""
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     model, recipe = claims.model_config(claims.ARMS[0], sweep, num_classes), sweep.recipe
@@ -138,12 +133,12 @@ def report_header(label: str, sweep, num_classes: int) -> str:
         f"{recipe.batch_size} (lr {recipe.learning_rate}, x0.1 at steps "
         f"{', '.join(map(str, recipe.lr_boundaries))}), {sweep.seeds} seeds per arm; "
         f"test error on the whole test split after the last step.\n"
-        f"Machine: {machine()}. Date: {datetime.date.today().isoformat()}.\n"
+        f"Machine: {machine(host)}. Date: {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
     )
 
 
-def train_run(arm, seed: int, sweep, num_classes: int, model_dir: str) -> str:
+def train_run(arm, seed: int, sweep, num_classes: int, model_dir: str, runtime, data) -> str:
     """One arm's seed trained (or resumed) in ``model_dir``: the outcome, in words."""
     tag = os.path.basename(model_dir)
     result = claims.train_one(
@@ -151,14 +146,8 @@ def train_run(arm, seed: int, sweep, num_classes: int, model_dir: str) -> str:
         seed,
         sweep,
         model_dir,
-        lambda cfg: sources(
-            FLAGS.dataset,
-            cfg.batch_size,
-            cfg.eval_batch_size,
-            seed=seed,
-            data_path=FLAGS.data_path,
-            data_dir=FLAGS.data_dir,
-        ),
+        runtime,
+        data,
         num_classes,
         print_fn=lambda line: print(f"  [{tag}] {line}", flush=True),
     )
@@ -188,33 +177,36 @@ def summary_line(summary: dict, runs: int, ran: int, seconds: float) -> str:
 @cli.exit_codes
 def main(argv):
     sweep, arms = sweep_from_flags(), arms_from_flags()
-    num_classes = cifar_data.num_classes(FLAGS.dataset)
-    if FLAGS.data_path:
-        cifar_data.check_data_path(FLAGS.dataset, FLAGS.data_path)
-    where = FLAGS.data_path or "tensorflow-datasets"
-    label = FLAGS.label or f"{FLAGS.dataset} ({where})"
+    data = config_from_flags(DataConfig)
+    num_classes = cifar_data.num_classes(data.dataset)
+    if data.data_path:
+        cifar_data.check_data_path(data.dataset, data.data_path)
+    where = data.data_path or "tensorflow-datasets"
+    label = FLAGS.label or f"{data.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
-    configs = run_configs(runs, sweep, num_classes)
-    if backend.is_tensorflow():
-        from resnet_noBN import cifar_input, speed
-
-        speed.configure("float32", *speed.default_threads())
-        if not FLAGS.data_path:
-            cifar_input.prepare_tfds(FLAGS.dataset, FLAGS.data_dir)
-    header = report_header(label, sweep, num_classes)
+    records = run_records(runs, sweep, num_classes, data.record())
+    # one runtime for every run (each reseeds it): one process, one device, float32
+    backend, runtime_cfg = registry.current(), RuntimeConfig()
+    recipe = sweep.recipe
+    runtime = backend.start(
+        runtime_cfg, {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}
+    )
+    backend.prepare_data(data)
+    host = backend.report(runtime, runtime_cfg.strategy)
+    header = report_header(label, sweep, num_classes, host)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     start = time.perf_counter()
     todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
     print(
         f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
-        f"{len(runs) - len(todo)} already finished; {label}; {machine()}",
+        f"{len(runs) - len(todo)} already finished; {label}; {machine(host)}",
         flush=True,
     )
     for i, (arm, seed) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
-        run_log.record_config(model_dir, configs[model_dir])
-        outcome = train_run(arm, seed, sweep, num_classes, model_dir)
+        record.record_config(model_dir, {**records[model_dir], record.RUNTIME_KEY: host})
+        outcome = train_run(arm, seed, sweep, num_classes, model_dir, runtime, data)
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}", flush=True)
         claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)

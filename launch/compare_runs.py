@@ -11,16 +11,17 @@ Reads each run's metrics.jsonl (a run still going shows its evaluations so far);
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import json
 
 from absl import flags
 
-from resnet_noBN import cli, run_log
-from resnet_noBN.errors import InputError
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.runs import cli
+from resnet_noBN.trainers import run_log
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("run", [], "NAME=MODEL_DIR of a run, once per run, in legend order.")

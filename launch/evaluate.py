@@ -1,6 +1,6 @@
 """Evaluate a run of ``launch/cifar.py`` again: its latest checkpoint on the whole test split of
 a --data_path, optionally with the first red pixel of every image replaced (the probe of the
-original CIFAR-100 reader's label leak; see resnet_noBN/evaluation.py).
+original CIFAR-100 reader's label leak; see resnet_noBN/runs/evaluation.py).
 
     python launch/evaluate.py --model_dir=runs/c100 --data_path=/data/cifar-100-jpeg
     python launch/evaluate.py --model_dir=runs/c100_2016 --data_path=/data/cifar-100-binary \
@@ -11,16 +11,16 @@ Runs on the backend the run trained on; writes nothing into --model_dir; prints 
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import json
 
 from absl import flags
 
-from resnet_noBN import cli
-from resnet_noBN.evaluation import FIRST_RED_PIXEL, evaluate_run
+from resnet_noBN.runs import cli
+from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and checkpoints).")

@@ -30,9 +30,9 @@ Bad input or data that break the lemma's preconditions: 'error: ...' on stderr, 
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import os
 
@@ -41,8 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # else TF logs a line per fl
 import json
 from pathlib import Path
 
-from resnet_noBN import cli
-from resnet_noBN.flag_config import config_from_flags, define_flags
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.runs import cli
 from resnet_noBN.theory import expressivity_report
 from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
 

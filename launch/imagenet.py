@@ -9,26 +9,32 @@ The recipe (arXiv:1611.04231 Section 4): momentum SGD 0.9, global batch 256, lea
 multiplied by 0.94 every 2 epochs (epoch = 1,281,167 / global batch steps), weight decay 1e-4
 (the CIFAR value; the paper gives none for ImageNet), ~700,000 steps; top-1 and top-5 error on
 the whole validation split every --eval_every steps and at the end. Architecture and input
-choices: resnet_noBN/imagenet_model.py and resnet_noBN/imagenet_input.py. Checkpoints resume
-from --model_dir. Ends by printing one line of JSON.
+choices: resnet_noBN/models/imagenet_model.py and resnet_noBN/datasets/imagenet_input.py.
+Checkpoints resume from --model_dir. Ends by printing one line of JSON.
 """
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
-import dataclasses
+from resnet_noBN.backends import registry
+
+# ImageNet's input is tf.data over TFRecords: a backend without TensorFlow is refused here, with
+# one line and exit 2, before anything of TensorFlow is imported or anything is written
+registry.serving("imagenet")
 
 from absl import flags
 
-from resnet_noBN import cli, distribute, imagenet_input, run_log
-from resnet_noBN.backend import RuntimeConfig
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import config_from_flags, define_flags
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule, objective_fields
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.datasets.input_common import per_replica_dataset
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.runs import cli
+from resnet_noBN.trainers.recipe import TrainConfig, exponential_learning_rate_schedule
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -86,7 +92,10 @@ cli.define_runtime_flags()
 
 def summary(cfg: ImageNetConfig) -> None:
     cli.print_summary(build_imagenet_model(cfg))
-    print("paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see resnet_noBN/imagenet_model.py")
+    print(
+        "paper: 35.7M trainable (a plain ResNet-34 has 21.8M); see "
+        "resnet_noBN/models/imagenet_model.py"
+    )
 
 
 def configs_from_flags() -> tuple[TrainConfig, RuntimeConfig]:
@@ -104,28 +113,38 @@ def configs_from_flags() -> tuple[TrainConfig, RuntimeConfig]:
     return train_cfg, config_from_flags(RuntimeConfig)
 
 
-def checked_run_config(model_cfg, train_cfg, model_dir: str) -> dict:
-    """What config.json records, refused where ``model_dir`` holds a run of other settings."""
-    run_config = {
-        "dataset": "imagenet2012",
-        **dataclasses.asdict(model_cfg),
-        **objective_fields(train_cfg),
+def data_record() -> dict:
+    """The ``data`` of config.json: what the run reads, how, and the splits' sizes."""
+    return {
+        "dataset": imagenet_input.TFDS_NAME,
+        "data_path": FLAGS.data_path,
+        "data_dir": FLAGS.data_dir,
+        "label_offset": FLAGS.label_offset,
+        "normalization": FLAGS.normalization,
+        "shuffle_buffer": FLAGS.shuffle_buffer,
+        "train_examples": imagenet_input.TRAIN_EXAMPLES,
+        "test_examples": imagenet_input.EVAL_EXAMPLES,
     }
-    # a key an older config.json lacks (a block switch ImageNet did not have, the optimizer and
-    # loss before they were named) stands for its default
-    run_log.check_resumable(
+
+
+def checked_record(model_dir: str, model_cfg, train_cfg, runtime_cfg) -> dict:
+    """config.json's record of this run (``runs.record``), refused where ``model_dir`` holds a
+    run it cannot resume."""
+    return cli.checked_record(
         model_dir,
-        run_config,
-        absent={**dataclasses.asdict(ImageNetConfig()), **objective_fields(TrainConfig())},
+        model_cfg,
+        train_cfg,
+        data_record(),
+        runtime_cfg.precision,
+        epochs_per_decay=FLAGS.epochs_per_decay,
     )
-    return run_config
 
 
 def split_fn(model_cfg, seed: int):
     """``fn(split, global_batch)``: the ``dataset_fn`` of that split's per-replica pipelines."""
 
     def dataset_fn(split, global_batch):
-        return distribute.per_replica_dataset(
+        return per_replica_dataset(
             imagenet_input.build_dataset,
             split,
             global_batch=global_batch,
@@ -148,7 +167,7 @@ def main(argv):
         return summary(model_cfg)
     train_cfg, runtime_cfg = configs_from_flags()
     model_dir = FLAGS.model_dir or "runs/imagenet"
-    run_config = checked_run_config(model_cfg, train_cfg, model_dir)
+    run_record = checked_record(model_dir, model_cfg, train_cfg, runtime_cfg)
 
     import tensorflow as tf
 
@@ -160,7 +179,7 @@ def main(argv):
     else:
         imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
-    cli.begin_run(runtime, f"imagenet ({dataset})", train_cfg, model_dir, run_config)
+    cli.begin_run(runtime, runtime_cfg, f"imagenet ({dataset})", train_cfg, model_dir, run_record)
     schedule = exponential_learning_rate_schedule(
         train_cfg.batch_size,
         imagenet_input.TRAIN_EXAMPLES,
@@ -171,7 +190,7 @@ def main(argv):
     trainer = cli.make_trainer(
         runtime,
         runtime_cfg,
-        lambda: build_imagenet_model(model_cfg),
+        lambda: build_imagenet_model(model_cfg, runtime.precision),
         train_cfg,
         model_dir,
         title="ImageNet, Hardt & Ma ResNet-34 (no BN)",

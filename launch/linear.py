@@ -25,16 +25,16 @@ Writes linear.json and the plots to --output_dir; ends with one line of JSON (th
 
 from __future__ import annotations
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (resnet_noBN.cpu)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import json
 import os
 from pathlib import Path
 
-from resnet_noBN import cli
-from resnet_noBN.flag_config import config_from_flags, define_flags
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
+from resnet_noBN.runs import cli
 from resnet_noBN.theory import linear_report
 from resnet_noBN.theory.linear_checks import LinearSettings
 

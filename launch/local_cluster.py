@@ -47,7 +47,7 @@ import time
 
 from absl import app, flags
 
-from resnet_noBN.errors import PREEMPTED_EXIT
+from resnet_noBN.configs.errors import PREEMPTED_EXIT
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")

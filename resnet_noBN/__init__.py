@@ -1,10 +1,25 @@
-"""Hardt & Ma, "Identity Matters in Deep Learning" (ICLR 2017), in TensorFlow 2 / Keras 3.
+"""Hardt & Ma, "Identity Matters in Deep Learning" (ICLR 2017, arXiv:1611.04231), in
+TensorFlow 2 / Keras 3.
 
-Modules:
-  model        the paper's all-convolutional residual network (Table 1).
-  cifar_input  CIFAR-10/100 input pipeline (tfds, the official binary files, an image folder).
-  training     the strategy-aware custom training loop.
-  theory       Sections 2 and 3 of the paper, executable.
-  cpu          the CPU's extensions; oneDNN on by default on x86: every entry point calls
-               ``cpu.default_onednn()`` first, before anything loads TensorFlow.
+Subpackages, lowest first (:data:`LAYERS`): a module imports from its own layer or the ones
+before it, never from a later one (tests/test_layers.py walks every import to check it):
+
+  configs   plain declarations: the flags' choices, the named architectures, the one-line
+            errors and exit codes, the runtime's and the data's config dataclasses, and the
+            flags made from them. No Keras, TensorFlow or JAX.
+  plotting  the matplotlib set-up of every plot (a module).
+  models    the CIFAR network (Table 1) and the ImageNet ResNet-34, their block variants.
+  datasets  CIFAR and ImageNet read from files, the training stream, the tf.data pipelines.
+  theory    Sections 2 and 3 of the paper, computed and checked.
+  trainers  the training loop (``TrainLoop``), the recipe, the TensorFlow and JAX trainers,
+            preemption, the run log.
+  backends  one object per Keras backend (``backends.registry.current()``): the runtime
+            started, the trainer and the data sources built, the flags it cannot take refused.
+  runs      the command-line surface and whole jobs: flags, exit codes, the claims sweep,
+            evaluating a finished run.
+
+``launch/`` (the entry points) and ``bench/`` stand above them all. Every entry point calls
+``backends.cpu.default_onednn()`` first, before anything loads TensorFlow.
 """
+
+LAYERS = ("configs", "plotting", "models", "datasets", "theory", "trainers", "backends", "runs")

@@ -67,7 +67,7 @@ def write_cifar():
     """write(folder, dataset, records_per_file): `cifar_data.write_random`, random records in
     the official binary layout; returns {split: (uint8 images [N, 32, 32, 3], int labels [N])}
     in file order."""
-    from resnet_noBN.cifar_data import write_random
+    from resnet_noBN.datasets.cifar_data import write_random
 
     return write_random
 
@@ -80,7 +80,7 @@ def write_image_tree():
     PNG is lossless, so what is read back must equal what was written."""
     import numpy as np
 
-    from resnet_noBN.cifar_input import DATASETS
+    from resnet_noBN.datasets.cifar_input import DATASETS
 
     def write(root: Path, dataset: str, per_class: int, classes=None, fmt: str = "png"):
         spec = DATASETS[dataset]

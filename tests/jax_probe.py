@@ -15,11 +15,11 @@ sys.modules["tensorflow"] = None  # any import of TensorFlow fails
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from resnet_noBN import stream  # noqa: E402
-from resnet_noBN.cifar_sources import TrainSplit  # noqa: E402
-from resnet_noBN.jax_training import JaxTrainer  # noqa: E402
-from resnet_noBN.model import ModelConfig, build_cifar_model  # noqa: E402
-from resnet_noBN.recipe import TrainConfig  # noqa: E402
+from resnet_noBN.datasets import stream  # noqa: E402
+from resnet_noBN.datasets.stream import TrainSplit  # noqa: E402
+from resnet_noBN.models.model import ModelConfig, build_cifar_model  # noqa: E402
+from resnet_noBN.trainers.jax_training import JaxTrainer  # noqa: E402
+from resnet_noBN.trainers.recipe import TrainConfig  # noqa: E402
 
 assert keras.backend.backend() == "jax"
 given = np.load(sys.argv[1])

@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resnet_noBN import cifar_data
-from resnet_noBN.model import ModelConfig, build_cifar_model, param_counts
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
-import throughput  # noqa: E402  (bench/ is not a package)
+import flops  # noqa: E402  (bench/ is not a package)
+import peaks  # noqa: E402
+import timing  # noqa: E402
 
 PAPER = ModelConfig()
 SMALL = ModelConfig.preset("small")
@@ -27,20 +29,20 @@ SMALL = ModelConfig.preset("small")
 
 def test_conv_flops_is_two_flops_per_multiply_add():
     # a 3x3 conv, 64 -> 64 channels, on a 32x32 output: 2 * 9 * 64 * 64 * 1024
-    assert throughput.conv_flops(3, 64, 64, 32, 32) == 75_497_472
-    assert throughput.conv_flops(1, 1, 1, 1, 1) == 2
+    assert flops.conv_flops(3, 64, 64, 32, 32) == 75_497_472
+    assert flops.conv_flops(1, 1, 1, 1, 1) == 2
 
 
 def test_paper_model_flops():
-    flops = throughput.model_flops()
+    paper = flops.model_flops()
     # first conv 884,736 + stage 1 1,302,331,392 + stages 2 and 3 1,321,205,760 each + head 5,120
-    assert flops["conv_flops_per_image"] == 3_945_627_648
-    assert flops["head_flops_per_image"] == 2 * 256 * 10
-    assert flops["forward_flops_per_image"] == 3_945_632_768  # ~3.95 GFLOP
-    assert flops["train_flops_per_image"] == 3 * flops["forward_flops_per_image"]
+    assert paper["conv_flops_per_image"] == 3_945_627_648
+    assert paper["head_flops_per_image"] == 2 * 256 * 10
+    assert paper["forward_flops_per_image"] == 3_945_632_768  # ~3.95 GFLOP
+    assert paper["train_flops_per_image"] == 3 * paper["forward_flops_per_image"]
     # the 1x1 projection shortcuts add 3 convs: 16->64 at 32x32, 64->128 and 128->256 strided
-    projection = throughput.model_flops(shortcut="projection")
-    assert projection["conv_flops_per_image"] - flops["conv_flops_per_image"] == 2 * (
+    projection = flops.model_flops(shortcut="projection")
+    assert projection["conv_flops_per_image"] - paper["conv_flops_per_image"] == 2 * (
         16 * 64 * 1024 + 64 * 128 * 256 + 128 * 256 * 64
     )
 
@@ -51,43 +53,74 @@ def test_paper_model_flops():
 def test_analytic_flops_match_the_keras_layers(cfg):
     model = build_cifar_model(cfg)
     assert (
-        throughput.keras_model_flops(model)
-        == throughput.model_flops(**dataclasses.asdict(cfg))["forward_flops_per_image"]
+        flops.keras_model_flops(model)
+        == flops.model_flops(**dataclasses.asdict(cfg))["forward_flops_per_image"]
     )
 
 
 def test_cpu_flops_per_cycle():
     zen4 = {"avx2", "fma", "avx512f", "avx512_bf16"}
-    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, zen4)[:2] == (32, 64)
-    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x1A, zen4)[:2] == (64, 128)
-    assert throughput.cpu_flops_per_cycle(
-        "GenuineIntel", 6, {"avx2", "fma", "avx512f", "amx_bf16"}
-    )[:2] == (64, 1024)
-    assert throughput.cpu_flops_per_cycle("AuthenticAMD", 0x19, {"avx2", "fma"})[:2] == (32, 32)
+    assert peaks.cpu_flops_per_cycle("AuthenticAMD", 0x19, zen4)[:2] == (32, 64)
+    assert peaks.cpu_flops_per_cycle("AuthenticAMD", 0x1A, zen4)[:2] == (64, 128)
+    assert peaks.cpu_flops_per_cycle("GenuineIntel", 6, {"avx2", "fma", "avx512f", "amx_bf16"})[
+        :2
+    ] == (64, 1024)
+    assert peaks.cpu_flops_per_cycle("AuthenticAMD", 0x19, {"avx2", "fma"})[:2] == (32, 32)
 
 
 def test_cpu_stated_peak_is_cores_times_flops_per_cycle_times_clock():
-    peak = throughput.cpu_peak("float32", cores=2, clock_ghz=2.5)
-    info = throughput.cpu_info()
-    fp32, _, _ = throughput.cpu_flops_per_cycle(info["vendor"], info["family"], info["flags"])
+    peak = peaks.cpu_peak("float32", cores=2, clock_ghz=2.5)
+    info = peaks.cpu_info()
+    fp32, _, _ = peaks.cpu_flops_per_cycle(info["vendor"], info["family"], info["flags"])
     assert peak["flops_per_s"] == pytest.approx(2 * fp32 * 2.5e9)
     assert peak["source"].startswith("stated:")
 
 
 def test_gpu_peak_table():
-    assert throughput.gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16")["flops_per_s"] == 989e12
-    assert throughput.gpu_peak("NVIDIA H100 80GB HBM3", "float32")["flops_per_s"] == 67e12
-    assert throughput.gpu_peak("NVIDIA H200", "tf32")["flops_per_s"] == 494.5e12
-    assert throughput.gpu_peak("NVIDIA A100-SXM4-80GB", "bfloat16")["flops_per_s"] == 312e12
-    assert throughput.gpu_peak("NVIDIA H100 PCIe", "bfloat16")["flops_per_s"] == 756e12
-    assert throughput.gpu_peak("Tesla K40", "float32")["flops_per_s"] is None
+    assert peaks.gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16")["flops_per_s"] == 989e12
+    assert peaks.gpu_peak("NVIDIA H100 80GB HBM3", "float32")["flops_per_s"] == 67e12
+    assert peaks.gpu_peak("NVIDIA H200", "tf32")["flops_per_s"] == 494.5e12
+    assert peaks.gpu_peak("NVIDIA A100-SXM4-80GB", "bfloat16")["flops_per_s"] == 312e12
+    assert peaks.gpu_peak("NVIDIA H100 PCIe", "bfloat16")["flops_per_s"] == 756e12
+    assert peaks.gpu_peak("Tesla K40", "float32")["flops_per_s"] is None
 
 
 def test_summarize():
-    stats = throughput.summarize([3.0, 1.0, 2.0, 5.0, 4.0])
+    stats = timing.summarize([3.0, 1.0, 2.0, 5.0, 4.0])
     assert (stats["median"], stats["min"], stats["max"], stats["n"]) == (3.0, 1.0, 5.0, 5)
     assert stats["p10"] == pytest.approx(1.4) and stats["p90"] == pytest.approx(4.6)
-    assert throughput.summarize([2.0])["p90"] == 2.0
+    assert timing.summarize([2.0])["p90"] == 2.0
+
+
+def test_time_each_times_every_call_and_returns_the_last_result():
+    calls = iter(range(3))
+    wall, cpu_seconds, last = timing.time_each(lambda: next(calls), 3)
+    assert (len(wall), len(cpu_seconds), last) == (3, 3, 2)
+    assert min(wall) >= 0 and min(cpu_seconds) >= 0
+
+
+def test_peak_precision_of_each_keras_precision():
+    assert peaks.COMPUTE_PRECISIONS == {"float32": "float32", "mixed_bfloat16": "bfloat16"}
+    assert peaks.peak_precision("float32", float32_as_tf32=True) == "tf32"
+    assert peaks.peak_precision("float32", float32_as_tf32=False) == "float32"
+    assert peaks.peak_precision("bfloat16", float32_as_tf32=True) == "bfloat16"
+    assert peaks.mfu(50e12, {"flops_per_s": 989e12}) == 0.0506
+    assert peaks.mfu(50e12, {"flops_per_s": None}) is None
+
+
+def test_bench_modules_load_no_backend():
+    """The script and its parts import Keras, TensorFlow and JAX only inside functions: --onednn
+    is set before TensorFlow loads, and the PyTorch twin reads the FLOPs, peaks and timing
+    without either."""
+    code = (
+        "import sys; import throughput, compare, measure, flops, peaks, timing; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'keras', 'tensorflow', 'jax'}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=BENCH, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
 
 
 # ------------------------------------------------------------------ the PyTorch twin
@@ -293,7 +326,7 @@ def test_benchmark_synthetic_compared_with_torch(tmp_path):
 
 
 def test_torch_twin_inits_are_the_models(twin):
-    from resnet_noBN.model import INIT_STDDEVS
+    from resnet_noBN.models.model import INIT_STDDEVS
 
     assert set(twin.STDDEVS) == set(INIT_STDDEVS)
     for name, stddev in INIT_STDDEVS.items():

@@ -1,4 +1,4 @@
-"""resnet_noBN.cifar_data: CIFAR splits as numpy arrays, without TensorFlow."""
+"""resnet_noBN.datasets.cifar_data: CIFAR splits as numpy arrays, without TensorFlow."""
 
 import os
 import shutil
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resnet_noBN import cifar_data, image_folder
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import cifar_data, image_folder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -227,7 +227,7 @@ def test_no_tensorflow_is_needed(tmp_path, write_cifar, write_image_tree):
         """
         import sys
         sys.modules["tensorflow"] = None  # any import of TensorFlow now fails
-        from resnet_noBN import cifar_data
+        from resnet_noBN.datasets import cifar_data
         import numpy as np
 
         binary, image_tree, out = sys.argv[1:]
@@ -276,7 +276,7 @@ def test_no_tensorflow_is_needed(tmp_path, write_cifar, write_image_tree):
     ],
 )
 def test_real_slices_as_cifar_input_reads_them(cifar_slices, dataset, split, layout):
-    from resnet_noBN import cifar_input
+    from resnet_noBN.datasets import cifar_input
 
     images, labels = cifar_data.load_split(dataset, split, cifar_slices, layout)
     expected = list(

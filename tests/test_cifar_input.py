@@ -1,4 +1,4 @@
-"""resnet_noBN.cifar_input: binary records, augmentation, batching, sharding, tfds, errors."""
+"""datasets.cifar_input: binary records, augmentation, batching, sharding, tfds, errors."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from resnet_noBN import cifar_input, stream
-from resnet_noBN.cifar_input import DataError
+from resnet_noBN.datasets import cifar_input, stream
+from resnet_noBN.datasets.cifar_input import DataError
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

@@ -5,7 +5,7 @@ import json
 import launchers
 import pytest
 
-from resnet_noBN import claims
+from resnet_noBN.runs import claims
 
 
 def run_claims(*args):
@@ -96,7 +96,8 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
         other.stderr.strip()
         .splitlines()[-1]
         .startswith(
-            f"error: --model_dir {out}/runs/hardt_ma-seed0 holds a run of another model (recipe="
+            f"error: --model_dir {out}/runs/hardt_ma-seed0 holds a run of another model "
+            "(learning_rate=1000000000000.0 there, 0.05 now)"
         )
     )
 

@@ -1,4 +1,4 @@
-"""resnet_noBN.cpu: oneDNN on by default on x86, the user's setting kept, the bf16 warning."""
+"""backends.cpu: oneDNN on by default on x86, the user's setting kept, the bf16 warning."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from resnet_noBN import cpu
+from resnet_noBN.backends import cpu
 
 ZEN3 = {"sse2", "avx", "avx2", "fma"}  # AVX2 only: TensorFlow alone leaves oneDNN off
 ZEN4 = ZEN3 | {"avx512f", "avx512_vnni", "avx512_bf16"}
@@ -74,7 +74,7 @@ def _report(env_value):
     if env_value is not None:
         env[cpu.ENV] = env_value
     code = (
-        "import json, os, resnet_noBN.cpu as c; c.default_onednn(); import tensorflow; "
+        "import json, os, resnet_noBN.backends.cpu as c; c.default_onednn(); import tensorflow; "
         "print(json.dumps({**c.runtime_report(), 'env': os.environ.get(c.ENV)}))"
     )
     proc = subprocess.run(
@@ -101,7 +101,10 @@ def test_tensorflow_really_runs_onednn_unless_the_user_says_0():
 
 def test_importing_the_package_changes_no_environment_variable():
     env = {k: v for k, v in os.environ.items() if k != cpu.ENV}
-    code = "import os, resnet_noBN, resnet_noBN.cli; print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))"
+    code = (
+        "import os, resnet_noBN, resnet_noBN.runs.cli; "
+        "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
     )

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 from launchers import REPO
 
-from resnet_noBN import distribute
-from resnet_noBN.training import scratch_dir_name
+from resnet_noBN.backends import distribute
+from resnet_noBN.trainers.training import scratch_dir_name
 
 SMALL = [
     "--model=small",

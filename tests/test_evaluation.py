@@ -1,4 +1,4 @@
-"""launch/evaluate.py and resnet_noBN.evaluation: a finished run's checkpoint evaluated again,
+"""launch/evaluate.py and resnet_noBN.runs.evaluation: a finished run's checkpoint evaluated again,
 and the probe of the original CIFAR-100 reader's label leak (the first red pixel replaced)."""
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from test_launch_cifar import SMALL, cifar
 
-from resnet_noBN import cifar_data
-from resnet_noBN.errors import InputError
-from resnet_noBN.evaluation import probed_test_split
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.runs.evaluation import probed_test_split
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Image-folder input (resnet_noBN.image_folder via cifar_input): split/class/image trees."""
+"""Image-folder input (datasets.image_folder via cifar_input): split/class/image trees."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cifar_data, cifar_input
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import cifar_data, cifar_input
 
 
 def records(root, split, dataset="cifar10", **kwargs):

@@ -17,12 +17,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from launchers import REPO
 
-from resnet_noBN import imagenet_input
-from resnet_noBN.imagenet_input import DataError
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import param_counts
-from resnet_noBN.recipe import TrainConfig, exponential_learning_rate_schedule
-from resnet_noBN.training import Trainer
+from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.datasets.imagenet_input import DataError
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.model import param_counts
+from resnet_noBN.trainers.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.trainers.training import Trainer
 
 TINY = ImageNetConfig(
     image_size=32, stem_filters=8, stage_units=(1, 1, 1, 1), stage_widths=(8, 16, 32, 64)
@@ -507,4 +507,6 @@ def test_launcher_trains_tiny_variant_on_shards(shards, tmp_path):
     assert result["final_step"] == 2 and result["test_examples"] == len(written["validation"])
     assert 0 <= result["test_top5_error"] <= result["test_error"]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["dataset"] == "imagenet2012" and config["stage_units"] == [1, 1, 1, 1]
+    assert config["data"]["dataset"] == "imagenet2012"
+    assert config["network"]["stage_units"] == [1, 1, 1, 1]
+    assert config["recipe"]["epochs_per_decay"] == 2.0 and config["recipe"]["lr_boundaries"] == []

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cifar_data, cifar_input, stream
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
-from resnet_noBN.training import Trainer
+from resnet_noBN.datasets import cifar_data, cifar_input, stream
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.trainers.training import Trainer
 
 pytest.importorskip("jax")
 ROOT = Path(__file__).resolve().parents[1]

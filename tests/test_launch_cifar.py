@@ -84,12 +84,13 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     ] == [4, 8]
 
     # a config.json of a run from before the leaky-ReLU / identity / norm switches and the
-    # named optimizer and loss existed
+    # named optimizer and loss existed, flat as older versions wrote it
     config = json.loads((model_dir / "config.json").read_text())
-    assert config["conv_bias"] is False and config["runtime"]["onednn"] in (True, False)
-    for key in ("relu_leakiness", "identity", "norm", "optimizer", "loss", "label_smoothing"):
-        del config[key]
-    (model_dir / "config.json").write_text(json.dumps(config))
+    assert config["network"]["conv_bias"] is False and config["runtime"]["onednn"] in (True, False)
+    flat = {**config["network"], "dataset": "cifar10", "seed": config["seed"]}
+    for key in ("relu_leakiness", "identity", "norm"):
+        del flat[key]
+    (model_dir / "config.json").write_text(json.dumps(flat))
     again = cifar(
         f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=12", *SMALL
     )
@@ -124,7 +125,8 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     assert "(optimizer='momentum' there, 'adam' now)" in adam.stderr.strip().splitlines()[-1]
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
-    (model_dir / "config.json").write_text(json.dumps({**config, "conv_bias": True}))
+    config["network"]["conv_bias"] = True
+    (model_dir / "config.json").write_text(json.dumps(config))
     old = cifar(
         f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=16", *SMALL
     )

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import cpu, model
-from resnet_noBN.imagenet_model import ImageNetConfig, build_imagenet_model
-from resnet_noBN.model import (
+from resnet_noBN.backends import cpu
+from resnet_noBN.models import model
+from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.model import (
     BLOCKS,
     INIT_STDDEVS,
     BlockConfig,
@@ -176,11 +177,7 @@ def test_mixed_precision_keeps_the_residual_stream_float32():
     x = np.random.default_rng(0).normal(size=(16, 32, 32, 3)).astype(np.float32)
 
     def run(policy, zero_branches):
-        keras.mixed_precision.set_global_policy(policy)
-        try:
-            model = build_cifar_model(ModelConfig())
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
+        model = build_cifar_model(ModelConfig(), dtype=policy)
         model.set_weights(weights)
         for layer in model.layers:
             if zero_branches and layer.name.endswith("_conv2"):
@@ -188,6 +185,12 @@ def test_mixed_precision_keeps_the_residual_stream_float32():
         return model, tf.cast(model(x), tf.float64).numpy()
 
     mixed, logits_mixed = run("mixed_bfloat16", False)
+    # the policy is the model's own: every convolution and ReLU built with it, no global policy
+    assert keras.mixed_precision.dtype_policy().name == "float32"
+    assert {layer.dtype_policy.name for layer in mixed.layers if "_conv" in layer.name} == {
+        "mixed_bfloat16"
+    }
+    assert mixed.get_layer("stage1_unit0_relu").compute_dtype == "bfloat16"
     for name in ("stage1_unit3", "stage3_unit8"):
         probe = keras.Model(
             mixed.input,

@@ -20,8 +20,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
 
-from resnet_noBN import cifar_input
-from resnet_noBN.cifar_input import DataError
+from resnet_noBN.datasets import cifar_input
+from resnet_noBN.datasets.cifar_input import DataError
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

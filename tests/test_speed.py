@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN import speed
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import TrainConfig
-from resnet_noBN.training import Trainer
+from resnet_noBN.backends import speed
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.trainers.training import Trainer
 
 SMALL = ModelConfig.preset("small", num_residual_units=2)
 STEPS = 4
@@ -25,27 +25,23 @@ def batches():
 
 def train(tmp_path, precision="float32", jit_compile=False):
     """Per-step losses, final weights and the head before/after, from the same initial weights."""
-    speed.configure(precision)
-    try:
-        keras.utils.set_random_seed(0)
-        trainer = Trainer(
-            tf.distribute.get_strategy(),
-            lambda: build_cifar_model(SMALL),
-            TrainConfig(batch_size=16),
-            str(tmp_path),
-            jit_compile=jit_compile,
-        )
-        head = trainer.model.get_layer("projection").kernel
-        before = head.numpy().copy()
-        iterator = trainer.distribute(batches())
-        losses = [trainer.run_steps(iterator, 1)[0] for _ in range(STEPS)]
-        weights = [w.numpy() for w in trainer.model.trainable_weights]
-        assert trainer.model.get_layer("init_conv").compute_dtype == (
-            "bfloat16" if precision == "mixed_bfloat16" else "float32"
-        )
-        return losses, weights, before, head
-    finally:
-        speed.configure("float32")
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(
+        tf.distribute.get_strategy(),
+        lambda: build_cifar_model(SMALL, dtype=precision),
+        TrainConfig(batch_size=16),
+        str(tmp_path),
+        jit_compile=jit_compile,
+    )
+    head = trainer.model.get_layer("projection").kernel
+    before = head.numpy().copy()
+    iterator = trainer.distribute(batches())
+    losses = [trainer.run_steps(iterator, 1)[0] for _ in range(STEPS)]
+    weights = [w.numpy() for w in trainer.model.trainable_weights]
+    assert trainer.model.get_layer("init_conv").compute_dtype == (
+        "bfloat16" if precision == "mixed_bfloat16" else "float32"
+    )
+    return losses, weights, before, head
 
 
 @pytest.fixture(scope="module")
@@ -76,4 +72,4 @@ def test_default_threads_on_a_cpu_host():
 
 def test_unknown_precision():
     with pytest.raises(ValueError, match="--precision=fp8 is unknown"):
-        speed.configure("fp8")
+        build_cifar_model(SMALL, dtype="fp8")

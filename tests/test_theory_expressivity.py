@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from launchers import REPO
 
-from resnet_noBN.errors import InputError
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory import expressivity_checks, expressivity_report
 from resnet_noBN.theory.expressivity import ExpressivityError

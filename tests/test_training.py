@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN.loop import CheckpointError, TrainingDiverged
-from resnet_noBN.model import ModelConfig, build_cifar_model
-from resnet_noBN.recipe import (
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged
+from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
     TrainConfig,
@@ -19,7 +19,7 @@ from resnet_noBN.recipe import (
     make_optimizer,
     objective,
 )
-from resnet_noBN.training import Trainer
+from resnet_noBN.trainers.training import Trainer
 
 SMALL = ModelConfig.preset("small")
 RNG = np.random.default_rng(0)
@@ -275,7 +275,7 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     """The real CIFAR pipeline (100 training records, batches of 16: epochs end mid-batch):
     30 steps in one go, or 13 steps (no interval divides 13), then a new process-like Trainer
     resuming from that checkpoint to 30: the same weights, to the bit."""
-    from resnet_noBN import cifar_input
+    from resnet_noBN.datasets import cifar_input
 
     root = tmp_path / "cifar-10-batches-bin"
     write_cifar(root, "cifar10", 20)

@@ -3,7 +3,7 @@ the benchmark read them from here (no Keras, TensorFlow or JAX is imported)."""
 
 from __future__ import annotations
 
-# tf.distribute strategies (resnet_noBN/distribute.py); the JAX backend runs the first two
+# tf.distribute strategies (resnet_noBN/backends/distribute.py); the JAX backend runs the first two
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
 JAX_STRATEGIES = ("default", "mirrored")
 # where multi_worker / parameter_server find their cluster: TF_CONFIG or SLURM's variables

@@ -21,4 +21,7 @@ Modules:
 
 Run them as ``python launch/linear.py`` and ``python launch/expressivity.py``, which parse
 the flags into the settings and write the JSON.
+
+They may import ``configs``, ``plotting``, ``models`` and ``datasets`` (the CIFAR points of
+Section 3), never the trainers, the backends or the runs (``resnet_noBN.LAYERS``).
 """

@@ -36,8 +36,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from resnet_noBN import cifar_data
-from resnet_noBN.errors import DataError
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import cifar_data
 
 # A margin below this fraction of ‖α(i)‖² counts as no margin: the column of V_j scales as
 # 1/margin, so smaller margins would amplify round-off into the output.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from resnet_noBN.errors import InputError
-from resnet_noBN.flag_config import check_at_least
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory.expressivity import ExpressivityError
 
@@ -29,7 +29,7 @@ LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
 @dataclass(frozen=True)
 class ExpressivitySettings:
     """The settings of the Section 3 checks; each field is a flag of ``launch/expressivity.py``
-    (``resnet_noBN.flag_config``), its ``help`` the flag's, which the errors name."""
+    (``resnet_noBN.configs.flag_config``), its ``help`` the flag's, which the errors name."""
 
     output_dir: str = field(
         default="runs/expressivity",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from resnet_noBN.flag_config import check_at_least
+from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.theory import linear
 from resnet_noBN.theory.linear import LinearTheoryError
 
@@ -35,7 +35,7 @@ GD_TARGETS = {
 @dataclass(frozen=True)
 class LinearSettings:
     """The settings of the Section 2 checks; each field is a flag of ``launch/linear.py``
-    (``resnet_noBN.flag_config``), its ``help`` the flag's."""
+    (``resnet_noBN.configs.flag_config``), its ``help`` the flag's."""
 
     output_dir: str = field(
         default="runs/linear", metadata={"help": "Where the plots and linear.json go."}

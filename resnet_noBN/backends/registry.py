@@ -1,0 +1,59 @@
+"""The backend of this process, chosen once from the Keras backend (``KERAS_BACKEND`` or
+``~/.keras/keras.json``, read by Keras when it is first imported).
+
+Adding a backend (PyTorch, JAX over several hosts): a module implementing ``base.Backend`` and
+an entry in :data:`BACKENDS`, a function importing it (so no backend's library is imported
+unless it runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import keras
+
+from resnet_noBN.backends.base import Backend
+from resnet_noBN.configs.errors import InputError
+
+
+def _tensorflow() -> Backend:
+    from resnet_noBN.backends.tensorflow_backend import TensorFlowBackend
+
+    return TensorFlowBackend()
+
+
+def _jax() -> Backend:
+    from resnet_noBN.backends.jax_backend import JaxBackend
+
+    return JaxBackend()
+
+
+# keras.backend.backend() -> the function building its Backend
+BACKENDS = {"tensorflow": _tensorflow, "jax": _jax}
+
+
+def name() -> str:
+    """The Keras backend in use."""
+    return keras.backend.backend()
+
+
+@functools.cache
+def current() -> Backend:
+    """The Backend of the Keras backend in use (InputError for one no launcher supports)."""
+    if name() not in BACKENDS:
+        raise InputError(f"KERAS_BACKEND={name()} is not supported; use {' or '.join(BACKENDS)}")
+    return BACKENDS[name()]()
+
+
+def serving(launcher: str) -> Backend:
+    """:func:`current`, checked to serve ``launch/<launcher>.py``: otherwise one line
+    ``error: ...`` on stderr and exit 2, for a launcher to call before it imports what the
+    backend cannot load (nothing is written before)."""
+    try:
+        backend = current()
+        backend.serve(launcher)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return backend

@@ -1,0 +1,108 @@
+"""The runtime's flags of the training launchers (:class:`RuntimeConfig`): where and how a run
+computes. Plain declarations: the backends (``resnet_noBN.backends``) act on them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from resnet_noBN.configs.choices import PRECISIONS, RESOLVERS, STRATEGIES
+from resnet_noBN.configs.flag_config import check_choices
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """Where and how a training launcher runs: its runtime flags, each declared here once (its
+    name, default, choices and help are the flag's; ``resnet_noBN.configs.flag_config``).
+    ``"tensorflow_only"`` marks the flags that mean something on TensorFlow alone: another
+    backend refuses them when given (:meth:`tensorflow_only_given`)."""
+
+    strategy: str = dataclasses.field(
+        default="default",
+        metadata={
+            "choices": STRATEGIES,
+            "help": "tf.distribute strategy; see resnet_noBN/backends/distribute.py and the README "
+            "(batch semantics). On JAX: default (one device) or mirrored (every local device).",
+        },
+    )
+    cluster_resolver: str = dataclasses.field(
+        default="tf_config",
+        metadata={
+            "tensorflow_only": True,
+            "choices": RESOLVERS,
+            "help": "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
+            "SLURM step's variables.",
+        },
+    )
+    seed: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Seed of the weights, data order and augmentation (default: the seed of the "
+            "run being resumed, recorded in its config.json, else drawn at random; printed "
+            "either way)."
+        },
+    )
+    precision: str = dataclasses.field(
+        default="float32",
+        metadata={
+            "may_change": True,
+            "choices": PRECISIONS,
+            "help": "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
+        },
+    )
+    jit_compile: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "tensorflow_only": True,
+            "help": "Compile each replica's forward/backward with XLA.",
+        },
+    )
+    intra_op_threads: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "tensorflow_only": True,
+            "help": "Threads within an op (default: all cores on a CPU-only host, else TF's).",
+        },
+    )
+    inter_op_threads: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "tensorflow_only": True,
+            "help": "Ops run at once (default: 1 on a CPU-only host, else TF's).",
+        },
+    )
+    deterministic: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "tensorflow_only": True,
+            "help": "tf.config.experimental.enable_op_determinism(): bit-identical reruns on "
+            "GPUs too (slower there; a CPU run is deterministic without it).",
+        },
+    )
+    time_budget_s: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Stop after this many seconds of training: a checkpoint, then exit 3 (as on "
+            "SIGTERM); rerunning the same command resumes. For machines lent by the hour. Not "
+            "under multi_worker or parameter_server (the workers would not stop together: use "
+            "the scheduler's time limit, which sends SIGTERM)."
+        },
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
+        check_choices(self)
+        if self.time_budget_s is not None and (
+            self.time_budget_s <= 0 or self.strategy in ("multi_worker", "parameter_server")
+        ):
+            raise ValueError(
+                f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
+                "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
+            )
+
+    def tensorflow_only_given(self) -> dict[str, object]:
+        """The TensorFlow-only flags given a value other than their default, by name."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.metadata.get("tensorflow_only") and getattr(self, field.name) != field.default
+        }

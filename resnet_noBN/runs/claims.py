@@ -1,0 +1,378 @@
+"""The paper's empirical claims as controlled, seeded comparisons (arXiv:1611.04231, Section 4).
+
+Every arm is the paper's CIFAR network (``model.build_cifar_model``) with one change from the
+baseline (the paper's own choices: sigma = 1/(k^2 c), fixed random projection, identity
+shortcuts, ReLU, no biases, no batch norm), trained with the paper's recipe scaled to a budget:
+SGD with momentum 0.9, batch 128, learning rate 0.05 divided by 10 at S/2 and 5S/6 of S steps
+(the paper's 30k and 50k of 60k), weight decay 1e-4. Each (arm, seed) pair is one run in its own
+folder; a seed fixes the weights, the data order and the augmentation, and is shared by all arms,
+so arms differ only by their change.
+
+``launch/claims.py`` runs the sweep; this module holds the arms, one run, and the summary (table,
+verdicts, plots), which reads nothing but the runs' files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+
+import keras
+
+from resnet_noBN.backends import registry
+from resnet_noBN.backends.base import Runtime
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers import run_log
+from resnet_noBN.trainers.loop import TrainingDiverged
+from resnet_noBN.trainers.recipe import TrainConfig, paper_boundaries
+
+RESULT_FILE = "result.json"
+TABLE_FILE = "claims.md"
+SUMMARY_FILE = "claims.json"
+PLOT_FILE = "claims_curves.png"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One network of the sweep: the baseline's ModelConfig with ``changes``.
+
+    ``claim``: what the paper says about this change (quoted, with its place), or why the arm is
+    measured. ``paper_expects_worse``: True where the paper says the baseline is better, None
+    where the paper makes no claim (the arm is a choice of the original code).
+    """
+
+    name: str
+    changes: dict
+    what: str
+    claim: str
+    paper_expects_worse: bool | None
+
+
+BASELINE = "hardt_ma"
+ARMS = (
+    Arm(
+        BASELINE,
+        {},
+        "the paper's network",
+        "baseline: sigma = 1/(k^2 c), fixed random projection, identity shortcuts",
+        None,
+    ),
+    Arm(
+        "standard",
+        {"init": "standard"},
+        "init sigma = 1/(k sqrt c)",
+        '"this substantially smaller weight initialization helped training" (Sec. 4)',
+        True,
+    ),
+    Arm(
+        "he",
+        {"init": "he"},
+        "init sigma = sqrt(2/(k^2 c)), the original code's",
+        "the same claim against the original code's He init",
+        True,
+    ),
+    Arm(
+        "trainable_head",
+        {"head": "trainable"},
+        "last layer trained",
+        'fixed random projection "slightly improved test error" (Sec. 4)',
+        True,
+    ),
+    Arm(
+        "no_identity",
+        {"identity": False},
+        "no identity shortcuts (a plain chain)",
+        "identity matters: the title claim (Sec. 1-2)",
+        True,
+    ),
+    Arm(
+        "leaky_relu",
+        {"relu_leakiness": 0.1},
+        "leaky ReLU 0.1, the original code's",
+        "no claim: the paper uses ReLU",
+        None,
+    ),
+    Arm(
+        "conv_bias",
+        {"conv_bias": True},
+        "a bias on every convolution",
+        "no claim: Table 1 counts kernels only",
+        None,
+    ),
+    Arm(
+        "batch_norm",
+        {"norm": "batch", "init": "he"},
+        "the original unit: BN, ReLU, conv, BN, ReLU, conv (He init)",
+        '"difficult to train a model with batch normalization of this '
+        'size without significant overfitting" (Sec. 4)',
+        True,
+    ),
+)
+ARM_NAMES = tuple(arm.name for arm in ARMS)
+
+
+def scaled_recipe(cfg: TrainConfig, train_steps: int) -> TrainConfig:
+    """``cfg`` for S = ``train_steps`` steps: the learning rate drops at S/2 and 5S/6 (the paper's
+    30k and 50k of 60k, ``recipe.paper_boundaries``), and the run is evaluated and checkpointed
+    every ``cfg.eval_every`` steps, at most S."""
+    every = min(cfg.eval_every, train_steps)
+    return dataclasses.replace(
+        cfg,
+        train_steps=train_steps,
+        lr_boundaries=paper_boundaries(train_steps),
+        eval_every=every,
+        checkpoint_every=every,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """The budget: the network (a ``presets.MODELS`` name), each run's recipe (the paper's,
+    ``recipe.TrainConfig``'s defaults, scaled to its steps) and the seeds. Default: the full
+    sweep, the paper's depth (9 blocks per stage) at a quarter of Table 1's widths."""
+
+    model: str = "quarter"
+    recipe: TrainConfig = scaled_recipe(
+        TrainConfig(eval_every=75, log_every=10, max_checkpoints=1), 300
+    )
+    seeds: int = 3
+
+
+QUICK = Sweep(
+    model="small",
+    recipe=scaled_recipe(
+        TrainConfig(
+            batch_size=16, eval_every=3, log_every=2, max_checkpoints=1, eval_batch_size=100
+        ),
+        6,
+    ),
+    seeds=2,
+)
+
+
+def model_config(arm: Arm, sweep: Sweep, num_classes: int) -> ModelConfig:
+    """The arm's network: the sweep's preset with the arm's changes."""
+    return ModelConfig.preset(sweep.model, num_classes=num_classes, **arm.changes)
+
+
+def run_dir(output_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(output_dir, "runs", f"{arm}-seed{seed}")
+
+
+def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
+    """The finished run's result (``None`` while it has not finished)."""
+    path = os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def train_one(
+    arm: Arm,
+    seed: int,
+    sweep: Sweep,
+    model_dir: str,
+    runtime: Runtime,
+    data: DataConfig,
+    num_classes: int,
+    print_fn=print,
+) -> dict:
+    """Train one (arm, seed) to the end on ``runtime`` (started once, reseeded here), resuming
+    from ``model_dir``'s checkpoint, from ``data``; writes and returns its result. A run whose
+    loss stops being finite is a result (``diverged``), not an error: its curves up to that
+    point stay in ``model_dir``."""
+    backend = registry.current()
+    keras.backend.clear_session()
+    runtime = backend.reseed(runtime, seed)
+    cfg = sweep.recipe
+    model_cfg = model_config(arm, sweep, num_classes)
+    trainer = backend.make_trainer(
+        runtime,
+        lambda: build_cifar_model(model_cfg, runtime.precision),
+        cfg,
+        model_dir,
+        title=f"{arm.name}, seed {seed}",
+    )
+    sources = backend.cifar_sources(data, cfg.batch_size, cfg.eval_batch_size, seed)
+    try:
+        result = {
+            **trainer.train(*sources, print_fn=print_fn),
+            "diverged": False,
+        }
+    except TrainingDiverged as e:
+        print_fn(f"diverged: {e}")
+        result = {"final_step": trainer.step, "diverged": True, "why": str(e)}
+    result = {"arm": arm.name, "seed": seed, **result}
+    with open(os.path.join(model_dir, RESULT_FILE), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+# ------------------------------------------------------------------------------ summary
+def arm_summary(results: list[dict], num_classes: int) -> dict:
+    """Final test error (%) over the finished seeds (at least one): mean, sd (n-1; None for
+    one seed), each seed's.
+
+    A diverged seed counts as chance error, 100 (1 - 1/classes): it learned nothing usable.
+    """
+    chance = 100.0 * (1 - 1 / num_classes)
+    errors = [chance if r["diverged"] else 100.0 * r["test_error"] for r in results]
+    return {
+        "seeds": [r["seed"] for r in results],
+        "test_errors": errors,
+        "diverged": sum(r["diverged"] for r in results),
+        "mean": statistics.fmean(errors),
+        "sd": statistics.stdev(errors) if len(errors) > 1 else None,
+    }
+
+
+def verdict(arm: Arm, summary: dict, baseline: dict) -> dict:
+    """The gap to the baseline (percentage points), whether it goes the paper's way, and whether
+    it exceeds the seed spread (|gap| > sd of the arm + sd of the baseline)."""
+    if arm.name == BASELINE or baseline is None:
+        return {"gap": None, "text": "baseline" if arm.name == BASELINE else "no baseline yet"}
+    gap = summary["mean"] - baseline["mean"]
+    seeded = len(summary["test_errors"]) > 1 and len(baseline["test_errors"]) > 1
+    clear = abs(gap) > summary["sd"] + baseline["sd"] if seeded else None
+    size = {
+        True: "gap > seed spread",
+        False: "gap within seed spread",
+        None: "one seed: spread unknown",
+    }[clear]
+    if arm.paper_expects_worse is None:
+        way = (
+            "no claim: "
+            + ("worse than" if gap > 0 else "better than" if gap < 0 else "the same as")
+            + " the baseline"
+        )
+    else:
+        way = "paper's direction holds" if gap > 0 else "paper's direction does not hold"
+    return {
+        "gap": gap,
+        "holds": None if arm.paper_expects_worse is None else gap > 0,
+        "exceeds_spread": clear,
+        "text": f"{way}; {size}",
+    }
+
+
+def summarize(output_dir: str, sweep: Sweep, num_classes: int) -> dict:
+    """Per arm: the finished seeds' summary and the verdict against the baseline."""
+    found = {
+        arm.name: [
+            r
+            for seed in range(sweep.seeds)
+            if (r := read_result(output_dir, arm.name, seed)) is not None
+        ]
+        for arm in ARMS
+    }
+    summaries = {
+        name: arm_summary(results, num_classes) for name, results in found.items() if results
+    }
+    return {
+        name: {**s, "verdict": verdict(arm, s, summaries.get(BASELINE))}
+        for arm in ARMS
+        if (s := summaries.get(name := arm.name))
+    }
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown_table(summary: dict, sweep: Sweep) -> str:
+    """The claims table: one row per arm."""
+    lines = [
+        "| arm | change from the paper's network | the paper | test error % (mean ± sd) "
+        "| seeds (diverged) | gap to baseline (pp) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in ARMS:
+        if arm.name not in summary:
+            continue
+        s = summary[arm.name]
+        gap = s["verdict"]["gap"]
+        lines.append(
+            f"| `{arm.name}` | {arm.what} | {arm.claim} | {_fmt(s['mean'])} ± "
+            f"{_fmt(s['sd'])} | {len(s['seeds'])}/{sweep.seeds} ({s['diverged']}) | "
+            f"{'-' if gap is None else f'{gap:+.2f}'} | {s['verdict']['text']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _band(records_by_seed: list[list[dict]], key: str, scale: float):
+    """Steps, and the mean / min / max over the seeds that reached each step."""
+    by_step: dict[int, list[float]] = {}
+    for records in records_by_seed:
+        for r in records:
+            if key in r and math.isfinite(r[key]):
+                by_step.setdefault(r["step"], []).append(scale * r[key])
+    steps = sorted(by_step)
+    return (
+        steps,
+        [statistics.fmean(by_step[s]) for s in steps],
+        [min(by_step[s]) for s in steps],
+        [max(by_step[s]) for s in steps],
+    )
+
+
+def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
+    """Training loss and test error against step, one colour per arm, the seeds' range shaded."""
+    from resnet_noBN import plotting  # matplotlib only where the curves are drawn
+
+    fig, (loss_ax, error_ax) = plotting.figure(ncols=2, width=6.0, height=4.5)
+    for i, arm in enumerate(ARMS):
+        dirs = [run_dir(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
+        dirs = [d for d in dirs if os.path.isdir(d)]
+        if not dirs:
+            continue
+        colour = plotting.colour(i)
+        drawn = False
+        for ax, name, key, scale in (
+            (loss_ax, run_log.TRAIN_FILE, "loss", 1.0),
+            (error_ax, run_log.METRICS_FILE, "test_error", 100.0),
+        ):
+            steps, mean, low, high = _band(
+                [run_log.read_metrics(d, name) for d in dirs], key, scale
+            )
+            if steps:
+                ax.plot(steps, mean, "-", color=colour, label=arm.name)
+                ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
+                drawn = True
+        diverged = [
+            r["final_step"]
+            for seed in range(sweep.seeds)
+            if (r := read_result(output_dir, arm.name, seed)) and r["diverged"]
+        ]
+        if diverged and not drawn:  # no finite point to draw: say so in the legend
+            error_ax.plot(
+                [],
+                [],
+                ":",
+                color=colour,
+                label=f"{arm.name}: diverged (loss NaN) by step {max(diverged)}",
+            )
+    loss_ax.set_ylabel("training loss (cross-entropy + weight decay)")
+    error_ax.set_ylabel("test error (%), whole test split")
+    for ax in (loss_ax, error_ax):
+        ax.set_xlabel(f"step (batch {sweep.recipe.batch_size})")
+        ax.grid(alpha=0.3)
+    error_ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    plotting.save(fig, path)
+
+
+def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:
+    """``claims.md`` (``header`` and the table), ``claims.json`` and the curves' PNG, from the
+    runs finished so far; returns the summary."""
+    summary = summarize(output_dir, sweep, num_classes)
+    with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
+        f.write(header + "\n" + markdown_table(summary, sweep))
+    with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+        json.dump({"sweep": dataclasses.asdict(sweep), "arms": summary}, f, indent=2)
+    plot_curves(output_dir, sweep, os.path.join(output_dir, PLOT_FILE), title)
+    return summary

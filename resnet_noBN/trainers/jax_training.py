@@ -1,0 +1,279 @@
+"""The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators, with
+Keras 3's JAX backend and no TensorFlow.
+
+The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training
+stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs is how they run:
+
+* **Stateless, compiled steps.** ``model.stateless_call`` and ``optimizer.stateless_apply`` in
+  one ``jax.jit`` step, the weights and optimizer state donated and updated in place; a call
+  dispatches its steps back to back and the host waits once, for the call's totals.
+* **Batches made on the device.** The uint8 training split (CIFAR: 150 MB) is copied to the
+  accelerator once; each step gathers, crops, flips and standardises its batch there
+  (``stream.training_batch``), so the host sends nothing but the step number and the input cannot
+  bound the accelerator.
+* **Devices.** ``devices`` (default: the first local device) share each batch along its first
+  axis (``jax.sharding``: the weights replicated, the batch split; XLA inserts the gradient
+  all-reduce), the ``MirroredStrategy`` of one host.
+* **Checkpoints**: ``ckpt-<step>.npz`` (every model and optimizer variable, by its Keras path)
+  and the index ``checkpoints.json``, each written to a temporary file and renamed, so a kill
+  during a save leaves the previous checkpoint the latest; an unreadable newest checkpoint is
+  named and the one before it restored.
+* **Preemption**: ``preemption.local_guard`` (SIGTERM/SIGINT: the call ends, a checkpoint,
+  ``Preempted``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable
+
+import jax
+import keras
+import numpy as np
+
+from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets import stream
+from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers.recipe import (
+    TrainConfig,
+    eval_counts,
+    learning_rate_schedule,
+    make_optimizer,
+    objective,
+)
+from resnet_noBN.trainers.run_log import RunLog
+
+INDEX_FILE = "checkpoints.json"
+
+
+class JaxTrainer(TrainLoop):
+    """Model, optimizer, checkpoints and the compiled steps on ``devices`` of this host.
+
+    ``train(source, eval_source)``: ``source`` a ``stream.TrainSplit``, ``eval_source`` the test
+    split as (uint8 images, int32 labels), evaluated whole, in order, standardised only.
+    ``schedule`` and ``top5`` as in ``training.Trainer``.
+    """
+
+    def __init__(
+        self,
+        build_model: Callable[[], keras.Model],
+        cfg: TrainConfig,
+        model_dir: str,
+        title: str = "",
+        schedule=None,
+        top5: bool = False,
+        devices: list | None = None,
+        time_budget_s: float | None = None,
+    ):
+        self.cfg, self.model_dir, self.top5, self.time_budget_s = (
+            cfg,
+            model_dir,
+            top5,
+            time_budget_s,
+        )
+        # the batch splits evenly over them: the backend checked it (base.Backend.start)
+        self.devices = devices or jax.local_devices()[:1]
+        self.model = build_model()
+        self._schedule = schedule or learning_rate_schedule(cfg)
+        self.optimizer = make_optimizer(cfg, self._schedule)
+        self.optimizer.build(self.model.trainable_variables)
+        decayed = {id(w) for w in decayed_weights(self.model)}
+        self._decayed = [
+            i for i, v in enumerate(self.model.trainable_variables) if id(v) in decayed
+        ]
+        mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
+        self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        self._split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+        self.log = RunLog(model_dir, title)
+        self._state = None  # (trainable, non-trainable, optimizer) values between calls
+        self._step = 0
+        self._step_jit = jax.jit(self._step_fn, static_argnums=(6, 7), donate_argnums=(0, 1))
+        self._eval_batch = jax.jit(self._eval_batch_fn)
+
+    # ----------------------------------------------------------------- compiled steps
+    def _variables(self):
+        return (
+            self.model.trainable_variables,
+            self.model.non_trainable_variables,
+            self.optimizer.variables,
+        )
+
+    def _values(self):
+        """The Keras variables' values, grouped as the compiled step's state."""
+        return tuple([v.value for v in group] for group in self._variables())
+
+    def _loss(self, trainable, non_trainable, images, labels):
+        logits, non_trainable = self.model.stateless_call(
+            trainable, non_trainable, images, training=True
+        )
+        decay = weight_decay_loss([trainable[i] for i in self._decayed], self.cfg.weight_decay)
+        loss, correct = objective(logits, labels, decay, self.cfg)
+        return loss, (correct, non_trainable)
+
+    def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):
+        """One update on the batch of ``step`` (made here, from the uint8 split on the device):
+        (new state, ``totals`` + [loss, correct, examples])."""
+        trainable, non_trainable, optimizer = state
+        x, y = stream.training_batch(images, labels, seed, step, batch, pad)
+        if len(self.devices) > 1:
+            x = jax.lax.with_sharding_constraint(x, self._split)
+            y = jax.lax.with_sharding_constraint(y, self._split)
+        (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+            trainable, non_trainable, x, y
+        )
+        trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
+        step_totals = jax.numpy.stack([loss, correct, jax.numpy.float32(batch)])
+        return (trainable, non_trainable, optimizer), totals + step_totals
+
+    def _eval_batch_fn(self, trainable, non_trainable, images, labels):
+        logits, _ = self.model.stateless_call(
+            trainable, non_trainable, stream.standardize(images), training=False
+        )
+        return eval_counts(logits, labels, self.top5)
+
+    # ----------------------------------------------------------------- the backend's part
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def learning_rate(self) -> float:
+        return float(keras.ops.convert_to_numpy(self._schedule(self._step)))
+
+    def start(self, source, step: int):
+        if self.cfg.batch_size > len(source.images):
+            raise DataError(
+                f"--batch_size={self.cfg.batch_size} exceeds the {len(source.images)} training "
+                "images; use a smaller batch"
+            )
+        self._state = jax.device_put(self._values(), self._replicated)
+        return {
+            "images": jax.device_put(source.images, self._replicated),
+            "labels": jax.device_put(source.labels, self._replicated),
+            "seed": source.seed,
+            "pad": source.pad,
+        }
+
+    def run_steps(self, data: dict, num_steps: int) -> tuple[float, float, float]:
+        """``num_steps`` compiled steps dispatched back to back (JAX runs them asynchronously:
+        the host waits once, for the call's totals). One compiled step rather than a
+        ``fori_loop`` of them: XLA's CPU backend runs a loop body's convolutions tens of times
+        slower than the same step on its own."""
+        seed = np.uint32(data["seed"] % 2**32)
+        # placed as the step's own output is, so the step compiles once, not again for its
+        # second call in a chunk
+        totals = jax.device_put(np.zeros([3], np.float32), self._replicated)
+        for i in range(num_steps):
+            self._state, totals = self._step_jit(
+                self._state,
+                totals,
+                data["images"],
+                data["labels"],
+                seed,
+                np.int32(self._step + i),
+                self.cfg.batch_size,
+                data["pad"],
+            )
+        self._step += num_steps
+        loss_sum, correct, count = (float(v) for v in np.asarray(totals))
+        return loss_sum, correct, count
+
+    def eval_counts(self, eval_source):
+        images, labels = eval_source
+        trainable, non_trainable, _ = self._values() if self._state is None else self._state
+        size = self.cfg.eval_batch_size
+        for begin in range(0, len(images), size):
+            yield np.asarray(
+                self._eval_batch(
+                    trainable,
+                    non_trainable,
+                    images[begin : begin + size],
+                    labels[begin : begin + size],
+                )
+            )
+
+    def guard(self, print_fn):
+        return preemption.local_guard(self.save_if_new, self.preempted_message, print_fn)
+
+    def weights_digest(self) -> str:
+        self._sync()
+        return super().weights_digest()
+
+    def _sync(self) -> None:
+        """Copy the values of the compiled steps into the Keras variables."""
+        if self._state is None:
+            return
+        for group, values in zip(self._variables(), self._state):
+            for variable, value in zip(group, values):
+                variable.assign(value)
+
+    # ----------------------------------------------------------------- checkpoints
+    def _named_variables(self) -> dict:
+        named = {}
+        for prefix, group in zip(("model", "model", "optimizer"), self._variables()):
+            for variable in group:
+                name = f"{prefix}/{variable.path}"
+                if name in named:
+                    raise ValueError(f"two variables named {name}: checkpoints need unique paths")
+                named[name] = variable
+        return named
+
+    def _index(self) -> list[str]:
+        path = os.path.join(self.model_dir, INDEX_FILE)
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)["checkpoints"]
+
+    def checkpoints(self) -> list[str]:
+        return [os.path.join(self.model_dir, name) for name in self._index()]
+
+    def save(self) -> None:
+        """Write ``ckpt-<step>.npz`` and then the index, each atomically (temporary file, fsync,
+        rename); drop checkpoints beyond ``cfg.max_checkpoints``."""
+        self._sync()
+        os.makedirs(self.model_dir, exist_ok=True)
+        name = f"ckpt-{self._step}.npz"
+        arrays = {k: keras.ops.convert_to_numpy(v) for k, v in self._named_variables().items()}
+        _atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
+        names = [n for n in self._index() if n != name] + [name]
+        keep, drop = names[-self.cfg.max_checkpoints :], names[: -self.cfg.max_checkpoints]
+        _atomic_write(
+            os.path.join(self.model_dir, INDEX_FILE),
+            lambda f: f.write(json.dumps({"checkpoints": keep}, indent=1).encode()),
+        )
+        for old in drop:
+            try:
+                os.remove(os.path.join(self.model_dir, old))
+            except FileNotFoundError:
+                pass
+        self._saved_step = self._step
+
+    unreadable = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+    def read_checkpoint(self, path: str) -> None:
+        """Every variable read and its shape checked before any is assigned."""
+        variables = self._named_variables()
+        with np.load(path) as saved:
+            values = {name: saved[name] for name in variables}
+        for name, value in values.items():
+            if value.shape != tuple(variables[name].shape):
+                raise ValueError(
+                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
+                )
+        for name, value in values.items():
+            variables[name].assign(value)
+        self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+
+
+def _atomic_write(path: str, write) -> None:
+    """``write(file)`` into ``path`` + ".tmp", flushed to disk, then renamed over ``path``."""
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,311 @@
+"""The training loop's schedule of events, for every Keras backend: the original
+``resnet_main.py``'s explicit loop (train, a progress line every ``log_every`` steps, a whole-test
+evaluation every ``eval_every``, a checkpoint every ``checkpoint_every``, resume from the latest
+checkpoint), with several steps per compiled call so the host wakes only at the next event.
+
+:class:`TrainLoop` holds what both backends share: that schedule, the calls' length (about
+:data:`SECONDS_PER_CALL`), the progress scalars, divergence (:class:`TrainingDiverged`), the run
+log and the one-line summary, the restore of the newest readable checkpoint and the totals of an
+evaluation. A backend supplies the compiled steps, how to list, read and write one checkpoint,
+how to count one evaluation batch, and the preemption guard: ``training.Trainer`` (TensorFlow,
+any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's devices). No
+TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+
+import numpy as np
+from keras import ops
+
+from resnet_noBN.configs.errors import TimeBudgetReached
+
+# Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
+# acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
+# SIGKILL, while a fast accelerator still runs up to a whole progress interval per call.
+SECONDS_PER_CALL = 5.0
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of ``model_dir`` can be restored; one line naming them."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the latest checkpoint is the last good one."""
+
+
+class TrainLoop:
+    """The event schedule of one run; subclasses supply the backend.
+
+    A subclass sets ``model``, ``cfg``, ``model_dir``, ``is_chief``, ``top5``, ``log`` and
+    :attr:`unreadable` and implements ``step``, :meth:`checkpoints`, :meth:`read_checkpoint`,
+    :meth:`save`, :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`,
+    :meth:`eval_counts` and :meth:`guard`; :meth:`agreed` and :meth:`close` where a job has
+    several workers.
+    """
+
+    model = cfg = model_dir = log = None
+    is_chief, top5 = True, False
+    time_budget_s: float | None = None  # stop (checkpoint, TimeBudgetReached) after this long
+    _saved_step = None  # the step of the checkpoint save() wrote last
+    restored_from = None  # the checkpoint restore() resumed from
+
+    # ------------------------------------------------------------ what a backend supplies
+    @property
+    def step(self) -> int:
+        """The global step: the number of updates applied."""
+        raise NotImplementedError
+
+    # what reading a damaged or foreign checkpoint raises (read_checkpoint)
+    unreadable: tuple[type[Exception], ...] = ()
+
+    def checkpoints(self) -> list[str]:
+        """The checkpoints of ``model_dir``, oldest first."""
+        raise NotImplementedError
+
+    def read_checkpoint(self, path: str) -> None:
+        """Load the checkpoint ``path`` into the model and optimizer, or raise one of
+        :attr:`unreadable` having changed nothing."""
+        raise NotImplementedError
+
+    def save(self) -> None:
+        """Write a checkpoint of the current step, atomically."""
+        raise NotImplementedError
+
+    def learning_rate(self) -> float:
+        """The learning rate of the next update."""
+        raise NotImplementedError
+
+    def start(self, train_source, step: int):
+        """What :meth:`run_steps` draws the batches of ``step`` on from."""
+        raise NotImplementedError
+
+    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
+        """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
+        raise NotImplementedError
+
+    def eval_counts(self, eval_source):
+        """[top-1 correct, (top-5 correct,) examples] of each batch of the split, in turn."""
+        raise NotImplementedError
+
+    def guard(self, print_fn):
+        """A context manager giving a handler whose ``run(fn, *args)`` runs one call and, after
+        SIGTERM/SIGINT, saves (:meth:`save_if_new`) and raises ``errors.Preempted``."""
+        raise NotImplementedError
+
+    def agreed(self, steps: int) -> int:
+        """The number of steps every worker of a synchronous job runs next (one worker: as is)."""
+        return steps
+
+    def close(self) -> None:
+        """Release what the run holds (a non-chief worker's scratch folder)."""
+
+    # ------------------------------------------------------------ the shared loop
+    def restore(self, print_fn=print) -> int:
+        """Resume from the newest readable checkpoint (one line for each unreadable one, the one
+        before it tried next); returns the step (0: none). CheckpointError when none of several
+        can be read."""
+        paths = self.checkpoints()
+        for path in reversed(paths):
+            try:
+                self.read_checkpoint(path)
+            except self.unreadable as e:
+                print_fn(unreadable_checkpoint_line(path, e))
+                continue
+            self.restored_from = path
+            return self.step
+        if paths:
+            raise CheckpointError(no_checkpoint_message(self.model_dir, paths))
+        return self.step
+
+    def latest_checkpoint(self) -> str | None:
+        paths = self.checkpoints()
+        return paths[-1] if paths else None
+
+    def evaluate(self, eval_source) -> dict:
+        """Top-1 (and top-5) error on the whole split, in one pass."""
+        totals = np.zeros(3 if self.top5 else 2, np.int64)
+        for counts in self.eval_counts(eval_source):
+            totals += counts
+        return errors(totals, self.top5)
+
+    def train(self, train_source, eval_source, print_fn=print) -> dict:
+        """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
+
+        ``train_source``: what :meth:`start` makes the batches from, from the batch of the
+        restored step on (the CIFAR stream is a function of (seed, step), so a resumed run sees
+        what the uninterrupted run saw); ``eval_source``: the test split. Events (progress line,
+        evaluation, checkpoint) fire when the step is a multiple of their interval, and at the
+        end. Raises TrainingDiverged when the loss is not finite (nothing is saved after that:
+        the latest checkpoint is the last good one); ``Preempted`` after saving a checkpoint
+        when SIGTERM or SIGINT arrives; TimeBudgetReached after saving one when
+        ``time_budget_s`` has passed.
+        """
+        cfg = self.cfg
+        step = self.restore(print_fn)
+        if step:
+            print_fn(f"resumed from {self.restored_from} at step {step}")
+        iterator = self.start(train_source, step)
+        run_start = time.perf_counter()
+        throughput = _Throughput()
+        last_eval = None
+        steps_per_call = 1  # the first call also traces and compiles
+        with self.guard(print_fn) as handler:
+            while step < cfg.train_steps:
+                num_steps = (
+                    min(
+                        cfg.train_steps,
+                        step + steps_per_call,
+                        *(
+                            next_multiple(step, every)
+                            for every in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every)
+                        ),
+                    )
+                    - step
+                )
+                t0 = time.perf_counter()
+                loss_sum, correct, count = handler.run(self.run_steps, iterator, num_steps)
+                seconds = time.perf_counter() - t0
+                step = self.step
+                scalars = self._scalars(step, num_steps, loss_sum, correct, count, seconds)
+                throughput.add(num_steps * cfg.batch_size, seconds)
+                steps_per_call = self.agreed(
+                    max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
+                )
+                done = step >= cfg.train_steps
+                if step % cfg.log_every == 0 or done:
+                    print_fn(
+                        f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
+                        f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
+                        f"{scalars['images_per_sec']:.1f} images/s"
+                    )
+                    self.log.train(step, scalars)
+                if step % cfg.checkpoint_every == 0 or done:
+                    self.save()
+                if step % cfg.eval_every == 0 or done:
+                    last_eval = self._evaluate_and_log(eval_source, step, scalars, print_fn)
+                if not done and self._out_of_time(run_start):
+                    self.save_if_new()
+                    raise TimeBudgetReached(
+                        f"time budget of {self.time_budget_s:g} s reached at step {step}: a "
+                        f"checkpoint of that step is in {self.model_dir}; rerun the same "
+                        "command to resume"
+                    )
+        if last_eval is None:  # nothing left to train: report the restored model
+            last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn)
+        return self._summary(last_eval, time.perf_counter() - run_start, throughput)
+
+    def _out_of_time(self, run_start: float) -> bool:
+        return self.time_budget_s is not None and (
+            time.perf_counter() - run_start >= self.time_budget_s
+        )
+
+    def save_if_new(self) -> None:
+        """:meth:`save`, unless the latest checkpoint is already of this step."""
+        if self._saved_step != self.step:
+            self.save()
+
+    def preempted_message(self) -> str:
+        return (
+            f"preempted at step {self.step}: a checkpoint of that step is in "
+            f"{self.model_dir}; rerun the same command to resume"
+        )
+
+    def _scalars(self, step, num_steps, loss_sum, correct, count, seconds) -> dict:
+        """The progress scalars of one call; TrainingDiverged when the loss is not finite."""
+        loss = loss_sum / num_steps
+        if not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
+                f"({self.latest_checkpoint() or 'none yet'}) is the last "
+                "good one; lower --learning_rate or check the input data"
+            )
+        return {
+            "loss": loss,
+            "precision": correct / count,
+            "learning_rate": self.learning_rate(),
+            "images_per_sec": num_steps * self.cfg.batch_size / seconds,
+        }
+
+    def _evaluate_and_log(self, eval_source, step, scalars, print_fn) -> dict:
+        result = self.evaluate(eval_source)
+        record = {
+            "step": step,
+            **result,
+            **{f"train_{k}" if k in ("loss", "precision") else k: v for k, v in scalars.items()},
+        }
+        print_fn(
+            f"step {step:>7d}  test error {result['test_error']:.4f} "
+            f"({result['test_examples']} images)"
+        )
+        self.log.evaluation(record)
+        return record
+
+    def _summary(self, last_eval: dict, wall_seconds: float, throughput: _Throughput) -> dict:
+        """What :meth:`train` returns (the launchers' one line of JSON)."""
+        best = self.log.best_test_error()
+        return {
+            "final_step": self.step,
+            **{k: v for k, v in last_eval.items() if k.startswith("test_")},
+            "best_test_error_over_evaluations": last_eval["test_error"] if best is None else best,
+            "weights_sha256": self.weights_digest(),
+            "wall_time_s": round(wall_seconds, 3),
+            "images_per_sec": throughput.rate(),
+        }
+
+    def weights_digest(self) -> str:
+        """SHA-256 of every weight's bytes: equal on all workers of a synchronous job."""
+        digest = hashlib.sha256()
+        for weight in self.model.weights:
+            digest.update(np.ascontiguousarray(ops.convert_to_numpy(weight)).tobytes())
+        return digest.hexdigest()[:16]
+
+
+class _Throughput:
+    """Images trained and seconds spent in training calls (evaluations and saves excluded)."""
+
+    def __init__(self):
+        self.images, self.seconds = 0, 0.0
+
+    def add(self, images: int, seconds: float) -> None:
+        self.images += images
+        self.seconds += seconds
+
+    def rate(self) -> float | None:
+        return round(self.images / self.seconds, 2) if self.seconds else None
+
+
+def errors(totals: np.ndarray, top5: bool) -> dict:
+    """Evaluation counts [top-1 correct, (top-5 correct,) examples] as error rates."""
+    correct, count = int(totals[0]), int(totals[-1])
+    result = {
+        "test_error": 1.0 - correct / count,
+        "test_precision": correct / count,
+        "test_examples": count,
+    }
+    if top5:
+        result["test_top5_error"] = 1.0 - int(totals[1]) / count
+    return result
+
+
+def next_multiple(step: int, interval: int) -> int:
+    return (step // interval + 1) * interval
+
+
+def unreadable_checkpoint_line(path: str, error: Exception) -> str:
+    """The warning printed for a checkpoint that cannot be restored (the one before is tried)."""
+    return (
+        f"warning: checkpoint {path} cannot be restored ("
+        f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}); "
+        "trying the one before it"
+    )
+
+
+def no_checkpoint_message(model_dir: str, paths: list[str]) -> str:
+    return (
+        f"no checkpoint in {model_dir} can be restored (tried "
+        f"{', '.join(paths)}); move them away to start afresh"
+    )

@@ -1,0 +1,135 @@
+"""Preemption: on SIGTERM or SIGINT, save a checkpoint of the step reached, on every worker at the
+same step, then stop.
+
+Schedulers stop jobs with SIGTERM and, after a grace period, SIGKILL: SLURM (preemption,
+``scontrol requeue``, ``scancel``; its KillWait), Kubernetes (eviction;
+terminationGracePeriodSeconds), ``docker stop``. The training loop runs each compiled call
+through ``handler.run`` of one of two guards:
+
+* :func:`guard` (TensorFlow, any strategy): TensorFlow's own
+  ``tf.distribute.experimental.PreemptionCheckpointHandler`` does the agreeing: after a signal it
+  sets, through the coordination service, the call count at which every worker saves (the
+  current call and one more), calls ``save_fn`` there and then raises :class:`Preempted`.
+* :func:`local_guard` (one process, e.g. JAX on one host's devices): the call in progress ends,
+  ``save_fn`` saves, and :class:`Preempted` is raised.
+
+Signal handlers can only be set in the main thread: elsewhere the loop runs unguarded. No
+TensorFlow is imported unless :func:`guard` is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+from resnet_noBN.configs.errors import Preempted
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _catch_signals(then: Callable, print_fn):
+    """While inside, SIGTERM and SIGINT print a line and call ``then(signum, frame)``; a second
+    SIGINT (Ctrl-C) aborts with KeyboardInterrupt. The previous handlers are restored after."""
+    previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    received = []
+
+    def on_signal(signum, frame):
+        if signum == signal.SIGINT and received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        print_fn(
+            f"{signal.Signals(signum).name} received: saving a checkpoint at the end of "
+            "the next call, then exiting"
+            + (" (Ctrl-C again to abort)" if signum == signal.SIGINT else "")
+        )
+        then(signum, frame)
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+
+
+@contextlib.contextmanager
+def guard(
+    strategy,
+    parameter_server: bool,
+    checkpoint_dir: str,
+    save_fn: Callable[[], None],
+    message: Callable[[], str],
+    print_fn=print,
+):
+    """The TensorFlow handler for one training loop under ``strategy`` (``parameter_server``:
+    a ``ParameterServerStrategy``).
+
+    ``save_fn`` saves; :class:`Preempted` carries ``message()``. The handler restores nothing
+    (the trainer did, skipping unreadable checkpoints), so it gets an empty checkpoint manager.
+    Under parameter servers only the chief runs the loop: the handler works there in its
+    single-process mode.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield _Unguarded()
+        return
+    import tensorflow as tf
+
+    def exit_fn():
+        raise Preempted(message())
+
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        None if parameter_server else strategy.cluster_resolver,
+        tf.train.CheckpointManager(
+            tf.train.Checkpoint(),
+            os.path.join(checkpoint_dir, "preemption-handler-restores-nothing"),
+            max_to_keep=1,
+        ),
+        termination_config=tf.distribute.experimental.TerminationConfig(
+            exit_fn=exit_fn, grace_period=0, save_fn=save_fn
+        ),
+    )
+    catch = signal.getsignal(signal.SIGTERM)  # the handler's own
+    try:
+        with _catch_signals(lambda signum, frame: catch(signal.SIGTERM, frame), print_fn):
+            yield handler
+    finally:
+        # TF's own shutdown of the handler's watcher threads, while every worker is still up
+        # (garbage collection never calls it: the threads hold the handler)
+        handler.__del__()
+
+
+@contextlib.contextmanager
+def local_guard(save_fn: Callable[[], None], message: Callable[[], str], print_fn=print):
+    """The handler of a single-process loop: after a signal, the call in progress ends, then
+    ``save_fn()`` and :class:`Preempted` (``message()``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _Unguarded()
+        return
+    handler = _LocalHandler(save_fn, message)
+    with _catch_signals(lambda signum, frame: handler.stop.set(), print_fn):
+        yield handler
+
+
+class _LocalHandler:
+    def __init__(self, save_fn, message):
+        self.save_fn, self.message, self.stop = save_fn, message, threading.Event()
+
+    def run(self, fn, *args):
+        result = fn(*args)
+        if self.stop.is_set():
+            self.save_fn()
+            raise Preempted(self.message())
+        return result
+
+
+class _Unguarded:
+    """Stands in for the handler where signals cannot be caught."""
+
+    @staticmethod
+    def run(fn, *args):
+        return fn(*args)

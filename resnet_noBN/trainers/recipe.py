@@ -1,0 +1,253 @@
+"""The paper's recipe, for every Keras backend (arXiv:1611.04231, Section 4; the original
+``resnet_main.py``): momentum SGD, a step-keyed learning rate, and the objective
+
+    cost = softmax cross-entropy averaged over the GLOBAL batch + r · Σ‖W‖²/2 over conv kernels.
+
+Both training loops (``training`` on TensorFlow, ``jax_training`` on JAX) take these, so the
+recipe is written once. No TensorFlow here: only Keras and ``keras.ops``.
+
+The loss and the optimizer are chosen by name (``--loss``, ``--optimizer``), defaulting to the
+paper's; another one is a function and an entry in ``LOSSES`` or ``OPTIMIZERS``, nothing else:
+the flag's choices, its check and both loops follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+from keras import ops
+
+from resnet_noBN.configs.flag_config import check_at_least, check_choices
+
+
+def softmax_cross_entropy(logits, labels, cfg: TrainConfig):
+    """Per-example softmax cross-entropy (the paper's), against labels smoothed by
+    ``cfg.label_smoothing`` (0: none; s: 1 - s on the label, s spread over all classes)."""
+    if not cfg.label_smoothing:
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    targets = ops.one_hot(ops.cast(labels, "int32"), ops.shape(logits)[-1])
+    return keras.losses.categorical_crossentropy(
+        targets, logits, from_logits=True, label_smoothing=cfg.label_smoothing
+    )
+
+
+def sigmoid_cross_entropy(logits, labels, cfg: TrainConfig):
+    """Per-example sum over the classes of the binary cross-entropy of each logit against the
+    (smoothed) one-hot label: every class its own yes/no (big_vision's ``sigmoid_xent``)."""
+    targets = ops.one_hot(ops.cast(labels, "int32"), ops.shape(logits)[-1])
+    targets = targets * (1 - cfg.label_smoothing) + cfg.label_smoothing / 2
+    return ops.sum(
+        keras.losses.binary_crossentropy(targets[..., None], logits[..., None], from_logits=True),
+        axis=-1,
+    )
+
+
+def momentum_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """SGD with momentum ``cfg.momentum`` (the paper's): v = m v - lr g, w += v."""
+    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum)
+
+
+def nesterov_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """SGD with Nesterov momentum ``cfg.momentum``."""
+    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum, nesterov=True)
+
+
+def adam(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """Adam (first-moment decay ``cfg.momentum``) on the schedule; the weight decay stays the
+    objective's L2 term, as in the paper's recipe."""
+    return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum)
+
+
+def paper_boundaries(train_steps: int) -> tuple[int, ...]:
+    """Where the learning rate drops in a run of S = ``train_steps`` steps with the paper's
+    shape: S/2 and 5S/6, its 30,000 and 50,000 of 60,000 (Section 4)."""
+    return tuple(sorted({max(1, train_steps // 2), max(2, 5 * train_steps // 6)}))
+
+
+# name -> fn(logits, labels, cfg): float32 per-example losses [B]
+LOSSES = {
+    "softmax_cross_entropy": softmax_cross_entropy,
+    "sigmoid_cross_entropy": sigmoid_cross_entropy,
+}
+# name -> fn(cfg, schedule): a Keras optimizer
+OPTIMIZERS = {"momentum": momentum_sgd, "nesterov": nesterov_sgd, "adam": adam}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The recipe of arXiv:1611.04231 Section 4 (the original ``resnet_main.py``); each field is
+    a flag of the launchers, its ``help`` the flag's, and a key of ``config.json``'s recipe.
+    ``"may_change"`` marks what a resumed run may change (it changes neither the objective nor
+    the training stream); every other field must match the run's (``runs.record``)."""
+
+    train_steps: int = dataclasses.field(
+        default=60_000, metadata={"may_change": True, "help": "Number of updates to train for."}
+    )
+    batch_size: int = dataclasses.field(
+        default=128,
+        metadata={"help": "GLOBAL batch size, split evenly over all replicas of all workers."},
+    )
+    learning_rate: float = dataclasses.field(
+        default=0.05, metadata={"help": "Initial learning rate."}
+    )
+    lr_boundaries: tuple[int, ...] = dataclasses.field(
+        default=paper_boundaries(60_000),
+        metadata={"help": "Steps at which the learning rate is multiplied by --lr_decay."},
+    )
+    lr_decay: float = dataclasses.field(
+        default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
+    )
+    optimizer: str = dataclasses.field(
+        default="momentum",
+        metadata={
+            "choices": tuple(OPTIMIZERS),
+            "help": "momentum: SGD with momentum (the paper's); nesterov; adam (--momentum is "
+            "its beta_1). recipe.OPTIMIZERS.",
+        },
+    )
+    momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})
+    loss: str = dataclasses.field(
+        default="softmax_cross_entropy",
+        metadata={
+            "choices": tuple(LOSSES),
+            "help": "softmax_cross_entropy (the paper's) or sigmoid_cross_entropy, averaged over "
+            "the global batch. recipe.LOSSES.",
+        },
+    )
+    label_smoothing: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "Label smoothing s of the loss: 1 - s on the label (0: none, the paper's)."
+        },
+    )
+    weight_decay: float = dataclasses.field(
+        default=1e-4,
+        metadata={"help": "Decay rate r of the loss term r * sum ||W||^2 / 2 over conv kernels."},
+    )
+    eval_every: int = dataclasses.field(
+        default=2_000,
+        metadata={
+            "may_change": True,
+            "help": "Evaluate on the whole test split every this many steps (and at the end).",
+        },
+    )
+    checkpoint_every: int = dataclasses.field(
+        default=1_000,
+        metadata={
+            "may_change": True,
+            "help": "Write a checkpoint every this many steps (and at the end).",
+        },
+    )
+    log_every: int = dataclasses.field(
+        default=100,
+        metadata={"may_change": True, "help": "Print progress every this many steps."},
+    )
+    max_checkpoints: int = dataclasses.field(
+        default=5, metadata={"may_change": True, "help": "Checkpoints kept."}
+    )
+    eval_batch_size: int = dataclasses.field(
+        default=500,
+        metadata={"may_change": True, "help": "GLOBAL batch size of the evaluation."},
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for an impossible recipe."""
+        counts = (
+            "train_steps",
+            "batch_size",
+            "eval_every",
+            "checkpoint_every",
+            "log_every",
+            "max_checkpoints",
+            "eval_batch_size",
+        )
+        check_at_least(self, counts, 1, "positive")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"--weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"--label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        check_choices(self)
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
+        bounds = self.lr_boundaries
+        if any(b <= 0 for b in bounds) or any(b >= a for b, a in zip(bounds, bounds[1:])):
+            raise ValueError(
+                f"--lr_boundaries must be positive and strictly increasing, got "
+                f"{','.join(map(str, bounds))}"
+            )
+
+
+def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:
+    """lr(step) = learning_rate * lr_decay^(number of boundaries <= step).
+
+    As the original ``_LearningRateSetterHook`` (``if train_step < 40000: 0.1 ...``): the update
+    made at step 30,000 already uses the decayed rate. Keras' ``PiecewiseConstantDecay`` switches
+    after ``step > boundary``, hence the boundaries minus one. The optimizer evaluates it at its
+    ``iterations`` counter, which the checkpoint saves, so a resumed run continues the schedule.
+    """
+    values = [cfg.learning_rate * cfg.lr_decay**i for i in range(len(cfg.lr_boundaries) + 1)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(
+        [b - 1 for b in cfg.lr_boundaries], values
+    )
+
+
+def exponential_learning_rate_schedule(
+    batch_size: int,
+    train_examples: int,
+    learning_rate: float = 0.1,
+    decay: float = 0.94,
+    epochs_per_decay: float = 2.0,
+) -> keras.optimizers.schedules.ExponentialDecay:
+    """lr(step) = learning_rate * decay^floor(step / decay_steps): 0.1 x 0.94 every 2 epochs,
+    the ImageNet recipe (arXiv:1611.04231, Section 4).
+
+    An epoch is ``train_examples / batch_size`` steps (ImageNet: 1,281,167 / 256 = 5,004.6);
+    decay_steps = int(epochs_per_decay * that) as TF-slim's ``train_image_classifier.py``
+    (10,009 at 256).
+    """
+    decay_steps = max(1, int(epochs_per_decay * train_examples / batch_size))
+    return keras.optimizers.schedules.ExponentialDecay(
+        learning_rate, decay_steps, decay, staircase=True
+    )
+
+
+def make_optimizer(cfg: TrainConfig, schedule=None) -> keras.optimizers.Optimizer:
+    """The optimizer ``cfg.optimizer`` names (``OPTIMIZERS``) on ``schedule`` (default:
+    :func:`learning_rate_schedule`)."""
+    return OPTIMIZERS[cfg.optimizer](cfg, schedule or learning_rate_schedule(cfg))
+
+
+def objective(logits, labels, decay, cfg: TrainConfig, replicas: int = 1):
+    """(loss, correct) of one replica's share of a batch.
+
+    loss = Σ per-example ``cfg.loss`` (``LOSSES``) / the global batch ``cfg.batch_size`` +
+    ``decay`` / ``replicas``: summed over the replicas (the all-reduce of the gradients), that is
+    the mean loss over the global batch plus the decay once, whatever the number of replicas
+    (what TF's ``compute_average_loss`` and ``scale_regularization_loss`` do). ``logits`` are cast
+    to float32; ``correct`` counts arg max hits (float32).
+    """
+    logits = ops.cast(logits, "float32")
+    per_example = LOSSES[cfg.loss](logits, labels, cfg)
+    loss = ops.sum(per_example) / cfg.batch_size + decay / replicas
+    hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), ops.cast(labels, "int32"))
+    return loss, ops.sum(ops.cast(hits, "float32"))
+
+
+def eval_counts(logits, labels, top5: bool = False):
+    """[top-1 correct, (top-5 correct,) examples] (int32) of a batch.
+
+    A prediction is the arg max of the logits, ties going to the lower class index (as the
+    original's ``tf.argmax``; ``top_k`` puts equal values' lower index first on TensorFlow and
+    JAX alike). ``in_top_k`` would count every tied class as predicted, so a network whose logits
+    are all equal (a plain chain whose signal vanished) would score 100%.
+    """
+    ks = (1, 5) if top5 else (1,)
+    _, top = ops.top_k(ops.cast(logits, "float32"), k=ks[-1])
+    labels = ops.cast(labels, "int32")[:, None]
+    hits = [ops.sum(ops.cast(ops.any(ops.equal(top[:, :k], labels), axis=1), "int32")) for k in ks]
+    return ops.stack(hits + [ops.cast(ops.shape(labels)[0], "int32")])

@@ -1,0 +1,128 @@
+"""What a training run leaves beside its checkpoints, for people to read and to look at.
+
+* TensorBoard summaries: ``<model_dir>/train`` (loss, learning rate, train precision, images/s)
+  and ``<model_dir>/eval`` (test error and precision), as the original ``resnet_main.py`` wrote.
+* ``<model_dir>/metrics.jsonl``: one JSON object per evaluation on the whole test split.
+* ``<model_dir>/train.jsonl``: one JSON object per progress line (step, loss, precision,
+  learning rate, images/s): the training-loss curve.
+* ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
+  redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
+
+(``<model_dir>/config.json``, the run's record, is ``runs.record``'s.)
+
+Only the chief of a multi-worker job writes them (``enabled=False`` elsewhere). No TensorFlow:
+the summaries are written by the tensorboard package's own writer, on every backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+from tensorboard.summary import Writer
+
+METRICS_FILE = "metrics.jsonl"
+TRAIN_FILE = "train.jsonl"
+PLOT_FILE = "test_error.png"
+
+
+def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
+    """The records of ``name`` (the evaluations, or ``TRAIN_FILE``: the progress lines), oldest
+    first; a later one at the same step wins (a resumed run repeats steps after its checkpoint)."""
+    path = os.path.join(model_dir, name)
+    if not os.path.exists(path):
+        return []
+    by_step = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                by_step[record["step"]] = record
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def plot_error_curve(records: list[dict], path: str, title: str) -> None:
+    """Test error (and train error at the same steps) in % against step, as a PNG."""
+    plot_error_curves({"": records}, path, title)
+
+
+def plot_error_curves(runs: dict[str, list[dict]], path: str, title: str) -> None:
+    """Several runs' evaluations (``read_metrics``) in one PNG, by name, a colour each: test
+    error in % against step (solid), and the train error of the recent batches at the same steps
+    (dashed) where recorded."""
+    from resnet_noBN import plotting  # matplotlib only where a curve is drawn
+
+    fig, (ax,) = plotting.figure(width=6.0, height=4.0)
+    for i, (name, records) in enumerate(runs.items()):
+        prefix, colour = f"{name}: " if name else "", plotting.colour(i)
+        steps = [r["step"] for r in records]
+        test = [100 * r["test_error"] for r in records]
+        ax.plot(steps, test, "o-", color=colour, label=f"{prefix}test error")
+        if all("train_precision" in r for r in records):
+            train = [100 * (1 - r["train_precision"]) for r in records]
+            ax.plot(
+                steps, train, "s--", color=colour, label=f"{prefix}train error (recent batches)"
+            )
+    ax.set_xlabel("step (one gradient update)")
+    ax.set_ylabel("top-1 error (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    plotting.save(fig, path)
+
+
+def _append(path: str, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+class RunLog:
+    """Summaries, metrics file and plot of one run in ``model_dir``."""
+
+    def __init__(self, model_dir: str, title: str, enabled: bool = True):
+        self.model_dir, self.title, self.enabled = model_dir, title, enabled
+
+    # opened at the first scalar: a trainer that only restores and evaluates writes nothing
+    @functools.cached_property
+    def _train_writer(self) -> Writer:
+        return Writer(os.path.join(self.model_dir, "train"))
+
+    @functools.cached_property
+    def _eval_writer(self) -> Writer:
+        return Writer(os.path.join(self.model_dir, "eval"))
+
+    def train(self, step: int, scalars: dict[str, float]) -> None:
+        """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``."""
+        if not self.enabled:
+            return
+        self._write(self._train_writer, step, scalars)
+        _append(os.path.join(self.model_dir, TRAIN_FILE), {"step": step, **scalars})
+
+    def evaluation(self, record: dict) -> None:
+        """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
+        if not self.enabled:
+            return
+        self._write(
+            self._eval_writer,
+            record["step"],
+            {k: v for k, v in record.items() if k in ("test_error", "test_precision")},
+        )
+        _append(os.path.join(self.model_dir, METRICS_FILE), record)
+        plot_error_curve(
+            read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title
+        )
+
+    def best_test_error(self) -> float | None:
+        """The lowest test error over the evaluations in ``metrics.jsonl`` (None if none).
+
+        Labelled as such wherever printed: the original code logged this optimistic figure.
+        """
+        records = read_metrics(self.model_dir) if self.enabled else []
+        return min(r["test_error"] for r in records) if records else None
+
+    @staticmethod
+    def _write(writer, step: int, scalars: dict[str, float]) -> None:
+        for name, value in scalars.items():
+            writer.add_scalar(name, value, step)
+        writer.flush()

@@ -1,0 +1,77 @@
+"""backends: one object per Keras backend, chosen once; what each refuses, and ImageNet refused
+on JAX with one line before anything of TensorFlow is imported or anything written."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from resnet_noBN.backends import registry
+from resnet_noBN.backends.base import LAUNCHERS
+from resnet_noBN.backends.jax_backend import JaxBackend
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_backend_is_chosen_once_from_keras():
+    backend = registry.current()
+    assert backend.name == "tensorflow" and registry.current() is backend
+    assert set(registry.BACKENDS) == {"tensorflow", "jax"}
+    for launcher in LAUNCHERS:
+        backend.serve(launcher)
+
+
+def test_jax_refuses_what_only_tensorflow_runs():
+    jax = JaxBackend()
+    with pytest.raises(InputError) as e:
+        jax.serve("imagenet")
+    assert str(e.value) == (
+        "launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
+        "cannot run); run it with KERAS_BACKEND=tensorflow"
+    )
+    with pytest.raises(InputError, match="^--strategy=multi_worker needs TensorFlow"):
+        jax.refuse(RuntimeConfig(strategy="multi_worker"), {})
+    with pytest.raises(InputError) as e:
+        jax.refuse(RuntimeConfig(jit_compile=True, inter_op_threads=2), {"synthetic": True})
+    assert str(e.value) == (
+        "--jit_compile, --inter_op_threads, --synthetic only apply on the TensorFlow backend "
+        "(JAX compiles every step with XLA and sets its own threads); drop them or run with "
+        "KERAS_BACKEND=tensorflow"
+    )
+    jax.refuse(RuntimeConfig(strategy="mirrored", precision="mixed_bfloat16"), {"onednn": None})
+
+
+def test_the_runtime_carries_the_seed_and_the_precision():
+    runtime = JaxBackend().start(RuntimeConfig(precision="mixed_bfloat16"), {"batch_size": 3}, 5)
+    assert (runtime.seed, runtime.replicas, runtime.precision) == (5, 1, "mixed_bfloat16")
+
+
+def test_imagenet_on_jax_is_one_line_and_exit_2_without_tensorflow(tmp_path):
+    block_tensorflow = (
+        "import runpy, sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'tensorflow':\n"
+        "            raise ImportError('tensorflow is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"sys.argv = ['launch/imagenet.py', '--model_dir={tmp_path / 'run'}']\n"
+        "runpy.run_path('launch/imagenet.py', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", block_tensorflow],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, KERAS_BACKEND="jax"),
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
+        "cannot run); run it with KERAS_BACKEND=tensorflow"
+    ]
+    assert proc.stdout == "" and not (tmp_path / "run").exists()

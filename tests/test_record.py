@@ -1,0 +1,124 @@
+"""runs.record: config.json records the whole run, and a resumed run is refused, naming the
+field, where it changes the objective or the stream; the committed runs' config.json (older,
+flat records) still resume with their own flags. Checkpoints are not committed: the config check
+is what is tested here, on copies."""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.models.model import ModelConfig
+from resnet_noBN.runs import claims, cli, record
+from resnet_noBN.trainers.recipe import TrainConfig
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+CIFAR100 = sorted((RESULTS / "cifar100_cpu").glob("*/config.json"))
+CLAIMS = sorted((RESULTS / "claims" / "runs").glob("*/config.json"))
+# the flags of results/cifar100_cpu/README.md's command (and of the CIFAR-10 JPEG run's)
+CPU_RUN = TrainConfig(
+    train_steps=8000, lr_boundaries=(4000, 6667), eval_every=500, checkpoint_every=500
+)
+QUARTER = {"stage_widths": (16, 32, 64)}
+
+
+def copied(tmp_path, config: Path) -> str:
+    shutil.copy(config, tmp_path / record.CONFIG_FILE)
+    return str(tmp_path)
+
+
+def resume(model_dir, network, recipe=CPU_RUN, data=None, precision="float32"):
+    """What launch/cifar.py checks before resuming ``model_dir`` with these configs."""
+    data = data or DataConfig()
+    return cli.checked_record(model_dir, network, recipe, data.record(), precision)
+
+
+@pytest.mark.parametrize("config", CIFAR100, ids=lambda p: p.parent.name)
+def test_the_committed_cifar100_runs_resume_with_their_flags_and_refuse_a_change(tmp_path, config):
+    assert len(CIFAR100) == 4
+    saved = json.loads(config.read_text())
+    model_dir = copied(tmp_path, config)
+    data = DataConfig(dataset="cifar100", cifar100_layout=saved["cifar100_layout"])
+    network = ModelConfig(num_classes=100, **QUARTER)
+    # the same flags; and what a resumed run may change: more steps, other intervals, the
+    # evaluation batch, the precision, the layout of the convolutions, another copy of the data
+    resume(model_dir, network, data=data)
+    resume(
+        model_dir,
+        dataclasses.replace(network, data_format="channels_first"),
+        dataclasses.replace(CPU_RUN, train_steps=12_000, eval_every=1000, eval_batch_size=100),
+        dataclasses.replace(data, data_path=None, data_dir="/elsewhere"),
+        precision="mixed_bfloat16",
+    )
+    with pytest.raises(InputError) as refused:
+        resume(model_dir, dataclasses.replace(network, num_residual_units=3), data=data)
+    assert str(refused.value) == (
+        f"--model_dir {model_dir} holds a run of another model (num_residual_units=9 there, 3 "
+        "now); use a new --model_dir or the same flags"
+    )
+    other_layout = "official" if data.cifar100_layout == "original_2016" else "original_2016"
+    with pytest.raises(InputError, match=f"cifar100_layout='{data.cifar100_layout}' there"):
+        resume(model_dir, network, data=dataclasses.replace(data, cifar100_layout=other_layout))
+    # a switch added since stands for its default (label smoothing 0): another is refused
+    with pytest.raises(InputError, match=r"\(label_smoothing=0.0 there, 0.1 now\)"):
+        resume(model_dir, network, dataclasses.replace(CPU_RUN, label_smoothing=0.1), data=data)
+
+
+def test_the_committed_cifar10_run_resumes(tmp_path):
+    model_dir = copied(tmp_path, RESULTS / "cifar10_jpeg_cpu" / "config.json")
+    resume(model_dir, ModelConfig(**QUARTER))
+    with pytest.raises(InputError, match=r"\(num_classes=10 there, 100 now; dataset='cifar10' th"):
+        resume(model_dir, ModelConfig(num_classes=100, **QUARTER), data=DataConfig("cifar100"))
+
+
+def test_the_committed_claims_runs_resume_and_refuse_another_recipe(tmp_path):
+    assert len(CLAIMS) == 24
+    sweep, arms = claims.Sweep(), {arm.name: arm for arm in claims.ARMS}
+    for config in CLAIMS:
+        model_dir = copied(tmp_path, config)
+        arm = arms[config.parent.name.rsplit("-seed", 1)[0]]
+        network = claims.model_config(arm, sweep, 10)
+        resume(model_dir, network, sweep.recipe)  # as launch/claims.py checks it
+        resume(model_dir, network, claims.scaled_recipe(sweep.recipe, 300))
+    longer = claims.scaled_recipe(sweep.recipe, 600)  # the boundaries move with the steps
+    with pytest.raises(InputError, match=r"\(lr_boundaries=\[150, 250\] there, \[300, 500\] now"):
+        resume(model_dir, network, longer)
+    with pytest.raises(InputError, match=r"\(learning_rate=0.05 there, 0.1 now\)"):
+        resume(model_dir, network, dataclasses.replace(sweep.recipe, learning_rate=0.1))
+
+
+def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tmp_path):
+    network, recipe = ModelConfig.preset("small"), TrainConfig(batch_size=64)
+    run = resume(str(tmp_path), network, recipe, DataConfig(pad=4))
+    assert set(run) == {"network", "recipe", "data", "backend"}
+    assert run["recipe"] == {**dataclasses.asdict(recipe), "precision": "float32"}
+    assert run["data"]["pad"] == 4 and run["data"]["train_examples"] == 50_000
+    assert run["data"]["test_examples"] == 10_000 and run["backend"] == "tensorflow"
+    record.record_config(str(tmp_path), {**run, "seed": 3, "runtime": {"devices": ["CPU"]}})
+    resume(str(tmp_path), network, dataclasses.replace(recipe, train_steps=1), DataConfig(pad=4))
+    for recipe_change, data, field in (
+        ({"batch_size": 128}, DataConfig(pad=4), "batch_size=64 there, 128 now"),
+        ({"weight_decay": 0.0}, DataConfig(pad=4), "weight_decay=0.0001 there, 0.0 now"),
+        ({}, DataConfig(pad=2), "pad=4 there, 2 now"),
+    ):
+        with pytest.raises(InputError, match=field):
+            resume(str(tmp_path), network, dataclasses.replace(recipe, **recipe_change), data)
+
+
+def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
+    assert cli.FREE_ON_RESUME == {
+        "train_steps",
+        "eval_every",
+        "checkpoint_every",
+        "log_every",
+        "max_checkpoints",
+        "eval_batch_size",
+        "precision",
+        "data_format",
+        "data_path",
+        "data_dir",
+    }
