@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from resnet_noBN.cifar_input import DATASETS
+from resnet_noBN.datasets.cifar_data import DATASETS
 
 pytest.importorskip("jax")
 ROOT = Path(__file__).resolve().parents[1]
