@@ -37,6 +37,7 @@ from resnet_noBN.configs.flag_config import config_from_flags, validated
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.progress import Progress
 from resnet_noBN.runs import claims, cli, record
 
 FLAGS = flags.FLAGS
@@ -202,12 +203,19 @@ def main(argv):
         f"{len(runs) - len(todo)} already finished; {label}; {machine(host)}",
         flush=True,
     )
+    progress = Progress(len(todo), every_units=1)
     for i, (arm, seed) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         record.record_config(model_dir, {**records[model_dir], record.RUNTIME_KEY: host})
+        run_start = time.perf_counter()
         outcome = train_run(arm, seed, sweep, num_classes, model_dir, runtime, data)
-        print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}", flush=True)
+        progress.add(1, time.perf_counter() - run_start)
+        print(
+            f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}; {i} of {len(todo)} runs "
+            f"done, {progress.text()}",
+            flush=True,
+        )
         claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     summary = claims.write_report(FLAGS.output_dir, sweep, num_classes, header, label)
     print(claims.markdown_table(summary, sweep), flush=True)

@@ -201,7 +201,13 @@ def main(argv):
     train = dataset_fn("train", train_cfg.batch_size)
     validation = dataset_fn("validation", train_cfg.eval_batch_size)
     try:
-        cli.train_and_report(trainer, train, validation, dataset="imagenet2012")
+        cli.train_and_report(
+            trainer,
+            train,
+            validation,
+            faster=cli.faster_paths(runtime),
+            dataset="imagenet2012",
+        )
     except tf.errors.InvalidArgumentError as e:
         error = imagenet_input.label_error(e, FLAGS.label_offset)  # the in-graph label check
         if error is None:

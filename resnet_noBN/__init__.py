@@ -8,6 +8,7 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
             errors and exit codes, the runtime's and the data's config dataclasses, and the
             flags made from them. No Keras, TensorFlow or JAX.
   plotting  the matplotlib set-up of every plot (a module).
+  progress  a long job's recent rate, time left and finish on the local clock (a module).
   models    the CIFAR network (Table 1) and the ImageNet ResNet-34, their block variants.
   datasets  CIFAR and ImageNet read from files, the training stream, the tf.data pipelines.
   theory    Sections 2 and 3 of the paper, computed and checked.
@@ -22,4 +23,14 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
 ``backends.cpu.default_onednn()`` first, before anything loads TensorFlow.
 """
 
-LAYERS = ("configs", "plotting", "models", "datasets", "theory", "trainers", "backends", "runs")
+LAYERS = (
+    "configs",
+    "plotting",
+    "progress",
+    "models",
+    "datasets",
+    "theory",
+    "trainers",
+    "backends",
+    "runs",
+)

@@ -34,6 +34,13 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
     assert result["arms"]["hardt_ma"]["verdict"] == "baseline"
     assert "[1/16] hardt_ma, seed 0" in proc.stdout and "[2/16] standard, seed 0" in proc.stdout
     assert "images/s" in proc.stdout  # progress of each run
+    done = [line for line in proc.stdout.splitlines() if " runs done, elapsed " in line]
+    assert [line.split(": ")[0] for line in done] == [
+        f"[{i}/16] {arm}, seed {seed}"
+        for i, (seed, arm) in enumerate(((s, a) for s in (0, 1) for a in claims.ARM_NAMES), 1)
+    ]
+    assert all(f"; {i} of 16 runs done, elapsed " in line for i, line in enumerate(done, 1))
+    assert all(" left " in line and " finish " in line for line in done[:-1])
     for name in (claims.TABLE_FILE, claims.SUMMARY_FILE, claims.PLOT_FILE):
         assert (out / name).stat().st_size > 0, name
     assert (out / claims.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

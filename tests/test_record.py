@@ -115,6 +115,7 @@ def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
         "eval_every",
         "checkpoint_every",
         "log_every",
+        "log_every_s",
         "max_checkpoints",
         "eval_batch_size",
         "precision",

@@ -17,6 +17,7 @@ If the error jumps under ``wrong_label`` the network reads the leaked label.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.progress import Progress
 from resnet_noBN.runs import record
 from resnet_noBN.trainers.recipe import TrainConfig
 
@@ -104,7 +106,12 @@ def evaluate_run(
     step = trainer.restore(print_fn)
     if step == 0:
         raise InputError(f"--model_dir {model_dir} holds no checkpoint; train it first")
-    result = trainer.evaluate(backend.evaluation_source(images, labels, train_cfg.eval_batch_size))
+    batch = train_cfg.eval_batch_size
+    result = trainer.evaluate(
+        backend.evaluation_source(images, labels, batch),
+        Progress(math.ceil(len(labels) / batch)),
+        print_fn,
+    )
     return {
         "model_dir": model_dir,
         "step": step,

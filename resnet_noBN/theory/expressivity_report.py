@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from resnet_noBN import plotting
+from resnet_noBN.progress import Progress, step_of
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory import expressivity_checks as checks
 from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
@@ -109,20 +110,37 @@ def sweep_table(result: dict) -> str:
 
 def run(settings: ExpressivitySettings, say: Callable[[str], None]) -> tuple[dict, list[str]]:
     """Every check of Section 3 in order, all drawing from one generator seeded
-    ``settings.seed``, said as they go; the plots go to ``settings.output_dir``, made once the
+    ``settings.seed``, said as they go, each long one followed by the parts done of those
+    planned and the time left; the plots go to ``settings.output_dir``, made once the
     fits have succeeded. (The record of expressivity.json, the plots' paths.)"""
     rng = np.random.default_rng(settings.seed)
     results, sphere, source = {}, None, None
+    job = Progress(2 * bool(settings.num_points) + bool(settings.num_images) + bool(settings.sweep))
     if settings.num_points:
         sphere = ex.sphere_points(settings.num_points, settings.dim, rng)
-        results["sphere"] = checks.fit("sphere", sphere, "sphere_width", settings, rng, say)
+        results["sphere"] = step_of(
+            job,
+            "the sphere fit",
+            say,
+            lambda: checks.fit("sphere", sphere, "sphere_width", settings, rng, say),
+        )
     if settings.num_images:
         X, source = checks.images(settings, rng, say)
-        results["images"] = checks.fit("images", X, "image_width", settings, rng, say)
+        results["images"] = step_of(
+            job,
+            "the image fit",
+            say,
+            lambda: checks.fit("images", X, "image_width", settings, rng, say),
+        )
     lemma = None
     if sphere is not None:
-        lemma = checks.lemma_b1(
-            "sphere", sphere, settings.sphere_width, settings.num_classes, settings.seed, say
+        lemma = step_of(
+            job,
+            "Lemma B.1",
+            say,
+            lambda: checks.lemma_b1(
+                "sphere", sphere, settings.sphere_width, settings.num_classes, settings.seed, say
+            ),
         )
     errors = checks.precondition_errors(rng)
     for case, message in errors.items():
@@ -134,7 +152,7 @@ def run(settings: ExpressivitySettings, say: Callable[[str], None]) -> tuple[dic
     sweep = None
     if settings.sweep:
         say(f"Sweep of n = {list(settings.sweep_sizes)} ...")
-        sweep = checks.sweep(settings, rng, say)
+        sweep = step_of(job, "the sweep", say, lambda: checks.sweep(settings, rng, say))
         plots += plot_sweep(sweep, settings.output_dir)
     record = {
         "image_source": source,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from resnet_noBN import plotting
+from resnet_noBN.progress import Progress, step_of
 from resnet_noBN.theory import linear
 from resnet_noBN.theory import linear_checks as checks
 from resnet_noBN.theory.linear_checks import LinearSettings
@@ -187,15 +188,25 @@ def run_gradient_descent(
 
 def run(settings: LinearSettings, say: Callable[[str], None]) -> tuple[dict, list[str]]:
     """Every check of Section 2 in order, all drawing from one generator seeded
-    ``settings.seed``, said as they go; (the results, the plots' paths in ``output_dir``)."""
+    ``settings.seed``, said as they go, each followed by the checks done of five and the time
+    left; (the results, the plots' paths in ``output_dir``)."""
     rng = np.random.default_rng(settings.seed)
+    job = Progress(5)
     results = {
-        "claim_2_3": run_claim_2_3(rng, settings.mc_samples, say),
-        "lemma_2_4": run_lemma_2_4(rng, say),
+        "claim_2_3": step_of(
+            job, "Claim 2.3", say, lambda: run_claim_2_3(rng, settings.mc_samples, say)
+        ),
+        "lemma_2_4": step_of(job, "Lemma 2.4", say, lambda: run_lemma_2_4(rng, say)),
     }
-    results["theorem_2_1"], factorization_png = run_theorem_2_1(rng, settings.output_dir, say)
-    results["theorem_2_2"] = run_theorem_2_2(rng, settings, say)
-    results["gradient_descent"], gd_pngs = run_gradient_descent(rng, settings, say)
+    results["theorem_2_1"], factorization_png = step_of(
+        job, "Theorem 2.1", say, lambda: run_theorem_2_1(rng, settings.output_dir, say)
+    )
+    results["theorem_2_2"] = step_of(
+        job, "Theorem 2.2", say, lambda: run_theorem_2_2(rng, settings, say)
+    )
+    results["gradient_descent"], gd_pngs = step_of(
+        job, "gradient descent", say, lambda: run_gradient_descent(rng, settings, say)
+    )
     return results, [factorization_png, *gd_pngs]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from keras import ops
 
 from resnet_noBN.configs.errors import TimeBudgetReached
+from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
@@ -125,14 +126,27 @@ class TrainLoop:
         paths = self.checkpoints()
         return paths[-1] if paths else None
 
-    def evaluate(self, eval_source) -> dict:
-        """Top-1 (and top-5) error on the whole split, in one pass."""
+    def evaluate(self, eval_source, progress: Progress | None = None, print_fn=print) -> dict:
+        """Top-1 (and top-5) error on the whole split, in one pass. ``progress``: the split's
+        batches as the job (an evaluation on its own, ``launch/evaluate.py``): a line when one
+        is owed, with the batches done and the time left (the first batch, which also
+        compiles, not in the rate)."""
         totals = np.zeros(3 if self.top5 else 2, np.int64)
+        t0 = time.perf_counter()
         for counts in self.eval_counts(eval_source):
             totals += counts
+            if progress is not None:
+                now = time.perf_counter()
+                progress.add(1, now - t0 if progress.done else None)
+                t0 = now
+                if progress.due():
+                    print_fn(
+                        f"evaluated {progress.done} of {progress.total} batches "
+                        f"({int(totals[-1])} images), {progress.text()}"
+                    )
         return errors(totals, self.top5)
 
-    def train(self, train_source, eval_source, print_fn=print) -> dict:
+    def train(self, train_source, eval_source, print_fn=print, faster: str = "") -> dict:
         """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
 
         ``train_source``: what :meth:`start` makes the batches from, from the batch of the
@@ -142,7 +156,8 @@ class TrainLoop:
         end. Raises TrainingDiverged when the loss is not finite (nothing is saved after that:
         the latest checkpoint is the last good one); ``Preempted`` after saving a checkpoint
         when SIGTERM or SIGINT arrives; TimeBudgetReached after saving one when
-        ``time_budget_s`` has passed.
+        ``time_budget_s`` has passed. ``faster``: the faster paths a run projected to take over
+        a day is told of (:func:`slow_run_warning`).
         """
         cfg = self.cfg
         step = self.restore(print_fn)
@@ -150,39 +165,32 @@ class TrainLoop:
             print_fn(f"resumed from {self.restored_from} at step {step}")
         iterator = self.start(train_source, step)
         run_start = time.perf_counter()
+        progress = Progress(cfg.train_steps, step, cfg.log_every, cfg.log_every_s or None)
         throughput = _Throughput()
-        last_eval = None
+        last_eval, calls = None, 0
         steps_per_call = 1  # the first call also traces and compiles
         with self.guard(print_fn) as handler:
             while step < cfg.train_steps:
-                num_steps = (
-                    min(
-                        cfg.train_steps,
-                        step + steps_per_call,
-                        *(
-                            next_multiple(step, every)
-                            for every in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every)
-                        ),
-                    )
-                    - step
-                )
+                num_steps = self._call_length(step, steps_per_call)
                 t0 = time.perf_counter()
                 loss_sum, correct, count = handler.run(self.run_steps, iterator, num_steps)
                 seconds = time.perf_counter() - t0
-                step = self.step
-                scalars = self._scalars(step, num_steps, loss_sum, correct, count, seconds)
+                step, calls = self.step, calls + 1
+                progress.add(num_steps, seconds if calls > 1 else None)  # the 1st also compiled
                 throughput.add(num_steps * cfg.batch_size, seconds)
+                scalars = self._scalars(step, num_steps, loss_sum, correct, count, seconds)
+                scalars["images_per_sec"] = (
+                    progress.rate() or num_steps / seconds
+                ) * cfg.batch_size
                 steps_per_call = self.agreed(
                     max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
                 )
                 done = step >= cfg.train_steps
-                if step % cfg.log_every == 0 or done:
-                    print_fn(
-                        f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
-                        f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
-                        f"{scalars['images_per_sec']:.1f} images/s"
-                    )
-                    self.log.train(step, scalars)
+                self._report_progress(step, scalars, progress, print_fn)
+                if calls == 1:
+                    first_call_s = seconds
+                elif calls == 2:
+                    self._announce(progress, first_call_s, print_fn, faster)
                 if step % cfg.checkpoint_every == 0 or done:
                     self.save()
                 if step % cfg.eval_every == 0 or done:
@@ -197,6 +205,44 @@ class TrainLoop:
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn)
         return self._summary(last_eval, time.perf_counter() - run_start, throughput)
+
+    def _call_length(self, step: int, steps_per_call: int) -> int:
+        """The steps of the next call: ``steps_per_call``, cut at the next event (progress
+        record, evaluation, checkpoint) and at the last step."""
+        cfg = self.cfg
+        events = (cfg.log_every, cfg.eval_every, cfg.checkpoint_every)
+        return (
+            min(cfg.train_steps, step + steps_per_call, *(next_multiple(step, e) for e in events))
+            - step
+        )
+
+    def _report_progress(self, step: int, scalars: dict, progress: Progress, print_fn) -> None:
+        """The progress line when one is owed (every ``log_every`` steps or ``log_every_s``
+        seconds, whichever first), with the time spent, the time left and the finish; the record
+        of ``train.jsonl`` and TensorBoard at every ``log_every`` steps and the last (a curve
+        sampled at fixed steps, whatever the machine's speed)."""
+        if progress.due():
+            print_fn(
+                f"step {step:>7d}  loss {scalars['loss']:.4f}  precision "
+                f"{scalars['precision']:.4f}  lr {scalars['learning_rate']:.4g}  "
+                f"{scalars['images_per_sec']:.1f} images/s  {progress.text()}"
+            )
+        if step % self.cfg.log_every == 0 or step >= self.cfg.train_steps:
+            self.log.train(step, scalars, progress.fields())
+
+    def _announce(self, progress: Progress, first_call_s: float, print_fn, faster: str) -> None:
+        """After the first timed call: what the whole run takes at that rate (the first call,
+        which also traced and compiled the step, shown apart), and a warning naming the faster
+        paths where that is over a day."""
+        left, now = progress.seconds_left(), time.time()
+        images_per_s, steps = progress.rate() * self.cfg.batch_size, progress.total - progress.done
+        print_fn(
+            f"the first call took {first_call_s:.1f} s (tracing and compiling the step); at "
+            f"{images_per_s:.1f} images/s the {steps:,} steps left take {duration(left)} "
+            f"(finish {clock(finish_at(left, now), now)}; evaluations not counted)"
+        )
+        if left > DAY_S:
+            print_fn(slow_run_warning(left, faster))
 
     def _out_of_time(self, run_start: float) -> bool:
         return self.time_budget_s is not None and (
@@ -289,6 +335,14 @@ def errors(totals: np.ndarray, top5: bool) -> dict:
     if top5:
         result["test_top5_error"] = 1.0 - int(totals[1]) / count
     return result
+
+
+def slow_run_warning(seconds_left: float, faster: str = "") -> str:
+    """One line for a run projected to take over a day: how long, and the faster paths."""
+    return (
+        f"warning: at this rate the run takes {duration(seconds_left)} more on this machine; "
+        f"faster: {faster or 'a GPU, or fewer --train_steps (the time is proportional to them)'}"
+    )
 
 
 def next_multiple(step: int, interval: int) -> int:

@@ -141,7 +141,19 @@ class TrainConfig:
     )
     log_every: int = dataclasses.field(
         default=100,
-        metadata={"may_change": True, "help": "Print progress every this many steps."},
+        metadata={
+            "may_change": True,
+            "help": "Print progress, and record it in train.jsonl and TensorBoard, every this "
+            "many steps.",
+        },
+    )
+    log_every_s: float = dataclasses.field(
+        default=60.0,
+        metadata={
+            "may_change": True,
+            "help": "Also print progress at least every this many seconds, so that a slow "
+            "machine shows life within a minute (0: only every --log_every steps).",
+        },
     )
     max_checkpoints: int = dataclasses.field(
         default=5, metadata={"may_change": True, "help": "Checkpoints kept."}
@@ -163,6 +175,8 @@ class TrainConfig:
             "eval_batch_size",
         )
         check_at_least(self, counts, 1, "positive")
+        if self.log_every_s < 0:
+            raise ValueError(f"--log_every_s must be >= 0, got {self.log_every_s:g}")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.momentum < 1:

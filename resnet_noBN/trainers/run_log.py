@@ -92,12 +92,13 @@ class RunLog:
     def _eval_writer(self) -> Writer:
         return Writer(os.path.join(self.model_dir, "eval"))
 
-    def train(self, step: int, scalars: dict[str, float]) -> None:
-        """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``."""
+    def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
+        """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
+        (the scalars and ``more``: the progress, elapsed_s, time_left_s, finish)."""
         if not self.enabled:
             return
         self._write(self._train_writer, step, scalars)
-        _append(os.path.join(self.model_dir, TRAIN_FILE), {"step": step, **scalars})
+        _append(os.path.join(self.model_dir, TRAIN_FILE), {"step": step, **scalars, **(more or {})})
 
     def evaluation(self, record: dict) -> None:
         """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
