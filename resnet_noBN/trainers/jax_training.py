@@ -6,7 +6,8 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
 
 * **Stateless, compiled steps.** ``model.stateless_call`` and ``optimizer.stateless_apply`` in
   one ``jax.jit`` step, the weights and optimizer state donated and updated in place; a call
-  dispatches its steps back to back and the host waits once, for the call's totals.
+  dispatches its steps back to back and the host waits once, for the call's totals (on several
+  CPU devices also every ``CPU_STEPS_IN_FLIGHT`` steps: see ``JaxTrainer.run_steps``).
 * **Batches made on the device.** The uint8 training split (CIFAR: 150 MB) is copied to the
   accelerator once; each step gathers, crops, flips and standardises its batch there
   (``stream.training_batch``), so the host sends nothing but the step number and the input cannot
@@ -48,6 +49,10 @@ from resnet_noBN.trainers.recipe import (
 from resnet_noBN.trainers.run_log import RunLog
 
 INDEX_FILE = "checkpoints.json"
+# Steps dispatched ahead of the host on a multi-device CPU mesh: half of the 32 computations per
+# device that XLA's CPU client admits before a launch blocks one of its threads (see run_steps).
+# A wait per 16 steps costs the host's dispatch of one step (~1 ms) against >= 10 ms of compute.
+CPU_STEPS_IN_FLIGHT = 16
 
 
 class JaxTrainer(TrainLoop):
@@ -161,12 +166,26 @@ class JaxTrainer(TrainLoop):
         """``num_steps`` compiled steps dispatched back to back (JAX runs them asynchronously:
         the host waits once, for the call's totals). One compiled step rather than a
         ``fori_loop`` of them: XLA's CPU backend runs a loop body's convolutions tens of times
-        slower than the same step on its own."""
+        slower than the same step on its own.
+
+        On several CPU devices the host also waits every :data:`CPU_STEPS_IN_FLIGHT` steps.
+        XLA's CPU client runs each device's share of a step on a pool of max(cores, devices)
+        threads and admits at most 32 unfinished computations per device
+        (``max_inflight_computations_per_device``); the 33rd launch blocks a pool thread until
+        one finishes. Hundreds of steps dispatched unwaited fill that window, and then the pool
+        can hold only blocked threads: a launch waiting for the window and a device's share
+        waiting in the step's collective for the other device's share, which is queued behind
+        them. XLA aborts the process after 40 s in the collective ("Termination timeout
+        for collective permute ... Expected 2 threads to join the rendezvous, but only 1 of
+        them arrived on time", rc 134)."""
         seed = np.uint32(data["seed"] % 2**32)
         # placed as the step's own output is, so the step compiles once, not again for its
         # second call in a chunk
         totals = jax.device_put(np.zeros([3], np.float32), self._replicated)
+        cpu_mesh = len(self.devices) > 1 and self.devices[0].platform == "cpu"
         for i in range(num_steps):
+            if cpu_mesh and i and i % CPU_STEPS_IN_FLIGHT == 0:
+                totals.block_until_ready()
             self._state, totals = self._step_jit(
                 self._state,
                 totals,

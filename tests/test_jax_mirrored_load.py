@@ -1,0 +1,48 @@
+"""`--strategy=mirrored` on JAX with 2 forced CPU devices runs to the end when three such runs
+share the machine's cores and their calls dispatch hundreds of steps (``JaxTrainer.run_steps``
+bounds the steps in flight on a multi-device CPU mesh; without that bound XLA aborts each run
+after 40 s in a collective, rc 134).
+
+Each run is a subprocess with KERAS_BACKEND=jax and ``sys.modules["tensorflow"] = None``.
+"""
+
+import pytest
+
+pytest.importorskip("jax")
+from test_jax_backend import final_json, launch  # noqa: E402
+
+RUNS = 3
+
+
+def test_three_concurrent_mirrored_runs_of_long_calls_all_finish_alike(
+    tmp_path, write_cifar, monkeypatch
+):
+    """Three runs at once, 2 CPU devices each, batch 8 (a step of milliseconds, so a call of
+    about 5 s, after the first, dispatches hundreds of steps): every run exits 0, at step 300,
+    with the same weights (same seed)."""
+    data = tmp_path / "data"
+    write_cifar(data / "cifar-10-batches-bin", "cifar10", 8)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    runs = [
+        launch(
+            [
+                "--strategy=mirrored",
+                "--model=small",
+                f"--data_path={data}",
+                f"--model_dir={tmp_path / f'run{i}'}",
+                "--batch_size=8",
+                "--eval_batch_size=16",
+                "--learning_rate=0.005",
+                "--seed=4",
+                *(f"--{name}=300" for name in ("train_steps", "log_every", "eval_every")),
+                "--checkpoint_every=300",
+            ]
+        )
+        for i in range(RUNS)
+    ]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-3000:]
+    finals = [final_json(output) for output in outputs]
+    assert [final["final_step"] for final in finals] == [300] * RUNS
+    assert len({final["weights_sha256"] for final in finals}) == 1
