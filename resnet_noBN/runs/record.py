@@ -33,6 +33,7 @@ import json
 import os
 
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.trainers import loop
 
 CONFIG_FILE = "config.json"
 SECTIONS = ("network", "recipe", "data")
@@ -101,8 +102,16 @@ def changes(saved: dict, run: dict, absent: dict, free: frozenset[str]) -> list[
 
 def check_resumable(model_dir: str, run: dict, absent: dict, free: frozenset[str]) -> None:
     """InputError, naming each field, if ``model_dir`` holds a run that this one (``run``, a
-    :func:`record`) cannot resume (:func:`changes`)."""
+    :func:`record`) cannot resume (:func:`changes`); InputError too where it holds checkpoints
+    and no config.json (nothing to check them against: no new one is written over them)."""
     saved = read_config(model_dir)
+    index = loop.checkpoint_index(model_dir)
+    if not saved and index:
+        raise InputError(
+            f"--model_dir {model_dir} holds checkpoints ({os.path.basename(index)}) but no "
+            f"{CONFIG_FILE}, so they cannot be checked against this run; put back its "
+            f"{CONFIG_FILE}, or move the checkpoints away to start afresh"
+        )
     changed = changes(saved, run, absent, free) if saved else []
     if changed:
         raise InputError(

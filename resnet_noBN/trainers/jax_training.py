@@ -37,7 +37,7 @@ from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
 from resnet_noBN.trainers import preemption
-from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
 from resnet_noBN.trainers.recipe import (
     TrainConfig,
     eval_counts,
@@ -47,7 +47,7 @@ from resnet_noBN.trainers.recipe import (
 )
 from resnet_noBN.trainers.run_log import RunLog
 
-INDEX_FILE = "checkpoints.json"
+INDEX_FILE = CHECKPOINT_INDEXES[1]
 
 
 class JaxTrainer(TrainLoop):
