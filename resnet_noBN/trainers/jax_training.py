@@ -24,6 +24,8 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import zipfile
@@ -36,7 +38,7 @@ import numpy as np
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers import preemption, storage
 from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
 from resnet_noBN.trainers.recipe import (
     TrainConfig,
@@ -238,10 +240,10 @@ class JaxTrainer(TrainLoop):
         os.makedirs(self.model_dir, exist_ok=True)
         name = f"ckpt-{self._step}.npz"
         arrays = {k: keras.ops.convert_to_numpy(v) for k, v in self._named_variables().items()}
-        _atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
+        storage.atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
         names = [n for n in self._index() if n != name] + [name]
         keep, drop = names[-self.cfg.max_checkpoints :], names[: -self.cfg.max_checkpoints]
-        _atomic_write(
+        storage.atomic_write(
             os.path.join(self.model_dir, INDEX_FILE),
             lambda f: f.write(json.dumps({"checkpoints": keep}, indent=1).encode()),
         )
@@ -253,6 +255,14 @@ class JaxTrainer(TrainLoop):
         self._saved_step = self._step
 
     unreadable = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+    def remove_partial(self) -> None:
+        """Remove the temporary files of writes cut short (``storage.atomic_write``'s)."""
+        for path in glob.glob(
+            os.path.join(glob.escape(self.model_dir), "*" + storage.TEMPORARY_SUFFIX)
+        ):
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
     def read_checkpoint(self, path: str) -> None:
         """Every variable read and its shape checked before any is assigned."""
@@ -267,13 +277,3 @@ class JaxTrainer(TrainLoop):
         for name, value in values.items():
             variables[name].assign(value)
         self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
-
-
-def _atomic_write(path: str, write) -> None:
-    """``write(file)`` into ``path`` + ".tmp", flushed to disk, then renamed over ``path``."""
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
