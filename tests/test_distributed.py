@@ -117,6 +117,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
         "config.json",
         "eval",
         "metrics.jsonl",
+        "run.lock",  # the chief's claim, for the job
         "test_error.png",
         "train",
         "train.jsonl",
