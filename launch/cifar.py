@@ -78,13 +78,14 @@ def main(argv):
     if data_cfg.data_path:
         cifar_data.check_data_path(data_cfg.dataset, data_cfg.data_path)
     model_dir = FLAGS.model_dir or f"runs/{data_cfg.dataset}"
-    run_record = cli.checked_record(
-        model_dir, model_cfg, train_cfg, data_cfg.record(), runtime_cfg.precision
-    )
 
     runtime = cli.start_runtime(runtime_cfg, train_cfg, model_dir)  # before tfds: that runs TF ops
     backend = registry.current()
-    backend.prepare_data(data_cfg)  # download / verify tfds now, before anything is written
+    backend.prepare_data(data_cfg)  # tfds verified, or the files read, before anything is written
+    cli.claim_folder(runtime, model_dir)  # one run per folder, held until the process ends
+    run_record = cli.checked_record(
+        model_dir, model_cfg, train_cfg, data_cfg.record(), runtime_cfg.precision
+    )
     cli.begin_run(runtime, runtime_cfg, data_cfg.dataset, train_cfg, model_dir, run_record)
     if data_cfg.cifar100_layout == "original_2016":
         print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)

@@ -38,7 +38,7 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import claims, cli, record
+from resnet_noBN.runs import claims, cli, folder_claim, record
 
 FLAGS = flags.FLAGS
 cli.define_cifar_data_flags(exclude=("pad", "cifar100_layout"))
@@ -185,7 +185,6 @@ def main(argv):
     where = data.data_path or "tensorflow-datasets"
     label = FLAGS.label or f"{data.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
-    records = run_records(runs, sweep, num_classes, data.record())
     # one runtime for every run (each reseeds it): one process, one device, float32
     backend, runtime_cfg = registry.current(), RuntimeConfig()
     recipe = sweep.recipe
@@ -193,9 +192,11 @@ def main(argv):
         runtime_cfg, {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}
     )
     backend.prepare_data(data)
+    # one sweep per --output_dir, held until the process ends; each run's folder checked
+    folder_claim.claim(FLAGS.output_dir, "--output_dir")
+    records = run_records(runs, sweep, num_classes, data.record())
     host = backend.report(runtime, runtime_cfg.strategy)
     header = report_header(label, sweep, num_classes, host)
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
     start = time.perf_counter()
     todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
     print(

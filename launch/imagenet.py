@@ -167,7 +167,6 @@ def main(argv):
         return summary(model_cfg)
     train_cfg, runtime_cfg = configs_from_flags()
     model_dir = FLAGS.model_dir or "runs/imagenet"
-    run_record = checked_record(model_dir, model_cfg, train_cfg, runtime_cfg)
 
     import tensorflow as tf
 
@@ -179,6 +178,8 @@ def main(argv):
     else:
         imagenet_input.tfds_builder(FLAGS.data_dir, runtime.input_pipelines)
     dataset = "tfrecords" if FLAGS.data_path else imagenet_input.TFDS_NAME
+    cli.claim_folder(runtime, model_dir)  # one run per folder, held until the process ends
+    run_record = checked_record(model_dir, model_cfg, train_cfg, runtime_cfg)
     cli.begin_run(runtime, runtime_cfg, f"imagenet ({dataset})", train_cfg, model_dir, run_record)
     schedule = exponential_learning_rate_schedule(
         train_cfg.batch_size,

@@ -264,6 +264,8 @@ def main(argv):
                 "reach their ports (--network=host to use this host's network)",
                 flush=True,
             )
+    else:
+        print(HOST_NETWORK_LINE, flush=True)
     job = Job(command, cluster_spec(FLAGS.workers, FLAGS.ps))
     try:
         status = job.wait()
@@ -272,6 +274,12 @@ def main(argv):
         job.stop()
         status = job.status_after_stop()
     sys.exit(status)
+
+
+HOST_NETWORK_LINE = (
+    "network: this host's (--network=host): the job's gRPC ports, which take no authentication, "
+    "listen on every interface of this host; run on a trusted network only"
+)
 
 
 def _interrupt(signum, frame):

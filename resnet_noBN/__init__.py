@@ -16,8 +16,8 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
             preemption, the run log.
   backends  one object per Keras backend (``backends.registry.current()``): the runtime
             started, the trainer and the data sources built, the flags it cannot take refused.
-  runs      the command-line surface and whole jobs: flags, exit codes, the claims sweep,
-            evaluating a finished run.
+  runs      the command-line surface and whole jobs: flags, exit codes, one run per folder,
+            the claims sweep, evaluating a finished run.
 
 ``launch/`` (the entry points) and ``bench/`` stand above them all. Every entry point calls
 ``backends.cpu.default_onednn()`` first, before anything loads TensorFlow.

@@ -117,6 +117,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
         "config.json",
         "eval",
         "metrics.jsonl",
+        "run.lock",  # the chief's claim, for the job
         "test_error.png",
         "train",
         "train.jsonl",
@@ -434,7 +435,10 @@ def test_local_cluster_tasks_share_a_loopback_only_namespace(tmp_path):
 def test_local_cluster_network_host_keeps_this_hosts_network(tmp_path):
     proc, reports = probe_job(tmp_path, ["--workers=1", "--network=host"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert not proc.stdout.startswith("network:")
+    assert proc.stdout.splitlines()[0] == (
+        "network: this host's (--network=host): the job's gRPC ports, which take no "
+        "authentication, listen on every interface of this host; run on a trusted network only"
+    )
     assert reports["worker0"]["netns"] == os.readlink("/proc/self/ns/net")
 
 

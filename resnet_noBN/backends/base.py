@@ -22,6 +22,7 @@ import keras
 from resnet_noBN.backends import cpu
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 
 LAUNCHERS = ("cifar", "claims", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
@@ -44,7 +45,7 @@ class Runtime:
 class Backend:
     """One Keras backend's way of running the launchers (subclasses: ``tensorflow_backend``,
     ``jax_backend``). A subclass sets :attr:`name`, :attr:`launchers` and :attr:`replicas_are`
-    and implements :meth:`open`, :meth:`has_gpu`, :meth:`make_trainer`, :meth:`prepare_data`,
+    and implements :meth:`open`, :meth:`has_gpu`, :meth:`make_trainer`, :meth:`prepare_tfds`,
     :meth:`cifar_sources`, :meth:`evaluation_source`, :meth:`hardware`, :meth:`versions` and
     :meth:`where`; :meth:`refuse` and :meth:`agree_seed` where it has something to refuse or
     agree on."""
@@ -118,7 +119,16 @@ class Backend:
 
     def prepare_data(self, data: DataConfig) -> None:
         """Fetch or check what :meth:`cifar_sources` will read, before anything is written
-        (DataError, one line, where it cannot be read)."""
+        (DataError, one line, where it cannot be read): a --data_path's two splits read now
+        (``cifar_data.load_split``, kept for :meth:`cifar_sources`), their labels checked;
+        without one, :meth:`prepare_tfds`."""
+        if data.data_path is None:
+            return self.prepare_tfds(data)
+        for split in cifar_data.SPLITS:
+            cifar_data.load_split(data.dataset, split, data.data_path, data.cifar100_layout)
+
+    def prepare_tfds(self, data: DataConfig) -> None:
+        """Download or verify the tensorflow-datasets copy of ``data.dataset``."""
         raise NotImplementedError
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):

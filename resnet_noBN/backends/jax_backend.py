@@ -55,13 +55,12 @@ class JaxBackend(Backend):
         kwargs.pop("jit_compile", None)
         return JaxTrainer(build_model, cfg, model_dir, devices=list(runtime.devices), **kwargs)
 
-    def prepare_data(self, data: DataConfig) -> None:
-        """DataError without --data_path (tensorflow-datasets needs TensorFlow)."""
-        if data.data_path is None:
-            raise DataError(
-                "reading tensorflow-datasets needs TensorFlow: on the JAX backend pass --data_path "
-                "(the official binary files or an image folder; see data/README.md)"
-            )
+    def prepare_tfds(self, data: DataConfig) -> None:
+        """DataError: tensorflow-datasets needs TensorFlow."""
+        raise DataError(
+            "reading tensorflow-datasets needs TensorFlow: on the JAX backend pass --data_path "
+            "(the official binary files or an image folder; see data/README.md)"
+        )
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):
         """A ``TrainSplit`` and the test split's arrays."""

@@ -60,13 +60,11 @@ class TensorFlowBackend(Backend):
             runtime.strategy, build_model, cfg, model_dir, is_chief=runtime.is_chief, **kwargs
         )
 
-    def prepare_data(self, data: DataConfig) -> None:
-        """Without --data_path: download or verify the tfds data set (TF ops: after
-        :meth:`start`)."""
-        if data.data_path is None:
-            from resnet_noBN.datasets import cifar_input
+    def prepare_tfds(self, data: DataConfig) -> None:
+        """Download or verify the tfds data set (TF ops: after :meth:`start`)."""
+        from resnet_noBN.datasets import cifar_input
 
-            cifar_input.prepare_tfds(data.dataset, data.data_dir)
+        cifar_input.prepare_tfds(data.dataset, data.data_dir)
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):
         """The ``dataset_fn``s of ``cifar_input.split_fns``."""

@@ -1,7 +1,15 @@
 """The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2,
-and the exit status of a preempted run."""
+of a failed write into the run's folder, and the exit statuses of a preempted run and of that
+write.
+
+Exit status: 0 trained; 1 the loss diverged; 2 bad input, before anything is written;
+:data:`PREEMPTED_EXIT` preempted; :data:`STORAGE_EXIT` a write into the run's folder failed.
+"""
 
 PREEMPTED_EXIT = 3  # SIGTERM or SIGINT: a checkpoint of the step reached saved; rerun to resume
+# A checkpoint, log or config.json write failed (no space left, any OSError): the latest whole
+# checkpoint stays the latest and restorable; free space (or move the run) and rerun to resume
+STORAGE_EXIT = 4
 
 
 class DataError(ValueError):
@@ -19,3 +27,9 @@ class Preempted(RuntimeError):
 class TimeBudgetReached(Preempted):
     """--time_budget_s ran out; a checkpoint of the step reached was saved first (exit 3, as a
     preemption: rerunning resumes)."""
+
+
+class StorageError(RuntimeError):
+    """A write into the run's folder failed (a full disk, any OSError); str(e) is ONE line naming
+    the folder and the fix. What the write left half-done is removed; the checkpoints before it
+    stay restorable."""

@@ -234,8 +234,8 @@ def load_split(
     The arrays are read-only and kept for the process, keyed by (dataset, split, data_path,
     layout): runs in one process (`launch/claims.py`) read a split once. Files changed on disk
     after a split was read are not read again. DataError (one line) for everything
-    `check_data_path` refuses, an unknown split or layout, and an image that cannot be decoded
-    or is not 32x32 (named).
+    `check_data_path` refuses, an unknown split or layout, a binary file holding a label outside
+    the data set's classes, and an image that cannot be decoded or is not 32x32 (named).
     """
     return _load_split(dataset, split, str(data_path), layout)
 
@@ -255,10 +255,7 @@ def _load_split(dataset: str, split: str, data_path: str, layout: str):
         return image_folder.decode(tuple(found[0]), tuple(found[1]), IMAGE_SIZE)
     spec = _spec(dataset)
     records = np.concatenate(
-        [
-            np.fromfile(path, np.uint8).reshape(-1, spec.record_bytes)
-            for path in _binary_files(dataset, data_path)[split]
-        ]
+        [_read_records(spec, path) for path in _binary_files(dataset, data_path)[split]]
     )
     labels = records[:, spec.label_bytes - 1].astype(np.int32)
     images = np.ascontiguousarray(
@@ -266,6 +263,22 @@ def _load_split(dataset: str, split: str, data_path: str, layout: str):
     )
     images.flags.writeable = labels.flags.writeable = False
     return images, labels
+
+
+def _read_records(spec: CifarSpec, path: str) -> np.ndarray:
+    """The records of one binary file, uint8 [N, record bytes]; DataError naming the file where
+    a label (the last label byte) is outside the data set's classes."""
+    records = np.fromfile(path, np.uint8).reshape(-1, spec.record_bytes)
+    labels = records[:, spec.label_bytes - 1]
+    outside = np.flatnonzero(labels >= spec.num_classes)
+    if outside.size:
+        first = int(outside[0])
+        raise DataError(
+            f"{path}: record {first} has label {labels[first]} ({outside.size} record(s) with "
+            f"labels outside {spec.title}'s 0-{spec.num_classes - 1}): the file is damaged or "
+            f"not {spec.title}; unpack the official archive again"
+        )
+    return records
 
 
 def write_random(

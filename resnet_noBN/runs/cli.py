@@ -6,7 +6,10 @@ TensorFlow is imported only on the TensorFlow backend.
 
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
 ``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
-checkpoint of the step reached was saved, and rerunning the same command resumes there.
+checkpoint of the step reached was saved, and rerunning the same command resumes there; 4 a
+write into the run's folder failed (no space left, any OSError): one line ``error: ...`` naming
+the folder, the latest checkpoint whole and restorable, nothing half-written left; free space and
+rerun to resume (``configs.errors``).
 """
 
 from __future__ import annotations
@@ -20,12 +23,19 @@ from absl import app, flags, logging
 
 from resnet_noBN.backends import cpu, registry
 from resnet_noBN.backends.base import Runtime
-from resnet_noBN.configs.errors import PREEMPTED_EXIT, DataError, InputError, Preempted
+from resnet_noBN.configs.errors import (
+    PREEMPTED_EXIT,
+    STORAGE_EXIT,
+    DataError,
+    InputError,
+    Preempted,
+    StorageError,
+)
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.models.model import BlockConfig, param_counts
-from resnet_noBN.runs import record
+from resnet_noBN.runs import folder_claim, record
 from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged, TrainLoop
 from resnet_noBN.trainers.recipe import TrainConfig
 
@@ -139,6 +149,13 @@ def checked_record(
     return run
 
 
+def claim_folder(runtime: Runtime, model_dir: str) -> folder_claim.Claim | None:
+    """The chief's claim on ``model_dir`` for the rest of the process (``runs.folder_claim``:
+    FolderBusy, exit 2, where another run holds it), taken before anything is written there;
+    it stands for the whole job: other tasks claim nothing and write nothing there."""
+    return folder_claim.claim(model_dir) if runtime.is_chief else None
+
+
 def begin_run(
     runtime: Runtime,
     runtime_cfg: RuntimeConfig,
@@ -223,7 +240,8 @@ def run(main) -> None:
 
 def exit_codes(main):
     """Wrap an absl ``main``: bad input (stray arguments too) -> 'error: ...' and exit 2;
-    divergence -> exit 1; preemption (checkpoint saved) -> exit 3."""
+    divergence -> exit 1; preemption (checkpoint saved) -> exit 3; a failed write into the
+    run's folder -> 'error: ...' and exit 4."""
 
     @functools.wraps(main)
     def wrapped(argv):
@@ -240,5 +258,8 @@ def exit_codes(main):
         except Preempted as e:
             print(str(e), file=sys.stderr, flush=True)
             sys.exit(PREEMPTED_EXIT)
+        except StorageError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            sys.exit(STORAGE_EXIT)
 
     return wrapped

@@ -33,6 +33,7 @@ import json
 import os
 
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.trainers import loop, storage
 
 CONFIG_FILE = "config.json"
 SECTIONS = ("network", "recipe", "data")
@@ -101,8 +102,16 @@ def changes(saved: dict, run: dict, absent: dict, free: frozenset[str]) -> list[
 
 def check_resumable(model_dir: str, run: dict, absent: dict, free: frozenset[str]) -> None:
     """InputError, naming each field, if ``model_dir`` holds a run that this one (``run``, a
-    :func:`record`) cannot resume (:func:`changes`)."""
+    :func:`record`) cannot resume (:func:`changes`); InputError too where it holds checkpoints
+    and no config.json (nothing to check them against: no new one is written over them)."""
     saved = read_config(model_dir)
+    index = loop.checkpoint_index(model_dir)
+    if not saved and index:
+        raise InputError(
+            f"--model_dir {model_dir} holds checkpoints ({os.path.basename(index)}) but no "
+            f"{CONFIG_FILE}, so they cannot be checked against this run; put back its "
+            f"{CONFIG_FILE}, or move the checkpoints away to start afresh"
+        )
     changed = changes(saved, run, absent, free) if saved else []
     if changed:
         raise InputError(
@@ -112,13 +121,11 @@ def check_resumable(model_dir: str, run: dict, absent: dict, free: frozenset[str
 
 
 def record_config(model_dir: str, run_config: dict) -> None:
-    """Write ``config.json`` into ``model_dir``; InputError where the folder cannot be created
-    or written."""
+    """Write ``config.json`` into ``model_dir``, atomically (``storage.atomic_write``: the old
+    one or the new one, never a part); StorageError (one line) where the write fails."""
+    text = json.dumps(run_config, indent=2, sort_keys=True)
     try:
         os.makedirs(model_dir, exist_ok=True)
-        with open(os.path.join(model_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(run_config, f, indent=2, sort_keys=True)
+        storage.atomic_write(os.path.join(model_dir, CONFIG_FILE), lambda f: f.write(text.encode()))
     except OSError as e:
-        raise InputError(
-            f"--model_dir {model_dir} cannot be written ({e.strerror}); pick a writable folder"
-        ) from None
+        raise storage.storage_error(CONFIG_FILE, model_dir, e, "the latest checkpoint") from None

@@ -25,6 +25,8 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import zipfile
@@ -37,8 +39,8 @@ import numpy as np
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import preemption
-from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers import preemption, storage
+from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
 from resnet_noBN.trainers.recipe import (
     TrainConfig,
     eval_counts,
@@ -48,7 +50,7 @@ from resnet_noBN.trainers.recipe import (
 )
 from resnet_noBN.trainers.run_log import RunLog
 
-INDEX_FILE = "checkpoints.json"
+INDEX_FILE = CHECKPOINT_INDEXES[1]
 # Steps dispatched ahead of the host on a multi-device CPU mesh: half of the 32 computations per
 # device that XLA's CPU client admits before a launch blocks one of its threads (see run_steps).
 # A wait per 16 steps costs the host's dispatch of one step (~1 ms) against >= 10 ms of compute.
@@ -257,10 +259,10 @@ class JaxTrainer(TrainLoop):
         os.makedirs(self.model_dir, exist_ok=True)
         name = f"ckpt-{self._step}.npz"
         arrays = {k: keras.ops.convert_to_numpy(v) for k, v in self._named_variables().items()}
-        _atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
+        storage.atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
         names = [n for n in self._index() if n != name] + [name]
         keep, drop = names[-self.cfg.max_checkpoints :], names[: -self.cfg.max_checkpoints]
-        _atomic_write(
+        storage.atomic_write(
             os.path.join(self.model_dir, INDEX_FILE),
             lambda f: f.write(json.dumps({"checkpoints": keep}, indent=1).encode()),
         )
@@ -272,6 +274,14 @@ class JaxTrainer(TrainLoop):
         self._saved_step = self._step
 
     unreadable = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+    def remove_partial(self) -> None:
+        """Remove the temporary files of writes cut short (``storage.atomic_write``'s)."""
+        for path in glob.glob(
+            os.path.join(glob.escape(self.model_dir), "*" + storage.TEMPORARY_SUFFIX)
+        ):
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
     def read_checkpoint(self, path: str) -> None:
         """Every variable read and its shape checked before any is assigned."""
@@ -286,13 +296,3 @@ class JaxTrainer(TrainLoop):
         for name, value in values.items():
             variables[name].assign(value)
         self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
-
-
-def _atomic_write(path: str, write) -> None:
-    """``write(file)`` into ``path`` + ".tmp", flushed to disk, then renamed over ``path``."""
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 
 import numpy as np
@@ -23,11 +24,26 @@ from keras import ops
 
 from resnet_noBN.configs.errors import TimeBudgetReached
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
+from resnet_noBN.trainers import storage
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
 # SIGKILL, while a fast accelerator still runs up to a whole progress interval per call.
 SECONDS_PER_CALL = 5.0
+
+
+# The file that lists a folder's checkpoints, on each backend: TensorFlow's CheckpointManager
+# writes "checkpoint", ``jax_training.JaxTrainer`` "checkpoints.json".
+CHECKPOINT_INDEXES = ("checkpoint", "checkpoints.json")
+
+
+def checkpoint_index(model_dir: str) -> str | None:
+    """The path of ``model_dir``'s checkpoint index (either backend's), None where it has none."""
+    for name in CHECKPOINT_INDEXES:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            return path
+    return None
 
 
 class CheckpointError(RuntimeError):
@@ -45,7 +61,8 @@ class TrainLoop:
     :attr:`unreadable` and implements ``step``, :meth:`checkpoints`, :meth:`read_checkpoint`,
     :meth:`save`, :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`,
     :meth:`eval_counts` and :meth:`guard`; :meth:`agreed` and :meth:`close` where a job has
-    several workers.
+    several workers; :attr:`unwritable` and :meth:`remove_partial` where its writes fail
+    otherwise than with an OSError or leave temporary files.
     """
 
     model = cfg = model_dir = log = None
@@ -73,8 +90,15 @@ class TrainLoop:
         raise NotImplementedError
 
     def save(self) -> None:
-        """Write a checkpoint of the current step, atomically."""
+        """Write a checkpoint of the current step, atomically; a failed write raises one of
+        :attr:`unwritable`."""
         raise NotImplementedError
+
+    # what a write that failed (a full disk, any OSError) raises (save)
+    unwritable: tuple[type[Exception], ...] = (OSError,)
+
+    def remove_partial(self) -> None:
+        """Remove what a save cut short (a failed write, a kill) left in the checkpoint folder."""
 
     def learning_rate(self) -> float:
         """The learning rate of the next update."""
@@ -109,6 +133,7 @@ class TrainLoop:
         """Resume from the newest readable checkpoint (one line for each unreadable one, the one
         before it tried next); returns the step (0: none). CheckpointError when none of several
         can be read."""
+        self.remove_partial()  # a save killed part way
         paths = self.checkpoints()
         for path in reversed(paths):
             try:
@@ -192,7 +217,7 @@ class TrainLoop:
                 elif calls == 2:
                     self._announce(progress, first_call_s, print_fn, faster)
                 if step % cfg.checkpoint_every == 0 or done:
-                    self.save()
+                    self.save_if_new()
                 if step % cfg.eval_every == 0 or done:
                     last_eval = self._evaluate_and_log(eval_source, step, scalars, print_fn)
                 if not done and self._out_of_time(run_start):
@@ -250,9 +275,21 @@ class TrainLoop:
         )
 
     def save_if_new(self) -> None:
-        """:meth:`save`, unless the latest checkpoint is already of this step."""
-        if self._saved_step != self.step:
+        """:meth:`save`, unless the latest checkpoint is already of this step. A write that
+        fails (:attr:`unwritable`) leaves nothing half-written (:meth:`remove_partial`) and
+        raises StorageError, one line: the latest checkpoint is still the one before."""
+        if self._saved_step == self.step:
+            return
+        try:
             self.save()
+        except self.unwritable as e:
+            self.remove_partial()
+            raise storage.storage_error(
+                f"the checkpoint of step {self.step}",
+                self.model_dir,
+                e,
+                self.latest_checkpoint() or "the start",
+            ) from None
 
     def preempted_message(self) -> str:
         return (

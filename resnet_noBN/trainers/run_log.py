@@ -16,11 +16,15 @@ the summaries are written by the tensorboard package's own writer, on every back
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
 
 from tensorboard.summary import Writer
+
+from resnet_noBN.trainers import storage
 
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.jsonl"
@@ -72,13 +76,25 @@ def plot_error_curves(runs: dict[str, list[dict]], path: str, title: str) -> Non
     plotting.save(fig, path)
 
 
-def _append(path: str, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+def _write_errors() -> tuple[type[Exception], ...]:
+    """What a failed write raises here: an OSError, or TensorBoard's writer's error
+    (TensorFlow's file-system errors, or tensorboard's stand-ins for them without TensorFlow)."""
+    from tensorboard.compat import tf  # resolved where the writer has already resolved it
+
+    return (OSError, tf.errors.OpError)
+
+
+def _quiet_writer_thread(args, previous=threading.excepthook) -> None:
+    """``threading.excepthook`` that leaves out the TensorBoard writer thread's failures: the
+    writer raises them again in the training thread, where they become one line."""
+    if type(args.thread).__name__ != "_AsyncWriterThread":
+        previous(args)
 
 
 class RunLog:
-    """Summaries, metrics file and plot of one run in ``model_dir``."""
+    """Summaries, metrics file and plot of one run in ``model_dir``. A write that fails (a full
+    disk, any OSError) raises StorageError, one line naming the folder; a line of the .jsonl
+    files is written whole or not at all (``storage.append_line``)."""
 
     def __init__(self, model_dir: str, title: str, enabled: bool = True):
         self.model_dir, self.title, self.enabled = model_dir, title, enabled
@@ -86,33 +102,52 @@ class RunLog:
     # opened at the first scalar: a trainer that only restores and evaluates writes nothing
     @functools.cached_property
     def _train_writer(self) -> Writer:
-        return Writer(os.path.join(self.model_dir, "train"))
+        return self._writer("train")
 
     @functools.cached_property
     def _eval_writer(self) -> Writer:
-        return Writer(os.path.join(self.model_dir, "eval"))
+        return self._writer("eval")
+
+    def _writer(self, name: str) -> Writer:
+        threading.excepthook = _quiet_writer_thread
+        return Writer(os.path.join(self.model_dir, name))
+
+    @contextlib.contextmanager
+    def _writing(self, what: str):
+        """A failed write of ``what`` inside as StorageError."""
+        try:
+            yield
+        except Exception as e:
+            if not isinstance(e, _write_errors()):
+                raise
+            raise storage.storage_error(what, self.model_dir, e, "the latest checkpoint") from None
 
     def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
         (the scalars and ``more``: the progress, elapsed_s, time_left_s, finish)."""
         if not self.enabled:
             return
-        self._write(self._train_writer, step, scalars)
-        _append(os.path.join(self.model_dir, TRAIN_FILE), {"step": step, **scalars, **(more or {})})
+        with self._writing(f"the training log ({TRAIN_FILE}, train/) of step {step}"):
+            self._write(self._train_writer, step, scalars)
+            storage.append_line(
+                os.path.join(self.model_dir, TRAIN_FILE),
+                json.dumps({"step": step, **scalars, **(more or {})}),
+            )
 
     def evaluation(self, record: dict) -> None:
         """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
         if not self.enabled:
             return
-        self._write(
-            self._eval_writer,
-            record["step"],
-            {k: v for k, v in record.items() if k in ("test_error", "test_precision")},
-        )
-        _append(os.path.join(self.model_dir, METRICS_FILE), record)
-        plot_error_curve(
-            read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title
-        )
+        with self._writing(f"the evaluation of step {record['step']} ({METRICS_FILE}, eval/)"):
+            self._write(
+                self._eval_writer,
+                record["step"],
+                {k: v for k, v in record.items() if k in ("test_error", "test_precision")},
+            )
+            storage.append_line(os.path.join(self.model_dir, METRICS_FILE), json.dumps(record))
+            plot_error_curve(
+                read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title
+            )
 
     def best_test_error(self) -> float | None:
         """The lowest test error over the evaluations in ``metrics.jsonl`` (None if none).

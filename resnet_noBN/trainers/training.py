@@ -14,6 +14,7 @@ the next event: a progress line, an evaluation, a checkpoint, or the end.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -178,6 +179,15 @@ class Trainer(TrainLoop):
         checkpoint as the latest."""
         self.manager.save(checkpoint_number=self.step)
         self._saved_step = self.step
+
+    # a full disk: ResourceExhaustedError ([Op:SaveV2] ... No space left on device)
+    unwritable = (OSError, tf.errors.ResourceExhaustedError, tf.errors.PermissionDeniedError)
+
+    def remove_partial(self) -> None:
+        """Remove the ``ckpt-<step>_temp/`` folders of saves cut short (TensorFlow writes a
+        checkpoint's data there, then renames it)."""
+        for path in glob.glob(os.path.join(glob.escape(self._checkpoint_dir), "ckpt-*_temp")):
+            shutil.rmtree(path, ignore_errors=True)
 
     def guard(self, print_fn):
         return preemption.guard(

@@ -1,0 +1,114 @@
+"""One run per folder: a run's exclusive claim on its ``--model_dir``, for as long as it lives.
+
+The claim is a kernel lock (``fcntl.flock``, exclusive, not waiting) on ``<model_dir>/run.lock``,
+taken before anything else is written there. The kernel releases it when the process ends,
+however it ends (an exit, an error, ``kill -9``): a claim is stale exactly when no living process
+holds the lock, and the next run (a rerun, a SLURM requeue, ``launch/local_cluster.py`` run
+again) takes it at once and resumes. The file also says who took it last (host, process id,
+start time), which the refusal names; the file itself stays in the folder after the run, and
+means nothing while no process holds its lock.
+
+Where it keeps runs apart: a local file system; NFS (the Linux client emulates ``flock`` with
+POSIX byte-range locks, which the server keeps: NFSv4, and NFSv3 where lockd runs), Lustre
+mounted with ``-o flock`` and GPFS: across hosts. Where the file system locks only within one
+host (Lustre's ``-o localflock``, a FUSE file system that does not implement locks, e.g. an
+object-store mount, where the kernel locks locally) it keeps apart the runs of one host only.
+Where it cannot lock at all (ENOLCK: NFSv3 without lockd; EOPNOTSUPP) one warning line says so
+and the run goes on unclaimed.
+
+A multi-worker job claims its folder once: the chief's claim stands for the job (non-chief
+tasks write nothing there).
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import os
+import socket
+import sys
+
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.trainers import storage
+
+LOCK_FILE = "run.lock"
+# flock's errors where the file system cannot lock: the run goes on unclaimed, with a warning
+CANNOT_LOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+class FolderBusy(InputError):
+    """Another living process holds the folder's claim (exit 2, like other bad input)."""
+
+
+class Claim:
+    """The claim on one folder: held until :meth:`release` or the end of the process."""
+
+    def __init__(self, folder: str, fd: int | None):
+        self.folder, self._fd = folder, fd
+
+    @property
+    def locked(self) -> bool:
+        """Whether the file system took the lock (False: it cannot lock; the run is unclaimed)."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def holder() -> dict:
+    """Who claims: this host, process and the time now (local, with its zone)."""
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+
+
+def describe(fd: int) -> str:
+    """The holder the lock file ``fd`` names, in words."""
+    try:
+        who = json.loads(os.pread(fd, 4096, 0))
+        return f"host {who['host']}, process {who['pid']}, started {who['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its holder not recorded yet"
+
+
+def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
+    """Claim ``folder`` (``flag``'s value; created if need be) for this process:
+    :class:`FolderBusy` (one line naming the holder) where a living process holds it;
+    InputError where the folder cannot be created or written. ``print_fn`` (default: stderr)
+    gets the one warning where the file system cannot lock."""
+    import fcntl
+
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise InputError(
+            f"{flag} {folder} cannot be written ({e.strerror}); pick a writable folder"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        busy = FolderBusy(
+            f"{flag} {folder} is in use by another run ({describe(fd)}); wait for it to "
+            f"end or stop it, or use another {flag}"
+        )
+        os.close(fd)
+        raise busy from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in CANNOT_LOCK:
+            raise
+        (print_fn or (lambda line: print(line, file=sys.stderr, flush=True)))(
+            f"warning: the file system of {folder} cannot lock ({e.strerror}): this run does "
+            "not claim it, so nothing stops a second run from writing there too"
+        )
+        return Claim(folder, None)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder()).encode(), 0)
+    except OSError as e:
+        os.close(fd)
+        raise storage.storage_error(LOCK_FILE, folder, e, "the latest checkpoint") from None
+    return Claim(folder, fd)

@@ -1,0 +1,67 @@
+"""Writing into a run's folder so that a failed write (a full disk, any ``OSError``) damages
+nothing: a file replaced whole or not at all (:func:`atomic_write`), a line appended whole or
+not at all (:func:`append_line`), and the one line that names the failure
+(:func:`storage_error`, exit ``errors.STORAGE_EXIT``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from resnet_noBN.configs.errors import StorageError
+
+TEMPORARY_SUFFIX = ".tmp"  # what atomic_write writes first, beside the file it replaces
+
+
+def atomic_write(path: str, write) -> None:
+    """``write(file)`` into ``path`` + ".tmp", flushed to disk, then renamed over ``path``: a
+    reader sees the old file or the new one, never a part. Where the write fails the temporary
+    file is removed and the error raised; ``path`` is as it was."""
+    temporary = path + TEMPORARY_SUFFIX
+    try:
+        with open(temporary, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def append_line(path: str, line: str) -> None:
+    """Append ``line`` and a newline to ``path``, whole or not at all: where the write fails
+    (part of it written) the file is cut back to its size before, and the error raised."""
+    data = (line + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
+def reason(error: BaseException) -> str:
+    """The cause of a failed write, in a few words (an OSError's strerror, else the first line
+    of the message)."""
+    text = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
+    if "No space left on device" in text:  # TensorFlow's messages end so, after long paths
+        return "No space left on device"
+    return text[:200]
+
+
+def storage_error(what: str, folder: str, error: BaseException, resume: str) -> StorageError:
+    """The one-line error of a failed write of ``what`` into ``folder``; ``resume``: where a
+    rerun resumes from."""
+    return StorageError(
+        f"cannot write {what} into {folder} ({reason(error)}): free space there or move the run "
+        f"to a larger disk, then rerun the same command to resume from {resume}"
+    )

@@ -1,0 +1,297 @@
+"""Faults a real run meets, on the TensorFlow and the JAX backend where both can meet them: bad
+labels and a folder of checkpoints without its config.json (refused before anything is written,
+exit 2), a full disk (one line, exit 4, the checkpoint before intact, a rerun resumes), a second
+run into a folder in use (refused naming the holder, exit 2) and a killed run's folder (taken
+again at once)."""
+
+import contextlib
+import errno
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import launchers
+import pytest
+
+from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.runs import folder_claim, record
+from resnet_noBN.trainers import storage
+
+SMALL = [
+    "--model=small",
+    "--batch_size=8",
+    "--eval_batch_size=16",
+    "--log_every=2",
+    "--checkpoint_every=2",
+    "--eval_every=4",
+    "--seed=3",
+]
+BACKENDS = ("tensorflow", "jax")
+
+
+def cifar(backend: str, *args):
+    """launch/cifar.py on ``backend`` (JAX on the CPU)."""
+    return launchers.run(
+        "launch/cifar.py", *args, env={"KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
+    )
+
+
+def last_line(proc) -> str:
+    return proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def cifar_bin(tmp_path_factory, write_cifar):
+    folder = tmp_path_factory.mktemp("data") / "cifar-10-batches-bin"
+    write_cifar(folder, "cifar10", 8)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bad_labels(tmp_path_factory, cifar_bin):
+    """A copy of ``cifar_bin`` whose data_batch_2.bin holds label 200 in its record 3."""
+    folder = tmp_path_factory.mktemp("bad") / "cifar-10-batches-bin"
+    folder.mkdir()
+    for path in cifar_bin.iterdir():
+        data = bytearray(path.read_bytes())
+        if path.name == "data_batch_2.bin":
+            data[3 * cifar_data.DATASETS["cifar10"].record_bytes] = 200
+        (folder / path.name).write_bytes(bytes(data))
+    return folder
+
+
+def test_a_label_outside_the_classes_names_the_file(bad_labels):
+    cifar_data.clear_cache()
+    with pytest.raises(DataError) as excinfo:
+        cifar_data.load_split("cifar10", "train", bad_labels)
+    assert str(excinfo.value) == (
+        f"{bad_labels / 'data_batch_2.bin'}: record 3 has label 200 (1 record(s) with labels "
+        "outside CIFAR-10's 0-9): the file is damaged or not CIFAR-10; unpack the official "
+        "archive again"
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_labels_and_checkpoints_without_config_write_nothing(
+    tmp_path, bad_labels, cifar_bin, backend
+):
+    """Bad labels: one line naming the file, exit 2, the folder not created. Checkpoints whose
+    config.json is gone: refused, naming the way out, and no config.json written over them."""
+    model_dir = tmp_path / "run"
+    proc = cifar(backend, f"--data_path={bad_labels}", f"--model_dir={model_dir}", *SMALL)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last_line(proc).startswith(f"error: {bad_labels / 'data_batch_2.bin'}: record 3 ")
+    assert "Traceback" not in proc.stderr and not model_dir.exists()
+
+    index = "checkpoint" if backend == "tensorflow" else "checkpoints.json"
+    model_dir.mkdir()
+    (model_dir / index).write_text(json.dumps({"checkpoints": ["ckpt-2.npz"]}))
+    proc = cifar(backend, f"--data_path={cifar_bin}", f"--model_dir={model_dir}", *SMALL)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last_line(proc) == (
+        f"error: --model_dir {model_dir} holds checkpoints ({index}) but no config.json, so "
+        "they cannot be checked against this run; put back its config.json, or move the "
+        "checkpoints away to start afresh"
+    )
+    assert sorted(p.name for p in model_dir.iterdir()) == [index, folder_claim.LOCK_FILE]
+
+
+# ------------------------------------------------------------------------------ a full disk
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """atomic_write: the old file whole, no temporary left; append_line: a line cut short by a
+    full disk is taken back; config.json's write: StorageError, one line naming the folder."""
+    path = tmp_path / "config.json"
+    path.write_text("old")
+    with pytest.raises(OSError):
+        storage.atomic_write(str(path), lambda f: (f.write(b"new, in part"), no_space()))
+    assert path.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["config.json"]
+
+    log = tmp_path / "train.jsonl"
+    storage.append_line(str(log), '{"step": 1}')
+    real_write, calls = os.write, []
+
+    def short_then_full(fd, data):  # a full disk: a short write, then ENOSPC
+        calls.append(len(data))
+        return real_write(fd, data[:5]) if len(calls) == 1 else no_space()
+
+    monkeypatch.setattr(os, "write", short_then_full)
+    with pytest.raises(OSError):
+        storage.append_line(str(log), '{"step": 2}')
+    monkeypatch.undo()
+    assert log.read_text() == '{"step": 1}\n'
+
+    monkeypatch.setattr(storage.os, "fsync", no_space)
+    with pytest.raises(StorageError) as excinfo:
+        record.record_config(str(tmp_path), {"seed": 1})
+    assert str(excinfo.value) == (
+        f"cannot write config.json into {tmp_path} (No space left on device): free space there "
+        "or move the run to a larger disk, then rerun the same command to resume from the "
+        "latest checkpoint"
+    )
+    assert path.read_text() == "old" and sorted(os.listdir(tmp_path)) == [
+        "config.json",
+        "train.jsonl",
+    ]
+
+
+@contextlib.contextmanager
+def small_disk(folder, size: str):
+    """A tmpfs of ``size`` mounted on ``folder`` (skips where mounting is not permitted)."""
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_full_disk_is_one_line_and_exit_4_and_the_rerun_resumes(tmp_path, cifar_bin, backend):
+    """A 1 MiB tmpfs holds the small network's first checkpoint (588 KiB) and not the second:
+    the save of step 4 fails in one line naming the folder, exit 4, no traceback, no temporary
+    left; with space, the same command resumes from ckpt-2."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        model_dir = disk / "run"
+        args = (f"--data_path={cifar_bin}", f"--model_dir={model_dir}", "--train_steps=6", *SMALL)
+        full = cifar(backend, *args)
+        assert full.returncode == 4, full.stderr[-3000:]
+        assert "Traceback" not in full.stderr
+        latest = model_dir / ("ckpt-2" if backend == "tensorflow" else "ckpt-2.npz")
+        assert last_line(full) == (
+            f"error: cannot write the checkpoint of step 4 into {model_dir} (No space left on "
+            "device): free space there or move the run to a larger disk, then rerun the same "
+            f"command to resume from {latest}"
+        )
+        names = sorted(os.listdir(model_dir))
+        assert not [n for n in names if n.endswith(("_temp", ".tmp")) or "ckpt-4" in n], names
+        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        again = cifar(backend, *args)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"resumed from {latest} at step 2" in again.stdout
+        assert json.loads(again.stdout.strip().splitlines()[-1])["final_step"] == 6
+        steps = [json.loads(line)["step"] for line in (model_dir / "train.jsonl").open()]
+        assert steps == [2, 4, 4, 6]  # step 4 logged before its save failed, then again: whole
+
+
+# ------------------------------------------------------------------------------ one run per folder
+def test_a_claim_is_exclusive_and_dies_with_its_process(tmp_path):
+    """A second claim is refused naming the holder (host, process, start); released, the folder
+    is claimed again; a claim whose process was killed (-9) blocks nothing."""
+    first = folder_claim.claim(str(tmp_path))
+    with pytest.raises(folder_claim.FolderBusy) as excinfo:
+        folder_claim.claim(str(tmp_path))
+    holder = json.loads((tmp_path / folder_claim.LOCK_FILE).read_text())
+    assert holder["host"] == socket.gethostname() and holder["pid"] == os.getpid()
+    assert str(excinfo.value) == (
+        f"--model_dir {tmp_path} is in use by another run (host {holder['host']}, process "
+        f"{os.getpid()}, started {holder['started']}); wait for it to end or stop it, or use "
+        "another --model_dir"
+    )
+    first.release()
+    folder_claim.claim(str(tmp_path)).release()
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from resnet_noBN.runs import folder_claim; "
+            "folder_claim.claim(sys.argv[1]); print('held', flush=True); time.sleep(600)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline() == "held\n"
+    with pytest.raises(folder_claim.FolderBusy, match=f"process {child.pid}, started"):
+        folder_claim.claim(str(tmp_path))
+    child.kill()
+    child.wait()
+    assert folder_claim.claim(str(tmp_path)).locked
+
+
+def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifar_bin):
+    """Run A trains into a folder; run B into the same one is refused in one line naming A
+    (exit 2) and writes nothing; A killed with -9 after its checkpoint of step 2 leaves no
+    claim: the same command resumes there."""
+    model_dir = tmp_path / "run"
+    args = [f"--data_path={cifar_bin}", f"--model_dir={model_dir}", *SMALL]
+    a = subprocess.Popen(
+        [sys.executable, str(launchers.REPO / "launch/cifar.py"), *args, "--train_steps=100000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        for _ in a.stdout:  # until its checkpoint of step 2 is written
+            if (model_dir / "ckpt-2.index").exists():
+                break
+        before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}
+        b = cifar("tensorflow", *args, "--train_steps=4")
+        assert b.returncode == 2, b.stderr[-2000:]
+        started = json.loads((model_dir / folder_claim.LOCK_FILE).read_text())["started"]
+        assert last_line(b) == (
+            f"error: --model_dir {model_dir} is in use by another run (host "
+            f"{socket.gethostname()}, process {a.pid}, started {started}); wait for it to end or "
+            "stop it, or use another --model_dir"
+        )
+        for name in ("config.json", folder_claim.LOCK_FILE):  # B wrote neither
+            assert (model_dir / name).stat().st_mtime_ns == before[name], name
+    finally:
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+    text = (model_dir / "checkpoint").read_text()
+    steps = int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+    again = cifar("tensorflow", *args, f"--train_steps={steps + 2}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed from {model_dir}/ckpt-{steps} at step {steps}" in again.stdout
+
+
+# ------------------------------------------------------------------------------ the loop's faults
+def fake_trainer(tmp_path, monkeypatch, **recipe):
+    """test_progress's SlowFakeTrainer (10 s a step on a fake clock, no model)."""
+    from test_progress import FakeClock, SlowFakeTrainer
+
+    fake = FakeClock(wall=time.time())
+    monkeypatch.setattr(time, "perf_counter", fake.monotonic)
+    monkeypatch.setattr(time, "monotonic", fake.monotonic)
+    return SlowFakeTrainer(tmp_path, fake, step_s=10.0, compile_s=0.0, **recipe)
+
+
+def test_a_failed_save_and_the_time_budget_in_the_loop(tmp_path, monkeypatch):
+    """An injected ENOSPC in a save: StorageError naming the step, the folder and where a rerun
+    resumes; the time budget: a checkpoint of the step reached, then TimeBudgetReached (exit
+    3, like a preemption)."""
+    recipe = {"train_steps": 100, "log_every": 1000, "eval_every": 1000}
+    trainer = fake_trainer(tmp_path, monkeypatch, checkpoint_every=2, **recipe)
+    monkeypatch.setattr(trainer, "save", no_space)
+    with pytest.raises(StorageError) as excinfo:
+        trainer.train(None, None, print_fn=lambda line: None)
+    assert str(excinfo.value) == (
+        f"cannot write the checkpoint of step 2 into {tmp_path} (No space left on device): free "
+        "space there or move the run to a larger disk, then rerun the same command to resume "
+        "from the start"
+    )
+    trainer = fake_trainer(tmp_path, monkeypatch, checkpoint_every=1000, **recipe)
+    trainer.time_budget_s = 35.0  # 10 s a step, one step a call: out of time after step 4
+    with pytest.raises(TimeBudgetReached) as excinfo:
+        trainer.train(None, None, print_fn=lambda line: None)
+    assert str(excinfo.value) == (
+        f"time budget of 35 s reached at step 4: a checkpoint of that step is in {tmp_path}; "
+        "rerun the same command to resume"
+    )
+    assert trainer._saved_step == 4
