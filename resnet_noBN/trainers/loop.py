@@ -203,10 +203,8 @@ class TrainLoop:
                 step, calls = self.step, calls + 1
                 progress.add(num_steps, seconds if calls > 1 else None)  # the 1st also compiled
                 throughput.add(num_steps * cfg.batch_size, seconds)
-                scalars = self._scalars(step, num_steps, loss_sum, correct, count, seconds)
-                scalars["images_per_sec"] = (
-                    progress.rate() or num_steps / seconds
-                ) * cfg.batch_size
+                steps_per_s = progress.rate() or num_steps / seconds  # recent, else this call's
+                scalars = self._scalars(step, num_steps, loss_sum, correct, count, steps_per_s)
                 steps_per_call = self.agreed(
                     max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
                 )
@@ -297,8 +295,9 @@ class TrainLoop:
             f"{self.model_dir}; rerun the same command to resume"
         )
 
-    def _scalars(self, step, num_steps, loss_sum, correct, count, seconds) -> dict:
-        """The progress scalars of one call; TrainingDiverged when the loss is not finite."""
+    def _scalars(self, step, num_steps, loss_sum, correct, count, steps_per_s) -> dict:
+        """The progress scalars of one call (images/s at ``steps_per_s``); TrainingDiverged when
+        the loss is not finite."""
         loss = loss_sum / num_steps
         if not math.isfinite(loss):
             raise TrainingDiverged(
@@ -310,7 +309,7 @@ class TrainLoop:
             "loss": loss,
             "precision": correct / count,
             "learning_rate": self.learning_rate(),
-            "images_per_sec": num_steps * self.cfg.batch_size / seconds,
+            "images_per_sec": steps_per_s * self.cfg.batch_size,
         }
 
     def _evaluate_and_log(self, eval_source, step, scalars, print_fn) -> dict:
