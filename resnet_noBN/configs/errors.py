@@ -3,13 +3,18 @@ of a failed write into the run's folder, and the exit statuses of a preempted ru
 write.
 
 Exit status: 0 trained; 1 the loss diverged; 2 bad input, before anything is written;
-:data:`PREEMPTED_EXIT` preempted; :data:`STORAGE_EXIT` a write into the run's folder failed.
+:data:`PREEMPTED_EXIT` preempted; :data:`STORAGE_EXIT` a write into the run's folder failed;
+:data:`PEER_LOST_EXIT` a peer of a multi-process job died or stopped answering.
 """
 
 PREEMPTED_EXIT = 3  # SIGTERM or SIGINT: a checkpoint of the step reached saved; rerun to resume
 # A checkpoint, log or config.json write failed (no space left, any OSError): the latest whole
 # checkpoint stays the latest and restorable; free space (or move the run) and rerun to resume
 STORAGE_EXIT = 4
+# Another task of a multi-worker, parameter-server or multi-process job died or stopped answering
+# within the bounded wait: nothing of this task's was damaged; rerun the job to resume from its
+# latest checkpoint
+PEER_LOST_EXIT = 5
 
 
 class DataError(ValueError):
