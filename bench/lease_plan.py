@@ -40,7 +40,9 @@ steps, a shrunk probe), LEASE_S (1800), LEASE_START_S (180), LEASE_MARGIN_S (180
 pairs pay where two side by side reach this times one alone), LEASE_RUNS (cifar10,cifar100),
 LEASE_TRAIN_STEPS (60000), LEASE_EVAL_EVERY (2000), LEASE_RUN_START_S (30: a run's start-up
 beside the compile the probe measured), LEASE_SPEED_TRIES (how many speed tries at most),
-LEASE_WORK (runs/lease), LEASE_CARRY (.carry), PYTHON (python3).
+LEASE_FLAGS (more ``launch/cifar.py`` flags for every run, after the plan's own so that they win,
+e.g. ``--relu_leakiness=0.1`` or ``--learning_rate=0.02``; the projection still assumes the
+probe's bf16 rate), LEASE_WORK (runs/lease), LEASE_CARRY (.carry), PYTHON (python3).
 
 Standard library only: it imports neither TensorFlow nor Keras nor this project.
 """
@@ -51,6 +53,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -88,6 +91,7 @@ class Knobs:
     eval_every: int
     run_start_s: float
     speed_tries: int
+    run_flags: tuple[str, ...]
     work: Path
     carry: Path
     python: str
@@ -116,6 +120,7 @@ class Knobs:
             eval_every=int(env.get("LEASE_EVAL_EVERY", 20 if smoke else 2000)),
             run_start_s=float(env.get("LEASE_RUN_START_S", 30)),
             speed_tries=int(env.get("LEASE_SPEED_TRIES", 99)),
+            run_flags=tuple(shlex.split(env.get("LEASE_FLAGS", ""))),
             work=ROOT / env.get("LEASE_WORK", "runs/lease"),
             carry=ROOT / env.get("LEASE_CARRY", ".carry"),
             python=env.get("PYTHON", "python3"),
@@ -333,7 +338,10 @@ class Supervisor:
     # -- the plan
     def run(self) -> None:
         """The whole plan: the probe, then the runs (or the speed tries), then done."""
-        self.log(f"plan started: runs {list(self.k.runs)}, {self.k.train_steps} steps each")
+        self.log(
+            f"plan started: runs {list(self.k.runs)}, {self.k.train_steps} steps each"
+            + (f", with {shlex.join(self.k.run_flags)}" if self.k.run_flags else "")
+        )
         self.probe()
         self.runs()
         self.status.update(phase="done", done=True)
@@ -524,6 +532,7 @@ class Supervisor:
                 f"--time_budget_s={max(30, left - self.k.margin_s):.0f}",
                 *(["--log_every=10"] if self.k.smoke else []),
                 *self.k.model_flags(),
+                *self.k.run_flags,
             ]
             model_dir.mkdir(parents=True, exist_ok=True)
             procs.append(self.spawn(cmd, model_dir / "launch.log", PAIR_ENV if paired else None))

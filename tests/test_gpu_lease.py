@@ -128,7 +128,7 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
     imported from the copy only. Then the machine's disk is wiped: the next call says the
     machine was lost, starts over; the 100,000-step runs no longer fit, a speed try runs."""
     repo, call, record = machine
-    first, out1, back1 = call(1)
+    first, out1, back1 = call(1, LEASE_FLAGS="--relu_leakiness=0.1")
     assert first.returncode == 3, first.stdout + first.stderr
     assert "the lease's first call; starting the plan" in first.stdout
     assert not json.loads((out1 / "status.json").read_text())["done"]
@@ -148,10 +148,12 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
         assert (run["state"], run["step"], run["exit"]) == ("done", STEPS, 0), run
         assert run["final"]["final_step"] == STEPS and 0 <= run["test_error"] <= 1
         assert "--seed=0" in run["command"] and "--jit_compile" not in run["command"]
+        assert run["command"].endswith("--model=small --relu_leakiness=0.1")  # LEASE_FLAGS last
         steps = [json.loads(line)["step"] for line in (out2 / name / "metrics.jsonl").open()]
         assert steps == [2, 4]
         assert (out2 / name / "test_error.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     log = (out2 / "plan.log").read_text()
+    assert "with --relu_leakiness=0.1" in log.splitlines()[0]
     assert "cifar10 alone: projected" in log and "cifar100: done (exit 0)" in log
     assert second.stdout.splitlines()[-1].startswith("cifar100  done")
     imported = set(record.read_text().split())
