@@ -4,6 +4,8 @@
         --label="CIFAR-10 (JPEG q75 re-encoding)"        # the full sweep (46 min to ~2 h, 2 cores)
     python launch/claims.py                                          # CIFAR-10 from tfds
     python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
+    python launch/claims.py --model=paper --precision=mixed_bfloat16 --train_steps=20000 \
+        --seeds=1 --arms=trainable_head,batch_norm --data_path=...   # Table 1's width, a GPU
 
 Eight arms (``resnet_noBN/runs/claims.py``): the paper's network and seven one-change variants (init
 standard / he, trained head, no identity shortcuts, leaky ReLU, conv biases, batch norm), each
@@ -32,6 +34,8 @@ import time
 from absl import flags
 
 from resnet_noBN.backends import registry
+from resnet_noBN.configs import presets
+from resnet_noBN.configs.choices import PRECISIONS
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.flag_config import config_from_flags, validated
 from resnet_noBN.configs.runtime_config import RuntimeConfig
@@ -56,6 +60,19 @@ flags.DEFINE_bool(
     f"{_QUICK.recipe.train_steps} steps of batch {_QUICK.recipe.batch_size}, {_QUICK.seeds} seeds.",
 )
 flags.DEFINE_list("arms", list(claims.ARM_NAMES), "Arms to run (the baseline is always run).")
+flags.DEFINE_enum(
+    "model",
+    None,
+    list(presets.MODELS),
+    f"The network preset of every arm (default {claims.Sweep().model}; --quick {_QUICK.model}); "
+    "`paper` is Table 1's full width, for a GPU.",
+)
+flags.DEFINE_enum(
+    "precision",
+    "float32",
+    list(PRECISIONS),
+    "float32 (the paper's), or mixed_bfloat16 (bfloat16 convolutions, a float32 residual stream).",
+)
 flags.DEFINE_integer(
     "seeds", None, f"Seeds per arm (default {claims.Sweep().seeds}; --quick {_QUICK.seeds})."
 )
@@ -86,6 +103,8 @@ def sweep_from_flags() -> claims.Sweep:
     sweep = dataclasses.replace(sweep, recipe=validated(recipe))
     if FLAGS.seeds is not None:
         sweep = dataclasses.replace(sweep, seeds=FLAGS.seeds)
+    if FLAGS.model is not None:
+        sweep = dataclasses.replace(sweep, model=FLAGS.model)
     if sweep.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {sweep.seeds}")
     return sweep
@@ -117,7 +136,7 @@ def run_records(runs, sweep, num_classes: int, data: dict) -> dict:
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
         network = claims.model_config(arm, sweep, num_classes)
         records[model_dir] = {
-            **cli.checked_record(model_dir, network, sweep.recipe, data, "float32"),
+            **cli.checked_record(model_dir, network, sweep.recipe, data, FLAGS.precision),
             record.SEED_KEY: seed,
         }
     return records
@@ -132,7 +151,8 @@ def report_header(label: str, sweep, num_classes: int, host: dict) -> str:
         f"{model.num_residual_units} blocks per stage, stage widths "
         f"{'/'.join(map(str, model.stage_widths))}, {recipe.train_steps} steps of batch "
         f"{recipe.batch_size} (lr {recipe.learning_rate}, x0.1 at steps "
-        f"{', '.join(map(str, recipe.lr_boundaries))}), {sweep.seeds} seeds per arm; "
+        f"{', '.join(map(str, recipe.lr_boundaries))}), {sweep.seeds} seeds per arm, "
+        f"{FLAGS.precision}; "
         f"test error on the whole test split after the last step.\n"
         f"Machine: {machine(host)}. Date: {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
@@ -185,8 +205,8 @@ def main(argv):
     where = data.data_path or "tensorflow-datasets"
     label = FLAGS.label or f"{data.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
-    # one runtime for every run (each reseeds it): one process, one device, float32
-    backend, runtime_cfg = registry.current(), RuntimeConfig()
+    # one runtime for every run (each reseeds it): one process, one device, one precision
+    backend, runtime_cfg = registry.current(), RuntimeConfig(precision=FLAGS.precision)
     recipe = sweep.recipe
     runtime = backend.start(
         runtime_cfg, {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}

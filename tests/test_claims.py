@@ -82,8 +82,12 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
         "--arms=hardt_ma",
         "--seeds=1",
         "--learning_rate=1e12",
+        "--precision=mixed_bfloat16",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((out / "runs/hardt_ma-seed0/config.json").read_text())
+    assert config["recipe"]["precision"] == "mixed_bfloat16"
+    assert ", 1 seeds per arm, mixed_bfloat16; " in (out / claims.TABLE_FILE).read_text()
     arm = json.loads(proc.stdout.strip().splitlines()[-1])["arms"]["hardt_ma"]
     assert arm["diverged"] == 1 and arm["mean"] == pytest.approx(90.0)
     assert "hardt_ma, seed 0: diverged at step" in proc.stdout
@@ -97,6 +101,7 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
         f"--output_dir={out}",
         "--arms=hardt_ma",
         "--seeds=1",
+        "--precision=mixed_bfloat16",
     )
     assert other.returncode == 2
     assert (
@@ -118,6 +123,7 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
         (["--learning_rate=0"], "error: --learning_rate must be positive, got 0.0"),
         (["--data_path=/nonexistent"], "error: --data_path /nonexistent is not a folder"),
         (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of"),
+        (["--model=huge"], "error: flag --model=huge: value should be one of"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, image_tree, args, message):
