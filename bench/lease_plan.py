@@ -251,6 +251,14 @@ def last_json_line(text: str):
     return None
 
 
+def failure_line(text: str) -> str:
+    """Why a run failed, from its launcher's output: the last ``error:`` line (the launchers
+    end on one: a diverged loss, bad input, a full disk), else the last line there is."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no output"])[-1]
+
+
 class Supervisor:
     """Runs the plan and keeps ``status.json`` and ``plan.log`` up to date."""
 
@@ -554,7 +562,10 @@ class Supervisor:
         for name, proc in zip(names, procs):
             run = self.status["runs"][name]
             self._progress(name, run)
-            final = last_json_line((self.work / name / "launch.log").read_text())
+            output = (self.work / name / "launch.log").read_text()
+            final = last_json_line(output)
+            if proc.returncode not in (0, 3):
+                run["why"] = failure_line(output)
             run.update(
                 exit=proc.returncode,
                 wall_s=round(time.time() - run["started_at"]),
@@ -564,7 +575,7 @@ class Supervisor:
             run.pop("projected_end_s", None)
             self.log(
                 f"{name}: {run['state']} (exit {proc.returncode}) after {run['wall_s']} s: "
-                f"{json.dumps(final)}"
+                f"{run.get('why') or json.dumps(final)}"
             )
         self.save()
 
@@ -887,6 +898,9 @@ def print_table(status: dict) -> None:
             f"{name:9} {run['state'][:12]:12} {step:>15} {_fmt(run.get('images_per_s')):>9} "
             f"{_fmt(run.get('test_error'), '.4f'):>10} {finish:>18}"
         )
+    for name, run in status["runs"].items():
+        if run["state"] == "failed" and run.get("why"):
+            print(f"{name}: {run['why']}")
     for entry in status["speed"]:
         print(f"speed {entry['try']}: {entry.get('result', 'running')}")
 

@@ -6,6 +6,7 @@ JPEG folders the test writes; then the machine is lost (its disk wiped) and a ca
 machine says so and starts over, where the runs no longer fit and the lease goes to a speed try.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -174,3 +175,36 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
     assert "projected" in status["runs"]["cifar10"]["why"]
     (speed,) = status["speed"]
     assert speed["try"] == "profile" and speed["images_per_s"] > 0, speed
+
+
+def test_a_failed_run_says_why_in_the_table(capsys, monkeypatch):
+    """The launcher's last error line (here a diverged loss) becomes the run's ``why``, printed
+    under the table; without one, the last line of its output."""
+    spec = importlib.util.spec_from_file_location("lease_plan", ROOT / "bench" / "lease_plan.py")
+    plan = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "lease_plan", plan)  # its dataclasses look it up there
+    spec.loader.exec_module(plan)
+    diverged = (
+        "step    7400  loss 2.1071\n"
+        "error: loss is nan at step 7500: training diverged; the latest checkpoint "
+        "(runs/lease/cifar100/ckpt-6000.npz) is the last good one\n"
+        "W1124 a warning after it\n"
+    )
+    assert plan.failure_line(diverged).startswith("error: loss is nan at step 7500")
+    assert plan.failure_line("Traceback\n  KeyError: 'x'\n\n") == "KeyError: 'x'"
+    assert plan.failure_line("") == "no output"
+    run = {"train_steps": 60000, "step": 7400, "images_per_s": 19063.0, "test_error": 0.5219}
+    status = {
+        "done": True,
+        "phase": "done",
+        "started_at": 0.0,
+        "start_s": 180.0,
+        "lease_s": 1800.0,
+        "probe": {},
+        "speed": [],
+        "runs": {"cifar100": {**run, "state": "failed", "why": plan.failure_line(diverged)}},
+    }
+    plan.print_table(status)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split() == ["cifar100", "failed", "7,400/60,000", "19,063", "0.5219", "failed"]
+    assert lines[-1].startswith("cifar100: error: loss is nan at step 7500: training diverged")
