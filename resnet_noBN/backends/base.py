@@ -33,12 +33,12 @@ class Runtime:
     """Where a launcher trains: the strategy (TensorFlow) or devices (JAX), the seed, and the
     dtype policy the network is built in (``--precision``)."""
 
-    strategy: object  # a tf.distribute.Strategy, or None on JAX
+    strategy: object  # a tf.distribute.Strategy, or None on JAX and PyTorch
     is_chief: bool
     input_pipelines: int
     seed: int
     replicas: int
-    devices: tuple = ()  # JAX: the devices that share each batch
+    devices: tuple = ()  # JAX: the devices that share each batch; PyTorch: its one device
     precision: str = "float32"
 
 

@@ -4,8 +4,9 @@ Section 4 ("standard data augmentation", as the original ``cifar_input.py``).
 
 The stream is a pure function of (seed, step), so a run resumed at any step sees exactly the
 batches the uninterrupted run saw, on TensorFlow (``cifar_input.build_dataset`` maps
-:func:`training_batch` over a step counter in ``tf.data``) and on JAX (``jax_training`` calls it
-inside the compiled step, on the accelerator, from the uint8 training set kept there):
+:func:`training_batch` over a step counter in ``tf.data``), on JAX (``jax_training`` calls it
+inside the compiled step, on the accelerator, from the uint8 training set kept there) and on
+PyTorch (``torch_training`` calls it before each eager step, on the device):
 
 * **Order**: epoch e is a permutation of the split keyed by (seed, e) (:func:`epoch_permutation`);
   the stream is epoch 0, epoch 1, ... back to back, and the batch of step s is its positions
