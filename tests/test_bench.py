@@ -309,6 +309,25 @@ def test_benchmark_on_jax_refuses_tensorflow_only_flags(tmp_path):
     assert proc.stdout == ""
 
 
+def test_benchmark_on_torch_is_one_line_and_exit_1():
+    """The benchmark has no PyTorch engine (its peer there is bench/torch_twin.py): one line."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "throughput.py"), "--synthetic"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, KERAS_BACKEND="torch"),
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: bench/throughput.py has no engine for the torch backend; run it with "
+        "KERAS_BACKEND=tensorflow or jax"
+    )
+    assert proc.stdout == ""
+
+
 def test_benchmark_synthetic_compared_with_torch(tmp_path):
     pytest.importorskip("torch")
     result = _run_bench(

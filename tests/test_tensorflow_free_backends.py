@@ -248,7 +248,8 @@ def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
     assert "time budget of 0.01 s reached at step 1: a checkpoint of that step is in " in out
     again = launch([*bf16, f"--model_dir={tmp_path / 'bf16'}"], "torch")
     out, _ = again.communicate(timeout=300)
-    assert again.returncode == 0 and "at step 1" in out, out
+    assert again.returncode == 0, out
+    assert f"resumed from {tmp_path / 'bf16' / 'ckpt-1.npz'} at step 1" in out
     result = final_json(out)
     assert result["final_step"] == 4 and result["test_examples"] == 8
     config = json.loads((tmp_path / "bf16" / "config.json").read_text())
