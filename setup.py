@@ -30,8 +30,13 @@ setup(
     # ruff: the one formatter and linter (pyproject.toml), pinned: its output changes by version.
     # jax: the JAX backend (KERAS_BACKEND=jax; the CPU build on a machine without a GPU). The
     # tests run it on the CPU: cross-backend equivalence and a TensorFlow-free training run.
+    # torch: the PyTorch backend (KERAS_BACKEND=torch), never needed by the tests, whose torch
+    # cases skip without it. PyPI's Linux wheel pulls several GB of CUDA packages; on a machine
+    # without a GPU install the CPU wheel first:
+    #   pip install torch --index-url https://download.pytorch.org/whl/cpu
     extras_require={
         "jax": ["jax>=0.6"],
+        "torch": ["torch>=2.2"],
         "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6"],
     },
 )

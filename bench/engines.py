@@ -33,7 +33,13 @@ def engine(args) -> TensorFlowEngine | JaxEngine:
         backend = registry.current()
     except InputError as e:
         raise SystemExit(f"error: {e}") from None
-    return {"tensorflow": TensorFlowEngine, "jax": JaxEngine}[backend.name](args)
+    engines = {"tensorflow": TensorFlowEngine, "jax": JaxEngine}
+    if backend.name not in engines:
+        raise SystemExit(
+            f"error: bench/throughput.py has no engine for the {backend.name} backend; run it "
+            f"with KERAS_BACKEND={' or '.join(engines)}"
+        )
+    return engines[backend.name](args)
 
 
 def _start(args):

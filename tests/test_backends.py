@@ -1,5 +1,6 @@
 """backends: one object per Keras backend, chosen once; what each refuses, and ImageNet refused
-on JAX with one line before anything of TensorFlow is imported or anything written."""
+on JAX and PyTorch with one line before anything of TensorFlow is imported or anything
+written."""
 
 import os
 import subprocess
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_the_backend_is_chosen_once_from_keras():
     backend = registry.current()
     assert backend.name == "tensorflow" and registry.current() is backend
-    assert set(registry.BACKENDS) == {"tensorflow", "jax"}
+    assert set(registry.BACKENDS) == {"tensorflow", "jax", "torch"}
     for launcher in LAUNCHERS:
         backend.serve(launcher)
 
@@ -45,19 +46,45 @@ def test_jax_refuses_what_only_tensorflow_runs():
     jax.refuse(RuntimeConfig(strategy="mirrored", precision="mixed_bfloat16"), {"onednn": None})
 
 
+def test_torch_refuses_what_only_tensorflow_or_jax_runs():
+    """One device: --strategy=mirrored refused as every TensorFlow strategy, and TensorFlow's own
+    flags, each in one line naming the flag and the way out."""
+    pytest.importorskip("torch")
+    from resnet_noBN.backends.torch_backend import TorchBackend
+
+    torch_backend = TorchBackend()
+    with pytest.raises(InputError, match="^launch/imagenet.py needs TensorFlow"):
+        torch_backend.serve("imagenet")
+    for launcher in ("cifar", "claims", "evaluate"):
+        torch_backend.serve(launcher)
+    with pytest.raises(InputError) as e:
+        torch_backend.refuse(RuntimeConfig(strategy="mirrored"), {})
+    assert str(e.value) == (
+        "--strategy=mirrored needs TensorFlow (the torch backend trains on one device: "
+        "--strategy=default); run with KERAS_BACKEND=tensorflow"
+    )
+    with pytest.raises(InputError) as e:
+        torch_backend.refuse(RuntimeConfig(deterministic=True), {})
+    assert str(e.value) == (
+        "--deterministic only applies on the TensorFlow backend (PyTorch runs each step eagerly "
+        "and sets its own threads); drop it or run with KERAS_BACKEND=tensorflow"
+    )
+    torch_backend.refuse(RuntimeConfig(precision="mixed_bfloat16"), {"onednn": None})
+
+
 def test_the_runtime_carries_the_seed_and_the_precision():
     runtime = JaxBackend().start(RuntimeConfig(precision="mixed_bfloat16"), {"batch_size": 3}, 5)
     assert (runtime.seed, runtime.replicas, runtime.precision) == (5, 1, "mixed_bfloat16")
 
 
-def test_imagenet_on_jax_is_one_line_and_exit_2_without_tensorflow(tmp_path):
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_imagenet_without_tensorflow_is_one_line_and_exit_2(backend, tmp_path):
+    pytest.importorskip(backend)
+    # any import of TensorFlow fails; a look-up (torch's importlib.util.find_spec of the
+    # libraries it skips) finds none
     block_tensorflow = (
         "import runpy, sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'tensorflow':\n"
-        "            raise ImportError('tensorflow is blocked')\n"
-        "sys.meta_path.insert(0, Block())\n"
+        "sys.modules['tensorflow'] = None\n"
         f"sys.argv = ['launch/imagenet.py', '--model_dir={tmp_path / 'run'}']\n"
         "runpy.run_path('launch/imagenet.py', run_name='__main__')\n"
     )
@@ -66,12 +93,12 @@ def test_imagenet_on_jax_is_one_line_and_exit_2_without_tensorflow(tmp_path):
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=dict(os.environ, KERAS_BACKEND="jax"),
+        env=dict(os.environ, KERAS_BACKEND=backend),
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
-        "error: launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
-        "cannot run); run it with KERAS_BACKEND=tensorflow"
+        f"error: launch/imagenet.py needs TensorFlow (its input is tf.data, which the {backend} "
+        "backend cannot run); run it with KERAS_BACKEND=tensorflow"
     ]
     assert proc.stdout == "" and not (tmp_path / "run").exists()

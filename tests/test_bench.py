@@ -291,21 +291,36 @@ def test_benchmark_compares_the_two_keras_backends_in_one_run(tmp_path):
     assert compare["jax_over_tensorflow"] == pytest.approx(1 / compare["ours_over_peer"], 1e-3)
 
 
-def test_benchmark_on_jax_refuses_tensorflow_only_flags(tmp_path):
+@pytest.mark.parametrize(
+    "keras_backend, flags, error",
+    [
+        (
+            "jax",
+            ["--intra_op_threads=2"],
+            "error: --intra_op_threads, --synthetic only apply on the TensorFlow backend (JAX "
+            "compiles every step with XLA and sets its own threads); drop them or run with "
+            "KERAS_BACKEND=tensorflow",
+        ),
+        (  # no PyTorch engine: its peer is bench/torch_twin.py
+            "torch",
+            [],
+            "error: bench/throughput.py has no engine for the torch backend; run it with "
+            "KERAS_BACKEND=tensorflow or jax",
+        ),
+    ],
+)
+def test_benchmark_refuses_what_a_backend_cannot_run(keras_backend, flags, error):
+    pytest.importorskip(keras_backend)
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "throughput.py"), "--synthetic", "--intra_op_threads=2"],
+        [sys.executable, str(BENCH / "throughput.py"), "--synthetic", *flags],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=dict(os.environ, KERAS_BACKEND="jax"),
+        env=dict(os.environ, KERAS_BACKEND=keras_backend),
         timeout=300,
     )
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "error: --intra_op_threads, --synthetic only apply on the TensorFlow backend (JAX "
-        "compiles every step with XLA and sets its own threads); drop them or run with "
-        "KERAS_BACKEND=tensorflow"
-    )
+    assert proc.stderr.strip().splitlines()[-1] == error
     assert proc.stdout == ""
 
 

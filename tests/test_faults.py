@@ -1,4 +1,4 @@
-"""Faults a real run meets, on the TensorFlow and the JAX backend where both can meet them: bad
+"""Faults a real run meets, on the TensorFlow, JAX and PyTorch backends where each meets them: bad
 labels and a folder of checkpoints without its config.json (refused before anything is written,
 exit 2), a full disk (one line, exit 4, the checkpoint before intact, a rerun resumes), a second
 run into a folder in use (refused naming the holder, exit 2) and a killed run's folder (taken
@@ -6,6 +6,7 @@ again at once)."""
 
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import re
@@ -32,7 +33,13 @@ SMALL = [
     "--eval_every=4",
     "--seed=3",
 ]
-BACKENDS = ("tensorflow", "jax")
+# PyTorch where it is installed (an extra: pip install -e '.[torch]')
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+BACKENDS = (
+    "tensorflow",
+    "jax",
+    pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")),
+)
 
 
 def cifar(backend: str, *args):

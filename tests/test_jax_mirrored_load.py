@@ -9,7 +9,7 @@ Each run is a subprocess with KERAS_BACKEND=jax and ``sys.modules["tensorflow"] 
 import pytest
 
 pytest.importorskip("jax")
-from test_jax_backend import final_json, launch  # noqa: E402
+from test_tensorflow_free_backends import final_json, launch  # noqa: E402
 
 RUNS = 3
 

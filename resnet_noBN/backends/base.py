@@ -33,12 +33,12 @@ class Runtime:
     """Where a launcher trains: the strategy (TensorFlow) or devices (JAX), the seed, and the
     dtype policy the network is built in (``--precision``)."""
 
-    strategy: object  # a tf.distribute.Strategy, or None on JAX
+    strategy: object  # a tf.distribute.Strategy, or None on JAX and PyTorch
     is_chief: bool
     input_pipelines: int
     seed: int
     replicas: int
-    devices: tuple = ()  # JAX: the devices that share each batch
+    devices: tuple = ()  # JAX: the devices that share each batch; PyTorch: its one device
     precision: str = "float32"
 
 
@@ -97,6 +97,29 @@ class Backend:
     def refuse(self, cfg: RuntimeConfig, also: dict[str, object]) -> None:
         """InputError for a flag of ``cfg`` (or of ``also``, a launcher's own flags by name,
         None or False: not given) that means nothing on this backend. Here: none."""
+
+    def refuse_tensorflow_only(
+        self, cfg: RuntimeConfig, also: dict[str, object], strategies: tuple[str, ...], why: str
+    ) -> None:
+        """:meth:`refuse` for a backend that runs ``strategies`` and none of TensorFlow's own
+        flags: a strategy outside them, then any TensorFlow-only flag given (of ``cfg``, then
+        ``also``), in one line naming them; ``why``: why those flags mean nothing here."""
+        if cfg.strategy not in strategies:
+            raise InputError(
+                f"--strategy={cfg.strategy} needs TensorFlow (the {self.name} backend trains on "
+                f"{'one host' if len(strategies) > 1 else 'one device'}: "
+                f"--strategy={' or '.join(strategies)}); run with KERAS_BACKEND=tensorflow"
+            )
+        given = [*cfg.tensorflow_only_given()] + [
+            flag for flag, value in also.items() if value not in (None, False)
+        ]
+        if given:
+            raise InputError(
+                f"{', '.join('--' + flag for flag in given)} "
+                f"{'only applies' if len(given) == 1 else 'only apply'} on the TensorFlow backend "
+                f"({why}); drop {'it' if len(given) == 1 else 'them'} or run with "
+                "KERAS_BACKEND=tensorflow"
+            )
 
     def agree_seed(self, runtime: Runtime, seed: int) -> int:
         """The seed every process of the job uses (one process: ``seed``)."""

@@ -1,24 +1,21 @@
 """The JAX backend: one host, ``--strategy=default`` (one device) or ``mirrored`` (every local
 device, each batch split between them), ``trainers.jax_training.JaxTrainer``, batches made on
-the device from the uint8 split kept there. Nothing of TensorFlow is imported, so it reads
---data_path only (tensorflow-datasets needs TensorFlow), and ImageNet (tf.data over TFRecords)
-stays on TensorFlow."""
+the device from the uint8 split kept there (``splits_in_memory``). Nothing of TensorFlow is
+imported, so it reads --data_path only (tensorflow-datasets needs TensorFlow), and ImageNet
+(tf.data over TFRecords) stays on TensorFlow."""
 
 from __future__ import annotations
 
 import jax
 
-from resnet_noBN.backends.base import LAUNCHERS, Backend, Runtime
+from resnet_noBN.backends.base import LAUNCHERS, Runtime
+from resnet_noBN.backends.splits_in_memory import SplitsInMemory
 from resnet_noBN.configs.choices import JAX_STRATEGIES
-from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
-from resnet_noBN.datasets.cifar_data import load_split
-from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.datasets.stream import TrainSplit
 from resnet_noBN.trainers.jax_training import JaxTrainer
 
 
-class JaxBackend(Backend):
+class JaxBackend(SplitsInMemory):
     name = "jax"
     launchers = tuple(launcher for launcher in LAUNCHERS if launcher != "imagenet")
     replicas_are = "devices"
@@ -26,20 +23,9 @@ class JaxBackend(Backend):
     def refuse(self, cfg: RuntimeConfig, also: dict[str, object]) -> None:
         """A strategy other than default/mirrored, and any TensorFlow-only flag given (of
         ``cfg``, then ``also``: a launcher's own, None or False when not given)."""
-        if cfg.strategy not in JAX_STRATEGIES:
-            raise InputError(
-                f"--strategy={cfg.strategy} needs TensorFlow (the JAX backend trains on one host: "
-                f"--strategy={' or '.join(JAX_STRATEGIES)}); run with KERAS_BACKEND=tensorflow"
-            )
-        given = [*cfg.tensorflow_only_given()] + [
-            flag for flag, value in also.items() if value not in (None, False)
-        ]
-        if given:
-            raise InputError(
-                f"{', '.join('--' + flag for flag in given)} only apply on the TensorFlow backend "
-                "(JAX compiles every step with XLA and sets its own threads); drop "
-                f"{'it' if len(given) == 1 else 'them'} or run with KERAS_BACKEND=tensorflow"
-            )
+        self.refuse_tensorflow_only(
+            cfg, also, JAX_STRATEGIES, "JAX compiles every step with XLA and sets its own threads"
+        )
 
     def open(self, cfg: RuntimeConfig) -> Runtime:
         local = jax.local_devices()
@@ -54,22 +40,6 @@ class JaxBackend(Backend):
         when given; JAX compiles every step)."""
         kwargs.pop("jit_compile", None)
         return JaxTrainer(build_model, cfg, model_dir, devices=list(runtime.devices), **kwargs)
-
-    def prepare_tfds(self, data: DataConfig) -> None:
-        """DataError: tensorflow-datasets needs TensorFlow."""
-        raise DataError(
-            "reading tensorflow-datasets needs TensorFlow: on the JAX backend pass --data_path "
-            "(the official binary files or an image folder; see data/README.md)"
-        )
-
-    def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):
-        """A ``TrainSplit`` and the test split's arrays."""
-        train = load_split(data.dataset, "train", data.data_path, data.cifar100_layout)
-        test = load_split(data.dataset, "test", data.data_path, data.cifar100_layout)
-        return TrainSplit(*train, seed=seed, pad=data.pad), test
-
-    def evaluation_source(self, images, labels, batch: int):
-        return images, labels
 
     def hardware(self, runtime: Runtime) -> dict:
         return {"devices": [str(d.device_kind) for d in runtime.devices]}

@@ -1,7 +1,7 @@
 """The backend of this process, chosen once from the Keras backend (``KERAS_BACKEND`` or
 ``~/.keras/keras.json``, read by Keras when it is first imported).
 
-Adding a backend (PyTorch, JAX over several hosts): a module implementing ``base.Backend`` and
+Adding a backend (JAX over several hosts, say): a module implementing ``base.Backend`` and
 an entry in :data:`BACKENDS`, a function importing it (so no backend's library is imported
 unless it runs).
 """
@@ -29,8 +29,14 @@ def _jax() -> Backend:
     return JaxBackend()
 
 
+def _torch() -> Backend:
+    from resnet_noBN.backends.torch_backend import TorchBackend
+
+    return TorchBackend()
+
+
 # keras.backend.backend() -> the function building its Backend
-BACKENDS = {"tensorflow": _tensorflow, "jax": _jax}
+BACKENDS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
 
 
 def name() -> str:

@@ -4,8 +4,9 @@ Section 4 ("standard data augmentation", as the original ``cifar_input.py``).
 
 The stream is a pure function of (seed, step), so a run resumed at any step sees exactly the
 batches the uninterrupted run saw, on TensorFlow (``cifar_input.build_dataset`` maps
-:func:`training_batch` over a step counter in ``tf.data``) and on JAX (``jax_training`` calls it
-inside the compiled step, on the accelerator, from the uint8 training set kept there):
+:func:`training_batch` over a step counter in ``tf.data``), on JAX (``jax_training`` calls it
+inside the compiled step, on the accelerator, from the uint8 training set kept there) and on
+PyTorch (``torch_training`` calls it before each eager step, on the device):
 
 * **Order**: epoch e is a permutation of the split keyed by (seed, e) (:func:`epoch_permutation`);
   the stream is epoch 0, epoch 1, ... back to back, and the batch of step s is its positions
@@ -20,7 +21,11 @@ finaliser, a bijection of uint32) because no library gives the same stateless ra
 every backend: TensorFlow's stateless ops are Philox-based, JAX's threefry-based, and host-side
 numpy would leave the accelerator waiting and could not run inside a traced ``tf.data`` function
 (parameter-server workers run the dataset function as a graph). uint32 multiply, xor and shift
-wrap identically on TensorFlow, JAX and numpy, so the draws are bit-identical.
+wrap identically on TensorFlow, JAX and numpy, so the draws are bit-identical. PyTorch has no
+uint32 arithmetic (Keras holds "uint32" there as torch.int64), so each product and each cast to
+"uint32" is masked to its low 32 bits (:func:`_wrap32`): a no-op on TensorFlow and JAX, and on
+torch the int64 products agree with uint32's modulo 2**32 (int64 multiplication wraps modulo
+2**64), so PyTorch draws the same bits too.
 """
 
 from __future__ import annotations
@@ -54,13 +59,19 @@ def _u32(value):
     return ops.convert_to_tensor(np.asarray(value, np.uint32))
 
 
+def _wrap32(x):
+    """``x`` modulo 2**32: uint32 as it is (TensorFlow, JAX); PyTorch's int64 stand-in for
+    "uint32" cut to the low 32 bits, as uint32 arithmetic would have wrapped."""
+    return ops.bitwise_and(x, _u32(0xFFFFFFFF))
+
+
 def mix32(x):
     """MurmurHash3's 32-bit finaliser (fmix32) of a uint32 tensor: a bijection of uint32 in
     which every input bit flips each output bit with probability about 1/2."""
     x = ops.bitwise_xor(x, ops.right_shift(x, _u32(16)))
-    x = ops.multiply(x, _u32(0x85EBCA6B))
+    x = _wrap32(ops.multiply(x, _u32(0x85EBCA6B)))
     x = ops.bitwise_xor(x, ops.right_shift(x, _u32(13)))
-    x = ops.multiply(x, _u32(0xC2B2AE35))
+    x = _wrap32(ops.multiply(x, _u32(0xC2B2AE35)))
     return ops.bitwise_xor(x, ops.right_shift(x, _u32(16)))
 
 
@@ -68,7 +79,7 @@ def stream_key(*words):
     """A uint32 key hashed from integers (Python ints or integer scalar tensors), in order."""
     key = _u32(_GOLDEN)
     for word in words:
-        word = _u32(word % 2**32) if isinstance(word, int) else ops.cast(word, "uint32")
+        word = _u32(word % 2**32) if isinstance(word, int) else _wrap32(ops.cast(word, "uint32"))
         key = mix32(ops.bitwise_xor(key, word))
     return key
 

@@ -10,7 +10,7 @@ The record (:func:`record`) has one section per config::
               the precision (``RuntimeConfig.precision``)
     data      what was read (``DataConfig``: data set, where from, layout, padding) and the
               train and test counts
-    backend   "tensorflow" or "jax" (a run resumes on the backend it started on)
+    backend   "tensorflow", "jax" or "torch" (a run resumes on the backend it started on)
     seed      the run's seed, which a rerun without --seed reuses
     runtime   where it computed (``Backend.report``: strategy, devices, versions); never compared
 

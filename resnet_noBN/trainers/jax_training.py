@@ -15,79 +15,34 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
 * **Devices.** ``devices`` (default: the first local device) share each batch along its first
   axis (``jax.sharding``: the weights replicated, the batch split; XLA inserts the gradient
   all-reduce), the ``MirroredStrategy`` of one host.
-* **Checkpoints**: ``ckpt-<step>.npz`` (every model and optimizer variable, by its Keras path)
-  and the index ``checkpoints.json``, each written to a temporary file and renamed, so a kill
-  during a save leaves the previous checkpoint the latest; an unreadable newest checkpoint is
-  named and the one before it restored.
-* **Preemption**: ``preemption.local_guard`` (SIGTERM/SIGINT: the call ends, a checkpoint,
-  ``Preempted``).
+* **Checkpoints and preemption**: :class:`trainers.one_process.OneProcessTrainer`'s
+  (``ckpt-<step>.npz`` and ``checkpoints.json``, from the compiled steps' values: ``_sync``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import json
-import os
-import zipfile
-from collections.abc import Callable
-
 import jax
-import keras
 import numpy as np
 
-from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import preemption, storage
-from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
-from resnet_noBN.trainers.recipe import (
-    TrainConfig,
-    eval_counts,
-    learning_rate_schedule,
-    make_optimizer,
-    objective,
-)
-from resnet_noBN.trainers.run_log import RunLog
+from resnet_noBN.trainers.one_process import OneProcessTrainer
+from resnet_noBN.trainers.recipe import eval_counts, objective
 
-INDEX_FILE = CHECKPOINT_INDEXES[1]
 # Steps dispatched ahead of the host on a multi-device CPU mesh: half of the 32 computations per
 # device that XLA's CPU client admits before a launch blocks one of its threads (see run_steps).
 # A wait per 16 steps costs the host's dispatch of one step (~1 ms) against >= 10 ms of compute.
 CPU_STEPS_IN_FLIGHT = 16
 
 
-class JaxTrainer(TrainLoop):
-    """Model, optimizer, checkpoints and the compiled steps on ``devices`` of this host.
+class JaxTrainer(OneProcessTrainer):
+    """:class:`OneProcessTrainer` with compiled steps on ``devices`` of this host (default: the
+    first local device)."""
 
-    ``train(source, eval_source)``: ``source`` a ``stream.TrainSplit``, ``eval_source`` the test
-    split as (uint8 images, int32 labels), evaluated whole, in order, standardised only.
-    ``schedule`` and ``top5`` as in ``training.Trainer``.
-    """
-
-    def __init__(
-        self,
-        build_model: Callable[[], keras.Model],
-        cfg: TrainConfig,
-        model_dir: str,
-        title: str = "",
-        schedule=None,
-        top5: bool = False,
-        devices: list | None = None,
-        time_budget_s: float | None = None,
-    ):
-        self.cfg, self.model_dir, self.top5, self.time_budget_s = (
-            cfg,
-            model_dir,
-            top5,
-            time_budget_s,
-        )
+    def __init__(self, build_model, cfg, model_dir: str, devices: list | None = None, **kwargs):
+        super().__init__(build_model, cfg, model_dir, **kwargs)
         # the batch splits evenly over them: the backend checked it (base.Backend.start)
         self.devices = devices or jax.local_devices()[:1]
-        self.model = build_model()
-        self._schedule = schedule or learning_rate_schedule(cfg)
-        self.optimizer = make_optimizer(cfg, self._schedule)
-        self.optimizer.build(self.model.trainable_variables)
         decayed = {id(w) for w in decayed_weights(self.model)}
         self._decayed = [
             i for i, v in enumerate(self.model.trainable_variables) if id(v) in decayed
@@ -95,20 +50,11 @@ class JaxTrainer(TrainLoop):
         mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
         self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         self._split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
-        self.log = RunLog(model_dir, title)
         self._state = None  # (trainable, non-trainable, optimizer) values between calls
-        self._step = 0
         self._step_jit = jax.jit(self._step_fn, static_argnums=(6, 7), donate_argnums=(0, 1))
         self._eval_batch = jax.jit(self._eval_batch_fn)
 
     # ----------------------------------------------------------------- compiled steps
-    def _variables(self):
-        return (
-            self.model.trainable_variables,
-            self.model.non_trainable_variables,
-            self.optimizer.variables,
-        )
-
     def _values(self):
         """The Keras variables' values, grouped as the compiled step's state."""
         return tuple([v.value for v in group] for group in self._variables())
@@ -143,19 +89,7 @@ class JaxTrainer(TrainLoop):
         return eval_counts(logits, labels, self.top5)
 
     # ----------------------------------------------------------------- the backend's part
-    @property
-    def step(self) -> int:
-        return self._step
-
-    def learning_rate(self) -> float:
-        return float(keras.ops.convert_to_numpy(self._schedule(self._step)))
-
-    def start(self, source, step: int):
-        if self.cfg.batch_size > len(source.images):
-            raise DataError(
-                f"--batch_size={self.cfg.batch_size} exceeds the {len(source.images)} training "
-                "images; use a smaller batch"
-            )
+    def place(self, source) -> dict:
         self._state = jax.device_put(self._values(), self._replicated)
         return {
             "images": jax.device_put(source.images, self._replicated),
@@ -216,13 +150,6 @@ class JaxTrainer(TrainLoop):
                 )
             )
 
-    def guard(self, print_fn):
-        return preemption.local_guard(self.save_if_new, self.preempted_message, print_fn)
-
-    def weights_digest(self) -> str:
-        self._sync()
-        return super().weights_digest()
-
     def _sync(self) -> None:
         """Copy the values of the compiled steps into the Keras variables."""
         if self._state is None:
@@ -230,69 +157,3 @@ class JaxTrainer(TrainLoop):
         for group, values in zip(self._variables(), self._state):
             for variable, value in zip(group, values):
                 variable.assign(value)
-
-    # ----------------------------------------------------------------- checkpoints
-    def _named_variables(self) -> dict:
-        named = {}
-        for prefix, group in zip(("model", "model", "optimizer"), self._variables()):
-            for variable in group:
-                name = f"{prefix}/{variable.path}"
-                if name in named:
-                    raise ValueError(f"two variables named {name}: checkpoints need unique paths")
-                named[name] = variable
-        return named
-
-    def _index(self) -> list[str]:
-        path = os.path.join(self.model_dir, INDEX_FILE)
-        if not os.path.exists(path):
-            return []
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)["checkpoints"]
-
-    def checkpoints(self) -> list[str]:
-        return [os.path.join(self.model_dir, name) for name in self._index()]
-
-    def save(self) -> None:
-        """Write ``ckpt-<step>.npz`` and then the index, each atomically (temporary file, fsync,
-        rename); drop checkpoints beyond ``cfg.max_checkpoints``."""
-        self._sync()
-        os.makedirs(self.model_dir, exist_ok=True)
-        name = f"ckpt-{self._step}.npz"
-        arrays = {k: keras.ops.convert_to_numpy(v) for k, v in self._named_variables().items()}
-        storage.atomic_write(os.path.join(self.model_dir, name), lambda f: np.savez(f, **arrays))
-        names = [n for n in self._index() if n != name] + [name]
-        keep, drop = names[-self.cfg.max_checkpoints :], names[: -self.cfg.max_checkpoints]
-        storage.atomic_write(
-            os.path.join(self.model_dir, INDEX_FILE),
-            lambda f: f.write(json.dumps({"checkpoints": keep}, indent=1).encode()),
-        )
-        for old in drop:
-            try:
-                os.remove(os.path.join(self.model_dir, old))
-            except FileNotFoundError:
-                pass
-        self._saved_step = self._step
-
-    unreadable = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
-
-    def remove_partial(self) -> None:
-        """Remove the temporary files of writes cut short (``storage.atomic_write``'s)."""
-        for path in glob.glob(
-            os.path.join(glob.escape(self.model_dir), "*" + storage.TEMPORARY_SUFFIX)
-        ):
-            with contextlib.suppress(OSError):
-                os.remove(path)
-
-    def read_checkpoint(self, path: str) -> None:
-        """Every variable read and its shape checked before any is assigned."""
-        variables = self._named_variables()
-        with np.load(path) as saved:
-            values = {name: saved[name] for name in variables}
-        for name, value in values.items():
-            if value.shape != tuple(variables[name].shape):
-                raise ValueError(
-                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
-                )
-        for name, value in values.items():
-            variables[name].assign(value)
-        self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))

@@ -3,12 +3,13 @@
 
     cost = softmax cross-entropy averaged over the GLOBAL batch + r · Σ‖W‖²/2 over conv kernels.
 
-Both training loops (``training`` on TensorFlow, ``jax_training`` on JAX) take these, so the
-recipe is written once. No TensorFlow here: only Keras and ``keras.ops``.
+Every training loop (``training`` on TensorFlow, ``jax_training`` on JAX, ``torch_training``
+on PyTorch) takes these, so the recipe is written once. No TensorFlow here: only Keras and
+``keras.ops``.
 
 The loss and the optimizer are chosen by name (``--loss``, ``--optimizer``), defaulting to the
 paper's; another one is a function and an entry in ``LOSSES`` or ``OPTIMIZERS``, nothing else:
-the flag's choices, its check and both loops follow.
+the flag's choices, its check and every loop follow.
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""Run on the JAX or the PyTorch backend (KERAS_BACKEND) by
+tests/test_tensorflow_free_backends.py, in a process where TensorFlow cannot be imported:
+``python tests/backend_probe.py IN.npz OUT.npz``.
+
+IN holds the inputs the TensorFlow side used; OUT gets what this backend computes from them:
+the logits of each weights file, the losses of steps of this backend's trainer from those
+weights on the stream's batches, the dtypes of a residual add's and a convolution's output under
+mixed_bfloat16, and the stream's uint8 batches.
+"""
+
+import json
+import os
+import sys
+
+sys.modules["tensorflow"] = None  # any import of TensorFlow fails
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from resnet_noBN.backends import registry  # noqa: E402
+from resnet_noBN.configs.runtime_config import RuntimeConfig  # noqa: E402
+from resnet_noBN.datasets import stream  # noqa: E402
+from resnet_noBN.datasets.stream import TrainSplit  # noqa: E402
+from resnet_noBN.models.model import ModelConfig, build_cifar_model  # noqa: E402
+from resnet_noBN.trainers.recipe import TrainConfig  # noqa: E402
+
+given = np.load(sys.argv[1])
+spec = json.loads(str(given["spec"]))
+backend = registry.current()
+assert backend.name == spec["backend"], backend.name
+runtime = backend.open(RuntimeConfig())
+out = {}
+for name in spec["models"]:
+    model_cfg = ModelConfig.preset(name)
+    weights = os.path.join(spec["dir"], f"{name}.weights.h5")
+    model = build_cifar_model(model_cfg)
+    model.load_weights(weights)
+    out[f"logits_{name}"] = keras.ops.convert_to_numpy(model(given["inputs"], training=False))
+
+    def build(model_cfg=model_cfg, weights=weights):
+        net = build_cifar_model(model_cfg)
+        net.load_weights(weights)
+        return net
+
+    model_dir = os.path.join(spec["dir"], f"{backend.name}_{name}")
+    trainer = backend.make_trainer(runtime, build, TrainConfig(**spec["train"]), model_dir)
+    data = trainer.start(TrainSplit(given["images"], given["labels"], spec["seed"]), 0)
+    out[f"losses_{name}"] = np.array([trainer.run_steps(data, 1)[0] for _ in range(3)])
+mixed = build_cifar_model(ModelConfig.preset("small"), "mixed_bfloat16")
+probe = keras.Model(
+    mixed.input, [mixed.get_layer(f"stage1_unit0_{part}").output for part in ("add", "conv2")]
+)
+out["mixed_dtypes"] = [keras.backend.standardize_dtype(t.dtype) for t in probe(given["inputs"])]
+for seed, step in spec["batches"]:
+    images, labels = stream.augmented_batch(
+        keras.ops.convert_to_tensor(given["images"]),
+        keras.ops.convert_to_tensor(given["labels"]),
+        seed,
+        step,
+        spec["train"]["batch_size"],
+        2,
+    )
+    out[f"batch_{seed}_{step}"] = keras.ops.convert_to_numpy(images)
+    out[f"labels_{seed}_{step}"] = keras.ops.convert_to_numpy(labels)
+np.savez(sys.argv[2], **out)

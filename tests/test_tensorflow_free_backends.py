@@ -1,0 +1,266 @@
+"""The backends without TensorFlow, JAX and PyTorch: the same network, recipe and stream as
+TensorFlow's, and a training run with no TensorFlow at all (CPU; `jax` is in the test extras,
+`torch` an extra of its own: its cases skip where it is not installed).
+
+Each JAX or PyTorch side runs in a subprocess with KERAS_BACKEND set and
+``sys.modules["tensorflow"] = None``, so any import of TensorFlow on that path fails the test.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_noBN.datasets import cifar_data, cifar_input, stream
+from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.trainers.training import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_TF = 'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "launch/cifar.py"; '
+NO_TF += 'runpy.run_path("launch/cifar.py", run_name="__main__")'
+BACKENDS = ("jax", "torch")  # KERAS_BACKEND names; each is also the module it needs
+
+
+def backend_env(backend: str) -> dict:
+    """This process's variables, ``backend`` the Keras backend, on the CPU."""
+    pytest.importorskip(backend)
+    return {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        "PYTHONPATH": str(ROOT),
+        "JAX_PLATFORMS": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+MODELS = ("paper", "small")  # presets.MODELS names
+TRAIN = {"batch_size": 8, "train_steps": 3}
+SEED = 11
+BATCHES = [[11, 0], [11, 4], [3, 9]]  # (seed, step); step 4 of 40 records / 8 spans two epochs
+
+
+@pytest.fixture(scope="module")
+def tensorflow_side(tmp_path_factory, write_cifar):
+    """What TensorFlow computes, once for every backend compared with it: weights files of
+    each model (seed 5), their logits on fixed inputs, the first 3 losses of TensorFlow's
+    trainer from them on the stream of 40 CIFAR-10 records (seed 11), and the inputs."""
+    folder = tmp_path_factory.mktemp("tensorflow")
+    write_cifar(folder / "cifar-10-batches-bin", "cifar10", 8)  # 40 training records
+    images, labels = cifar_data.load_split("cifar10", "train", folder)
+    inputs = np.random.default_rng(0).normal(size=(8, 32, 32, 3)).astype(np.float32)
+    logits, losses = {}, {}
+    for name in MODELS:
+        model_cfg = ModelConfig.preset(name)
+        keras.utils.set_random_seed(5)
+        model = build_cifar_model(model_cfg)
+        weights = str(folder / f"{name}.weights.h5")
+        model.save_weights(weights)
+        logits[name] = model(inputs, training=False).numpy()
+
+        def build(model_cfg=model_cfg, weights=weights):
+            net = build_cifar_model(model_cfg)
+            net.load_weights(weights)
+            return net
+
+        trainer = Trainer(
+            tf.distribute.get_strategy(), build, TrainConfig(**TRAIN), str(folder / f"tf_{name}")
+        )
+        fn = cifar_input.split_fns("cifar10", data_path=folder, seed=SEED)
+        iterator = trainer.start(fn("train", TRAIN["batch_size"]), 0)
+        losses[name] = np.array([trainer.run_steps(iterator, 1)[0] for _ in range(3)])
+    return folder, images, labels, inputs, logits, losses
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backends_agree_on_weights_logits_steps_and_batches(backend, tmp_path, tensorflow_side):
+    """Weights saved on TensorFlow load on ``backend``: logits within 1e-5 of the largest logit
+    (the paper's network and the small one); from those weights, the first 3 training steps of
+    each backend's trainer on the same stream give losses within 1e-4 relative; the stream's
+    uint8 batches and labels are bit-identical, one batch across an epoch boundary; under
+    mixed_bfloat16 the residual stream stays float32."""
+    env = backend_env(backend)
+    folder, images, labels, inputs, logits, losses = tensorflow_side
+    spec = {
+        "backend": backend,
+        "dir": str(folder),
+        "models": MODELS,
+        "train": TRAIN,
+        "seed": SEED,
+        "batches": BATCHES,
+    }
+    given = tmp_path / "given.npz"
+    np.savez(given, inputs=inputs, images=images, labels=labels, spec=json.dumps(spec))
+    probe = [sys.executable, str(ROOT / "tests" / "backend_probe.py"), str(given)]
+    subprocess.run([*probe, str(tmp_path / "out.npz")], env=env, check=True, timeout=900)
+    out = np.load(tmp_path / "out.npz")
+    for name in MODELS:
+        scale = np.abs(logits[name]).max()
+        np.testing.assert_allclose(out[f"logits_{name}"], logits[name], rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(out[f"losses_{name}"], losses[name], rtol=1e-4)
+        assert losses[name][2] != losses[name][0]  # the steps did update the weights
+    # mixed_bfloat16: the convolutions in bfloat16, the residual stream in float32
+    assert list(out["mixed_dtypes"]) == ["float32", "bfloat16"]
+    for seed, step in BATCHES:
+        batch, batch_labels = stream.augmented_batch(
+            tf.constant(images), tf.constant(labels), seed, step, TRAIN["batch_size"], 2
+        )
+        np.testing.assert_array_equal(out[f"batch_{seed}_{step}"], batch.numpy())
+        np.testing.assert_array_equal(out[f"labels_{seed}_{step}"], batch_labels.numpy())
+
+
+def launch(args, backend: str = "jax", **kwargs):
+    """launch/cifar.py with ``args`` on ``backend``, TensorFlow unimportable: the process."""
+    return subprocess.Popen(
+        [sys.executable, "-c", NO_TF, *args],
+        cwd=ROOT,
+        env=backend_env(backend),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def small_run(tmp_path, write_cifar, **intervals) -> list[str]:
+    """Writes 40 training / 8 test CIFAR-10 records under tmp_path/data; returns the flags of a
+    small run on them (1 block per stage, batch 8, seed 4) with the given --name=value
+    ``intervals``."""
+    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    return [
+        f"--data_path={tmp_path / 'data'}",
+        "--model=small",
+        "--batch_size=8",
+        "--eval_batch_size=16",
+        "--seed=4",
+        *(f"--{name}={value}" for name, value in intervals.items()),
+    ]
+
+
+def final_json(output: str) -> dict:
+    return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
+    backend, tmp_path, write_cifar
+):
+    """launch/cifar.py on ``backend`` with TensorFlow unimportable writes the run's files
+    (metrics.jsonl, train.jsonl, test_error.png, TensorBoard's events); SIGTERM at step 3
+    checkpoints and exits 3; the rerun resumes there and ends with the weights of an
+    uninterrupted run."""
+    common = small_run(
+        tmp_path, write_cifar, train_steps=10, log_every=1, eval_every=5, checkpoint_every=5
+    )
+    whole = launch([*common, f"--model_dir={tmp_path / 'whole'}"], backend)
+    out, _ = whole.communicate(timeout=600)
+    assert whole.returncode == 0, out
+    assert f"{backend} backend" in out
+    expected = final_json(out)
+    assert expected["final_step"] == 10 and expected["test_examples"] == 8
+    whole_dir = tmp_path / "whole"
+    assert [json.loads(line)["step"] for line in open(whole_dir / "metrics.jsonl")] == [5, 10]
+    assert len((whole_dir / "train.jsonl").read_text().splitlines()) == 10
+    assert (whole_dir / "test_error.png").stat().st_size > 0
+    assert [
+        len(list((whole_dir / part).glob("events.out.tfevents.*"))) for part in ("train", "eval")
+    ] == [1, 1]
+
+    run = launch([*common, f"--model_dir={tmp_path / 'cut'}"], backend)
+    lines = []
+    for line in run.stdout:
+        lines.append(line)
+        if line.startswith("step       3"):
+            run.send_signal(signal.SIGTERM)
+            break
+    rest, _ = run.communicate(timeout=600)
+    first = "".join(lines) + rest
+    assert run.returncode == 3, first
+    assert "SIGTERM received" in first and "preempted at step" in first
+    stopped = int(first.split("preempted at step ")[1].split(":")[0])
+    assert 3 <= stopped < 10
+    assert json.loads((tmp_path / "cut" / "checkpoints.json").read_text())["checkpoints"][-1] == (
+        f"ckpt-{stopped}.npz"
+    )
+    again = launch([*common, f"--model_dir={tmp_path / 'cut'}"], backend)
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert f"resumed from {tmp_path / 'cut' / f'ckpt-{stopped}.npz'} at step {stopped}" in out
+    assert final_json(out)["weights_sha256"] == expected["weights_sha256"]
+    config = json.loads((tmp_path / "cut" / "config.json").read_text())
+    assert config["backend"] == backend and config["runtime"]["backend"] == backend
+
+
+# What each backend refuses beside the TensorFlow-only flags: the strategies it cannot run
+REFUSED_STRATEGIES = {"jax": ("--strategy=multi_worker",), "torch": ("--strategy=mirrored",)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensorflow_only_flags_and_a_corrupt_checkpoint(backend, tmp_path, write_cifar):
+    """A TensorFlow-only flag (or strategy) is one line and exit 2 with nothing written; a
+    truncated newest checkpoint is named and the one before it restored; a TensorFlow run's
+    folder is refused."""
+    common = small_run(tmp_path, write_cifar, log_every=2, eval_every=4, checkpoint_every=2)
+    for flag in ("--jit_compile", "--intra_op_threads=2", *REFUSED_STRATEGIES[backend]):
+        bad = launch([*common, "--train_steps=4", flag, f"--model_dir={tmp_path / 'bad'}"], backend)
+        out, _ = bad.communicate(timeout=300)
+        assert bad.returncode == 2, out
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and flag.split("=")[0] in errors[0], out
+        assert not (tmp_path / "bad").exists()
+    first = launch([*common, "--train_steps=4", f"--model_dir={tmp_path / 'run'}"], backend)
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out
+    newest = tmp_path / "run" / "ckpt-4.npz"
+    newest.write_bytes(newest.read_bytes()[:1000])  # a save cut short
+    again = launch([*common, "--train_steps=6", f"--model_dir={tmp_path / 'run'}"], backend)
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert f"warning: checkpoint {newest} cannot be restored" in out
+    assert f"resumed from {tmp_path / 'run' / 'ckpt-2.npz'} at step 2" in out
+    assert final_json(out)["final_step"] == 6
+    (tmp_path / "tf").mkdir()
+    (tmp_path / "tf" / "config.json").write_text(
+        (tmp_path / "run" / "config.json").read_text().replace(f'"{backend}"', '"tensorflow"')
+    )
+    refused = launch([*common, "--train_steps=2", f"--model_dir={tmp_path / 'tf'}"], backend)
+    out, _ = refused.communicate(timeout=300)
+    assert refused.returncode == 2 and f"backend='tensorflow' there, '{backend}' now" in out, out
+
+
+def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
+    """On PyTorch: a mixed_bfloat16 run out of --time_budget_s after its first call saves that
+    step and exits 3, the rerun resumes and finishes; a diverging run stops with exit 1 and one
+    line naming the last good checkpoint."""
+    common = small_run(tmp_path, write_cifar, log_every=2, eval_every=4, checkpoint_every=2)
+    bf16 = [*common, "--precision=mixed_bfloat16", "--train_steps=4"]
+    cut = launch([*bf16, "--time_budget_s=0.01", f"--model_dir={tmp_path / 'bf16'}"], "torch")
+    out, _ = cut.communicate(timeout=300)
+    assert cut.returncode == 3, out
+    assert "time budget of 0.01 s reached at step 1: a checkpoint of that step is in " in out
+    again = launch([*bf16, f"--model_dir={tmp_path / 'bf16'}"], "torch")
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert f"resumed from {tmp_path / 'bf16' / 'ckpt-1.npz'} at step 1" in out
+    result = final_json(out)
+    assert result["final_step"] == 4 and result["test_examples"] == 8
+    config = json.loads((tmp_path / "bf16" / "config.json").read_text())
+    assert config["recipe"]["precision"] == "mixed_bfloat16" and config["backend"] == "torch"
+
+    nan = launch(
+        [*common, "--train_steps=8", "--learning_rate=1e12", f"--model_dir={tmp_path / 'nan'}"],
+        "torch",
+    )
+    out, _ = nan.communicate(timeout=300)
+    assert nan.returncode == 1, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("error: loss is ") and "training diverged; the latest checkpoint" in last
+    assert "Traceback" not in out
