@@ -9,8 +9,13 @@ multi-worker training; with ``--ps=M``, a chief (the coordinator), N workers and
 servers. Streams every task's output prefixed with its name. The job succeeds when its trainers
 (every worker; with parameter servers, the chief) exit 0; then the serving tasks are stopped.
 When one task fails, every other is sent SIGTERM and, after ``--kill_timeout`` seconds, SIGKILL
-(a worker waiting for a peer that never comes blocks in a collective and may not stop on
-SIGTERM). The exit status is the failed task's (128 + signal for a killed one).
+(a stopped task does not act on SIGTERM); a task killed by a signal first leaves the others 3 s
+to see it gone and end on their own. A lost peer: every task of a multi-worker or
+parameter-server job ends within about its ``--peer_timeout_s`` of another dying or hanging, in
+one line naming it, with status 5 (``PEER_LOST_EXIT``); the job then exits 5 too (the job lost
+a task: rerunning the same command resumes from the latest checkpoint), and the hung task is
+stopped with the rest. Any other failure: the job's status is the failed task's (128 + signal
+for a killed one).
 
 Preemption: interrupted itself (Ctrl-C, SIGTERM, SIGHUP), it sends SIGTERM to the trainers,
 which agree on a step, save a checkpoint there and exit with status 3; then it stops the
@@ -47,7 +52,7 @@ import time
 
 from absl import app, flags
 
-from resnet_noBN.configs.errors import PREEMPTED_EXIT
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, PREEMPTED_EXIT
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
@@ -183,8 +188,10 @@ class Job:
                 if code not in (None, 0, PREEMPTED_EXIT):
                     status = 128 - code if code < 0 else code
                     print(f"{name} exited with status {status}; stopping the job", flush=True)
+                    if code < 0:  # killed: the others see it gone at once, and say so
+                        self.wait_for_others(LOST_GRACE_S)
                     self.stop()
-                    return status
+                    return self.status_after_failure(status)
             trainers = [codes[n] for n in self.trainers()]
             if all(code == 0 for code in trainers):
                 self.stop()
@@ -214,6 +221,25 @@ class Job:
                     proc.wait()
         for thread in self.threads:
             thread.join(timeout=5)
+
+    def wait_for_others(self, seconds: float) -> None:
+        """Up to ``seconds`` for every task to end on its own."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+            time.sleep(0.1)
+
+    def status_after_failure(self, status: int) -> int:
+        """5 (PEER_LOST_EXIT) where a task ended on a lost peer before it was stopped: the
+        job lost a task, and rerunning it resumes from its latest checkpoint; else ``status``,
+        the first failed task's."""
+        if any(p.returncode == PEER_LOST_EXIT for p in self.procs.values()):
+            print(
+                "a task of the job was lost; rerun the same command to resume from the latest "
+                "checkpoint",
+                flush=True,
+            )
+            return PEER_LOST_EXIT
+        return status
 
     def status_after_stop(self) -> int:
         """3 when every trainer saved a checkpoint and exited 3, else 130."""
@@ -275,6 +301,10 @@ def main(argv):
         status = job.status_after_stop()
     sys.exit(status)
 
+
+# After a task is killed, what the others get to see it gone and end on their own (a dead peer's
+# sockets close: they end within a second, in one line, with PEER_LOST_EXIT)
+LOST_GRACE_S = 3.0
 
 HOST_NETWORK_LINE = (
     "network: this host's (--network=host): the job's gRPC ports, which take no authentication, "

@@ -1,6 +1,7 @@
 """Scale-out on localhost: multi-worker, parameter servers, kill-and-resume, cluster errors,
 and the local job's network: its unauthenticated gRPC ports unreachable from other hosts."""
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -17,6 +18,7 @@ import tensorflow as tf
 from launchers import REPO
 
 from resnet_noBN.backends import distribute
+from resnet_noBN.configs.errors import PEER_LOST_EXIT
 from resnet_noBN.trainers.training import scratch_dir_name
 
 SMALL = [
@@ -83,6 +85,33 @@ def final_lines(stdout: str) -> dict[str, dict]:
             name, text = line[1:].split("] ", 1)
             lines[name] = json.loads(text)
     return lines
+
+
+def fault_at_step(job, watcher: str, step: int, victim: str, sig) -> dict:
+    """Read the running ``job``'s output; when task ``watcher`` reports a step >= ``step``,
+    send ``sig`` to task ``victim``; wait for the job (every task killed after). Returns the
+    job's ``status``, its ``output``, the ``step`` of the signal, the tasks' ``errors`` (their
+    ``error:`` lines) and the seconds from the signal to the first (``ended_in``)."""
+    pids, result, output = {}, {"step": None, "ended_in": None}, []
+    try:
+        for line in job.stdout:
+            output.append(line)
+            if line.startswith("started "):
+                pids[line.split()[1]] = int(line.split("pid=")[1])
+            if line.startswith(f"[{watcher}] step ") and "loss" in line and not result["step"]:
+                if int(line.split()[2]) >= step:
+                    result.update(step=int(line.split()[2]), at=time.monotonic())
+                    os.kill(pids[victim], sig)
+            if "] error: " in line and result["ended_in"] is None and result["step"]:
+                result["ended_in"] = time.monotonic() - result["at"]
+        result["status"] = job.wait(timeout=60)
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    result["output"] = "".join(output)
+    result["errors"] = [line for line in output if line.startswith("[") and "] error: " in line]
+    return result
 
 
 def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar_bin):
@@ -166,23 +195,16 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
     job = start_local_cluster(
         tmp_path, ["--workers=2", "--kill_timeout=5"], ["--train_steps=100000", *args]
     )
-    pids, killed_at, output = {}, None, []
-    deadline = time.monotonic() + 240
-    for line in job.stdout:
-        output.append(line)
-        if line.startswith("started "):
-            name, pid = line.split()[1], int(line.split("pid=")[1])
-            pids[name] = pid
-        if line.startswith("[worker0] step ") and "loss" in line:
-            step = int(line.split()[2])
-            if step >= 30 and killed_at is None:
-                killed_at = step
-                os.kill(pids["worker1"], signal.SIGKILL)
-        assert time.monotonic() < deadline, "".join(output[-50:])
-    assert job.wait(timeout=60) == 128 + signal.SIGKILL, "".join(output[-30:])
-    assert "worker1 exited with status 137; stopping the job" in "".join(output)
+    fault = fault_at_step(job, "worker0", 30, "worker1", signal.SIGKILL)
+    # the chief sees worker 1 gone, says so in one line and exits 5, and so does the job
+    assert fault["status"] == PEER_LOST_EXIT, fault["output"][-3000:]
+    assert "Traceback" not in fault["output"], fault["output"][-3000:]
     saved = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
-    assert saved % 10 == 0 and killed_at - 10 <= saved  # no step lost beyond the interval
+    (line,) = fault["errors"]
+    assert line.startswith("[worker0] error: worker 1 ended or stopped answering ("), line
+    assert line.endswith(f"; rerun the job to resume from {model_dir}/ckpt-{saved}\n")
+    assert fault["ended_in"] < 5
+    assert saved % 10 == 0 and fault["step"] - 10 <= saved  # no step lost beyond the interval
 
     # the killed worker's scratch checkpoints are left behind, in a folder named for its task
     # and model_dir, which its next run empties, uses and removes: nothing accumulates
@@ -196,6 +218,77 @@ def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin)
     assert set(results) == {"worker0", "worker1"}, proc.stdout[-3000:]
     assert results["worker0"]["final_step"] == saved + 10
     assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
+
+
+@pytest.mark.parametrize("fault, victim", [("kill", 0), ("stop", 0), ("stop", 1)])
+def test_a_dead_or_hung_peer_ends_the_job_in_one_line_and_status_5_and_it_resumes(
+    tmp_path, cifar_bin, fault, victim
+):
+    """kill -9 of the chief, SIGSTOP of the chief and of worker 1 (kill -9 of worker 1:
+    test_killed_worker_job_resumes_from_the_last_checkpoint): the other worker ends within
+    --peer_timeout_s and a few seconds, in one line naming the lost task and the checkpoint a
+    rerun resumes from, status 5, no traceback; the job exits 5; the rerun after a lost chief
+    resumes there."""
+    model_dir, timeout_s = tmp_path / "run", 10
+    args = [
+        "--strategy=multi_worker",
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        "--checkpoint_every=10",
+        "--eval_every=100000",
+        *SMALL,
+    ]
+    job = start_local_cluster(
+        tmp_path,
+        ["--workers=2", "--kill_timeout=2"],
+        ["--train_steps=100000", f"--peer_timeout_s={timeout_s}", *args],
+    )
+    survivor = f"worker{1 - victim}"
+    sig = signal.SIGKILL if fault == "kill" else signal.SIGSTOP
+    result = fault_at_step(job, survivor, 20, f"worker{victim}", sig)
+    assert result["status"] == PEER_LOST_EXIT, result["output"][-3000:]
+    assert "Traceback" not in result["output"], result["output"][-3000:]
+    lost = "worker 0 (chief)" if victim == 0 else "worker 1"
+    saved = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+    (line,) = result["errors"]  # the survivor's, one line
+    assert line.startswith(f"[{survivor}] error: {lost} "), line
+    assert line.endswith(f"; rerun the job to resume from {model_dir}/ckpt-{saved}\n")
+    assert result["ended_in"] < (5 if fault == "kill" else timeout_s + 10), result["ended_in"]
+    assert f"{survivor} exited with status 5" in result["output"] or fault == "kill"
+    if victim == 1:
+        return  # the rerun after a lost worker 1: test_killed_worker_job_resumes_...
+
+    proc = local_cluster(tmp_path, ["--workers=2"], [f"--train_steps={saved + 5}", *args])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"resumed from {model_dir}/ckpt-{saved} at step {saved}" in proc.stdout
+    assert final_lines(proc.stdout)["worker0"]["final_step"] == saved + 5
+
+
+def test_a_lost_parameter_server_ends_the_chief_in_one_line_and_status_5(tmp_path, cifar_bin):
+    """kill -9 of the parameter server: the chief's next step fails, it names the lost task in
+    one line and exits 5 at once, no traceback; the job exits 5."""
+    model_dir = tmp_path / "ps_run"
+    job = start_local_cluster(
+        tmp_path,
+        ["--workers=1", "--ps=1", "--kill_timeout=2"],
+        [
+            "--strategy=parameter_server",
+            f"--data_path={cifar_bin}",
+            f"--model_dir={model_dir}",
+            "--train_steps=100000",
+            "--checkpoint_every=10",
+            "--eval_every=100000",
+            *SMALL,
+        ],
+    )
+    result = fault_at_step(job, "chief0", 15, "ps0", signal.SIGKILL)  # ckpt-10 written by then
+    assert result["status"] == PEER_LOST_EXIT, result["output"][-3000:]
+    assert "Traceback" not in result["output"], result["output"][-3000:]
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    (line,) = result["errors"]
+    assert line.startswith("[chief0] error: ps 0 ended or stopped answering ("), line
+    assert latest and line.endswith(f"; rerun the job to resume from {latest}\n")
+    assert result["ended_in"] < 5
 
 
 def scratch_folders(tmp_path):

@@ -729,7 +729,7 @@ def test_sbatch_script_requeues_on_preemption_and_ahead_of_the_time_limit():
     assert re.search(r"^srun .*&$", text, re.M), "srun in the background, so the trap can run"
 
 
-def test_k8s_job_gives_time_to_save_and_does_not_count_preemptions(yaml):
+def test_k8s_job_gives_time_to_save_and_does_not_count_preemptions_nor_lost_peers(yaml):
     job = next(
         d
         for d in k8s_objects(yaml)
@@ -741,7 +741,7 @@ def test_k8s_job_gives_time_to_save_and_does_not_count_preemptions(yaml):
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert {
         "action": "Ignore",
-        "onExitCodes": {"containerName": "worker", "operator": "In", "values": [3]},
+        "onExitCodes": {"containerName": "worker", "operator": "In", "values": [3, 5]},
     } in rules
     assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in rules
 

@@ -29,6 +29,7 @@ import socket
 import tensorflow as tf
 
 from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
+from resnet_noBN.trainers import peers
 
 
 class ClusterError(ValueError):
@@ -132,9 +133,10 @@ def _has_nvidia_smi() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def make_strategy(name: str, resolver: str = "tf_config"):
+def make_strategy(name: str, resolver: str = "tf_config", peer_timeout_s: float = 60.0):
     """(the strategy called ``name``, its cluster resolver or None); call it before any other
-    TensorFlow op.
+    TensorFlow op. A task of a multi-worker or parameter-server job ends within about
+    ``peer_timeout_s`` of another task dying or hanging (``trainers.peers``).
 
     Under ``parameter_server`` a worker or ps task never returns from here: it serves the
     chief until the job is stopped.
@@ -159,16 +161,21 @@ def make_strategy(name: str, resolver: str = "tf_config"):
         )
         cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=cluster_resolver
-        ), cluster_resolver
+        peers.configure_coordination(cluster_resolver, peer_timeout_s)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver)
+        peers.watch(cluster_resolver, peer_timeout_s)
+        return strategy, cluster_resolver
     if cluster_resolver.task_type in ("worker", "ps"):
-        _serve(cluster_resolver)
-    return tf.distribute.experimental.ParameterServerStrategy(cluster_resolver), cluster_resolver
+        _serve(cluster_resolver, peer_timeout_s)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(cluster_resolver)
+    peers.watch(cluster_resolver, peer_timeout_s)
+    return strategy, cluster_resolver
 
 
-def _serve(cluster_resolver) -> None:
-    """Run this worker's or parameter server's TF server until the job is stopped."""
+def _serve(cluster_resolver, peer_timeout_s: float) -> None:
+    """Run this worker's or parameter server's TF server until the job is stopped, or until
+    the chief, once it answered, has not answered for ``peer_timeout_s`` (``trainers.peers``:
+    one line, exit 5)."""
     print(f"{cluster_resolver.task_type} {cluster_resolver.task_id}: serving the chief", flush=True)
     server = tf.distribute.Server(
         cluster_resolver.cluster_spec(),
@@ -177,6 +184,7 @@ def _serve(cluster_resolver) -> None:
         protocol=cluster_resolver.rpc_layer or "grpc",
         start=True,
     )
+    peers.watch(cluster_resolver, peer_timeout_s)
     server.join()
 
 

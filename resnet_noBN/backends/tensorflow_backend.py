@@ -11,6 +11,7 @@ from resnet_noBN.backends.base import Backend, Runtime
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.trainers import peers
 from resnet_noBN.trainers.training import ParameterServerTrainer, Trainer
 
 
@@ -30,7 +31,9 @@ class TensorFlowBackend(Backend):
             default_inter if cfg.inter_op_threads is None else cfg.inter_op_threads,
         )
         try:
-            strategy, resolver = distribute.make_strategy(cfg.strategy, cfg.cluster_resolver)
+            strategy, resolver = distribute.make_strategy(
+                cfg.strategy, cfg.cluster_resolver, cfg.peer_timeout_s
+            )
         except distribute.ClusterError as e:
             raise InputError(str(e)) from None
         if cfg.deterministic:
@@ -47,6 +50,12 @@ class TensorFlowBackend(Backend):
     def agree_seed(self, runtime: Runtime, seed: int) -> int:
         """The chief's seed on every worker of a multi-worker job."""
         return distribute.chief_seed(runtime.strategy, seed, runtime.is_chief)
+
+    def end_if_peer_lost(self, error: BaseException) -> None:
+        """A lost peer of a multi-worker job (``trainers.peers``): one line, exit 5."""
+        line = peers.lost_peer(error)
+        if line is not None:
+            peers.end(line)
 
     def has_gpu(self, runtime: Runtime) -> bool:
         return bool(tf.config.list_physical_devices("GPU"))

@@ -88,6 +88,17 @@ class RuntimeConfig:
         },
     )
 
+    peer_timeout_s: float = dataclasses.field(
+        default=60.0,
+        metadata={
+            "help": "multi_worker, parameter_server: a task of the job that has not answered "
+            "for this many seconds (hung, or its process or host lost) ends the others, each in "
+            "one line naming it and exit 5 (a dead one's at once); rerunning the job resumes "
+            "from its latest checkpoint. A busy task still answers: keep it above the longest "
+            "freeze of a healthy host (swapping, a live migration).",
+        },
+    )
+
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
         check_choices(self)
@@ -97,6 +108,11 @@ class RuntimeConfig:
             raise ValueError(
                 f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
                 "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
+            )
+        if self.peer_timeout_s <= 0:
+            raise ValueError(
+                f"--peer_timeout_s={self.peer_timeout_s:g} must be positive: the seconds a silent "
+                "peer is waited for"
             )
 
     def tensorflow_only_given(self) -> dict[str, object]:

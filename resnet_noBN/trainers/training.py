@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import preemption
+from resnet_noBN.trainers import peers, preemption
 from resnet_noBN.trainers.loop import TrainLoop
 from resnet_noBN.trainers.recipe import TrainConfig, eval_counts, make_optimizer, objective
 from resnet_noBN.trainers.run_log import RunLog
@@ -77,6 +77,8 @@ class Trainer(TrainLoop):
             self.checkpoint, self._checkpoint_dir, max_to_keep=cfg.max_checkpoints
         )
         self.log = RunLog(model_dir, title, enabled=is_chief)
+        if peers.watching():  # its line names the checkpoint a rerun resumes from
+            peers.watching().set_model_dir(model_dir)
         self._loss_and_grads = (
             tf.function(self._loss_and_grads_fn, jit_compile=True)
             if jit_compile
@@ -205,7 +207,10 @@ class Trainer(TrainLoop):
         return max(1, round(float(self._mean_over_replicas(tf.constant(float(steps))))))
 
     def close(self) -> None:
-        """Remove a non-chief worker's scratch checkpoints."""
+        """Stop watching the job's peers (they end in their own time now); remove a non-chief
+        worker's scratch checkpoints."""
+        if peers.watching():
+            peers.watching().stop()
         if not self.is_chief:
             shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
 
