@@ -33,8 +33,9 @@ def test_jax_refuses_what_only_tensorflow_runs():
         "launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
         "cannot run); run it with KERAS_BACKEND=tensorflow"
     )
-    with pytest.raises(InputError, match="^--strategy=multi_worker needs TensorFlow"):
-        jax.refuse(RuntimeConfig(strategy="multi_worker"), {})
+    with pytest.raises(InputError, match="^--strategy=parameter_server needs TensorFlow"):
+        jax.refuse(RuntimeConfig(strategy="parameter_server"), {})
+    jax.refuse(RuntimeConfig(strategy="multi_worker", cluster_resolver="slurm"), {})
     with pytest.raises(InputError) as e:
         jax.refuse(RuntimeConfig(jit_compile=True, inter_op_threads=2), {"synthetic": True})
     assert str(e.value) == (

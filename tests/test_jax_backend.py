@@ -179,7 +179,7 @@ def test_tensorflow_only_flags_and_a_corrupt_checkpoint_on_jax(tmp_path, write_c
     """A TensorFlow-only flag is one line and exit 2 with nothing written; a truncated newest
     checkpoint is named and the one before it restored; a TensorFlow run's folder is refused."""
     common = small_run(tmp_path, write_cifar, log_every=2, eval_every=4, checkpoint_every=2)
-    for flag in ("--jit_compile", "--intra_op_threads=2", "--strategy=multi_worker"):
+    for flag in ("--jit_compile", "--intra_op_threads=2", "--strategy=parameter_server"):
         bad = launch([*common, "--train_steps=4", flag, f"--model_dir={tmp_path / 'bad'}"])
         out, _ = bad.communicate(timeout=300)
         assert bad.returncode == 2, out

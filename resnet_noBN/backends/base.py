@@ -102,6 +102,11 @@ class Backend:
         """The seed every process of the job uses (one process: ``seed``)."""
         return seed
 
+    def end_if_peer_lost(self, error: BaseException) -> None:
+        """Where ``error`` says a peer of this process's job died or stopped answering: one
+        line ``error: ...`` naming it, and the process ends with PEER_LOST_EXIT (never
+        returns). Else nothing (one process: never)."""
+
     # ------------------------------------------------------------ what a backend supplies
     def open(self, cfg: RuntimeConfig) -> Runtime:
         """The devices or the strategy (seed 0 until :meth:`start` sets it)."""

@@ -21,16 +21,17 @@ class RuntimeConfig:
         metadata={
             "choices": STRATEGIES,
             "help": "tf.distribute strategy; see resnet_noBN/backends/distribute.py and the README "
-            "(batch semantics). On JAX: default (one device) or mirrored (every local device).",
+            "(batch semantics). On JAX: default (one device), mirrored (every local device) or "
+            "multi_worker (every device of every process of the job; resnet_noBN/backends/"
+            "jax_job.py).",
         },
     )
     cluster_resolver: str = dataclasses.field(
         default="tf_config",
         metadata={
-            "tensorflow_only": True,
             "choices": RESOLVERS,
             "help": "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
-            "SLURM step's variables.",
+            "SLURM step's variables (on JAX too: the coordinator and the process ids).",
         },
     )
     seed: int | None = dataclasses.field(
@@ -88,6 +89,17 @@ class RuntimeConfig:
         },
     )
 
+    peer_timeout_s: float = dataclasses.field(
+        default=60.0,
+        metadata={
+            "may_change": True,
+            "help": "multi_worker: a task that has not answered for this many seconds (hung, "
+            "or its process or host lost) ends every other task of the job, in one line naming "
+            "it and exit 5; rerunning the job resumes from its latest checkpoint. Keep it above "
+            "the longest pause of a healthy task.",
+        },
+    )
+
     def validate(self) -> None:
         """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
         check_choices(self)
@@ -97,6 +109,11 @@ class RuntimeConfig:
             raise ValueError(
                 f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
                 "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
+            )
+        if self.peer_timeout_s <= 0:
+            raise ValueError(
+                f"--peer_timeout_s={self.peer_timeout_s:g} must be positive: the seconds a silent "
+                "peer is waited for"
             )
 
     def tensorflow_only_given(self) -> dict[str, object]:

@@ -9,7 +9,9 @@ Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad
 checkpoint of the step reached was saved, and rerunning the same command resumes there; 4 a
 write into the run's folder failed (no space left, any OSError): one line ``error: ...`` naming
 the folder, the latest checkpoint whole and restorable, nothing half-written left; free space and
-rerun to resume (``configs.errors``).
+rerun to resume; 5 a peer of a multi-process job died or stopped answering for
+``--peer_timeout_s``: one line ``error: ...`` naming it, nothing written damaged; rerun the job
+to resume from its latest checkpoint (``configs.errors``).
 """
 
 from __future__ import annotations
@@ -241,7 +243,8 @@ def run(main) -> None:
 def exit_codes(main):
     """Wrap an absl ``main``: bad input (stray arguments too) -> 'error: ...' and exit 2;
     divergence -> exit 1; preemption (checkpoint saved) -> exit 3; a failed write into the
-    run's folder -> 'error: ...' and exit 4."""
+    run's folder -> 'error: ...' and exit 4; a lost peer of a multi-process job -> 'error: ...'
+    and exit 5 (the backend's ``end_if_peer_lost``)."""
 
     @functools.wraps(main)
     def wrapped(argv):
@@ -261,5 +264,8 @@ def exit_codes(main):
         except StorageError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(STORAGE_EXIT)
+        except Exception as e:
+            registry.current().end_if_peer_lost(e)  # one line and exit 5, where it is one
+            raise
 
     return wrapped
