@@ -311,3 +311,29 @@ def test_the_job_is_read_from_tf_config_or_slurm(monkeypatch, free_port):
     }.items():
         monkeypatch.setenv(name, value)
     assert jax_job.coordinates("slurm") == ("node07:61441", 2, 1)
+
+
+def test_the_time_budget_stops_every_process_at_the_same_step(data):
+    """--time_budget_s on a JAX job: process 0's clock decides, both processes save the same
+    step and exit 3."""
+    run = job(
+        flags(
+            data / "data",
+            data / "budget",
+            train_steps=100000,
+            log_every=100000,
+            eval_every=100000,
+            checkpoint_every=100000,
+            time_budget_s=2,
+        )
+    )
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == PREEMPTED_EXIT, out[-4000:]
+    stops = {
+        line.split("]")[0][1:]: line.split("reached at step ")[1].split(":")[0]
+        for line in out.splitlines()
+        if "time budget of 2 s reached at step" in line
+    }
+    assert set(stops) == {"worker0", "worker1"} and len(set(stops.values())) == 1, out[-4000:]
+    index = json.loads((data / "budget" / "checkpoints.json").read_text())["checkpoints"]
+    assert index == [f"ckpt-{stops['worker0']}.npz"]

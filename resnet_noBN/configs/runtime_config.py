@@ -8,6 +8,11 @@ import dataclasses
 from resnet_noBN.configs.choices import PRECISIONS, RESOLVERS, STRATEGIES
 from resnet_noBN.configs.flag_config import check_choices
 
+TIME_BUDGET_ERROR = (
+    "--time_budget_s={:g} needs a positive value and one process (--strategy=default or "
+    "mirrored; multi_worker on JAX); a cluster job stops on the scheduler's SIGTERM"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
@@ -84,8 +89,9 @@ class RuntimeConfig:
         metadata={
             "help": "Stop after this many seconds of training: a checkpoint, then exit 3 (as on "
             "SIGTERM); rerunning the same command resumes. For machines lent by the hour. Not "
-            "under multi_worker or parameter_server (the workers would not stop together: use "
-            "the scheduler's time limit, which sends SIGTERM)."
+            "under parameter_server, nor multi_worker on TensorFlow (the workers would not stop "
+            "together: use the scheduler's time limit, which sends SIGTERM); a JAX job stops "
+            "at process 0's clock."
         },
     )
 
@@ -104,12 +110,9 @@ class RuntimeConfig:
         """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
         check_choices(self)
         if self.time_budget_s is not None and (
-            self.time_budget_s <= 0 or self.strategy in ("multi_worker", "parameter_server")
+            self.time_budget_s <= 0 or self.strategy == "parameter_server"
         ):
-            raise ValueError(
-                f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
-                "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
-            )
+            raise ValueError(TIME_BUDGET_ERROR.format(self.time_budget_s))
         if self.peer_timeout_s <= 0:
             raise ValueError(
                 f"--peer_timeout_s={self.peer_timeout_s:g} must be positive: the seconds a silent "
