@@ -19,6 +19,7 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets.cifar_data import load_split
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.datasets.stream import TrainSplit
+from resnet_noBN.trainers import jax_agreed
 from resnet_noBN.trainers.jax_training import JaxTrainer
 
 
@@ -72,7 +73,7 @@ class JaxBackend(Backend):
     def agree_seed(self, runtime: Runtime, seed: int) -> int:
         """Process 0's seed on every process of a job (each may have drawn its own, or read
         another from its own config.json)."""
-        return int(jax_job.from_process_0(np.int64(seed))) if jax_job.is_job() else seed
+        return int(jax_agreed.from_process_0(np.int64(seed))) if jax_agreed.is_job() else seed
 
     def end_if_peer_lost(self, error: BaseException) -> None:
         """One line and PEER_LOST_EXIT where ``error`` is a collective that failed because a

@@ -9,10 +9,10 @@ forming, the decisions every process must hold alike, and the end of a process w
   of the SLURM step, ``SLURM_NTASKS`` and ``SLURM_PROCID``, every task driving all the devices
   of its node. Every process then sees every process's devices (``jax.devices()``), and the
   trainer splits each batch over all of them.
-* **Agreed decisions** (:func:`from_process_0`, :func:`any_process`): a process waits for the
-  others in every step's gradient all-reduce, so anything one process decides from its own
-  clock or its own signals must be decided once for all: the seed, the steps of the next call
-  and the time budget are process 0's, the stop after SIGTERM is any process's.
+* **Agreed decisions** (``trainers.jax_agreed``): a process waits for the others in every
+  step's gradient sum, so anything one process decides from its own clock or its own signals
+  must be decided once for all: the seed, the steps of the next call and the time budget are
+  process 0's, the stop after SIGTERM is any process's.
 * **A lost peer** (:class:`PeerWatch`, :func:`end_if_peer_lost`): a killed process closes its
   sockets, and the collective the others wait in fails at once (``JaxRuntimeError``: "Gloo ...
   Connection closed by peer"): the launcher ends on one line and :data:`PEER_LOST_EXIT`. A
@@ -35,8 +35,6 @@ import threading
 import time
 
 import jax
-import numpy as np
-from jax.experimental import multihost_utils
 
 from resnet_noBN.backends.cluster import ClusterError, check_port_free, parse_tf_config
 from resnet_noBN.configs.errors import PEER_LOST_EXIT
@@ -101,22 +99,6 @@ def form(resolver: str, peer_timeout_s: float) -> None:
         shutdown_timeout_seconds=math.ceil(peer_timeout_s),
     )
     PeerWatch(peer_timeout_s).start()
-
-
-def is_job() -> bool:
-    """Whether this process is one of several of a JAX job."""
-    return jax.process_count() > 1
-
-
-def from_process_0(value):
-    """Process 0's ``value`` (a number or a tree of arrays, alike in shape on every process), on
-    every process (one all-reduce; only the input of process 0 counts)."""
-    return multihost_utils.broadcast_one_to_all(value)
-
-
-def any_process(flag: bool) -> bool:
-    """Whether ``flag`` is set on any process of the job (one all-gather)."""
-    return bool(np.any(multihost_utils.process_allgather(np.array(flag))))
 
 
 def end(line: str) -> None:

@@ -13,13 +13,14 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
   (``stream.training_batch``), so the host sends nothing but the step number and the input cannot
   bound the accelerator.
 * **Devices.** ``devices`` (default: the first local device) share each batch along its first
-  axis (``jax.sharding``: the weights replicated, the batch split; XLA inserts the gradient
-  all-reduce), the ``MirroredStrategy`` of one host; in a job (``backends.jax_job``) the devices
-  of every process, the ``MultiWorkerMirroredStrategy``. There every process runs this loop on
-  the same steps: process 0 restores the checkpoint and sends its values to the others, writes
-  the checkpoints and the run log (the others write nothing), and decides the steps of each
-  call and the time budget; a signal to any process stops all after the same call. A NaN needs
-  no agreeing: the loss is the all-reduced one, the same on every process.
+  axis (``jax.sharding``: the weights replicated, the batch split; the gradients gathered and
+  summed in device order), the ``MirroredStrategy`` of one host; in a job
+  (``backends.jax_job``) the devices of every process, the ``MultiWorkerMirroredStrategy``.
+  There every process runs this loop on the same steps: process 0 restores the checkpoint and
+  sends its values to the others, writes the checkpoints and the run log (the others write
+  nothing), and decides the steps of each call and the time budget (``trainers.jax_agreed``); a
+  signal to any process stops all after the same call. A NaN needs no agreeing: the loss is
+  the summed one, the same on every process.
 * **Checkpoints**: ``ckpt-<step>.npz`` (every model and optimizer variable, by its Keras path)
   and the index ``checkpoints.json``, each written to a temporary file and renamed, so a kill
   during a save leaves the previous checkpoint the latest; an unreadable newest checkpoint is
@@ -42,11 +43,10 @@ import jax
 import keras
 import numpy as np
 
-from resnet_noBN.backends import jax_job
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import preemption, storage
+from resnet_noBN.trainers import jax_agreed, preemption, storage
 from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
 from resnet_noBN.trainers.recipe import (
     TrainConfig,
@@ -103,7 +103,7 @@ class JaxTrainer(TrainLoop):
         self._mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
         self._replicated = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec())
         self._split = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec("batch"))
-        self.job = jax_job.is_job()
+        self.job = jax_agreed.is_job()
         self.is_chief = jax.process_index() == 0
         self.log = RunLog(model_dir, title, enabled=self.is_chief)
         self._state = None  # (trainable, non-trainable, optimizer) values between calls
@@ -134,10 +134,11 @@ class JaxTrainer(TrainLoop):
     def _summed_over_devices(self, trainable, non_trainable, images, labels):
         """((loss, correct, non-trainable values), gradients) of a batch split over the devices:
         each device's share computed on it, then gathered (exact) and summed in device order.
-        XLA's own all-reduce would sum in an order of its choosing, one order within a process
-        and another (Gloo's ring) across processes: a job of 2 processes x 2 devices would
-        then differ in the last bits from one process of 4 devices. Gathering costs the devices
-        times the gradients' bytes, against the step's convolutions."""
+        XLA's all-reduce sums in the order its implementation picks (in one process, Gloo
+        between processes on CPUs, NCCL on GPUs), so the bits would depend on how the devices
+        are spread over processes; gathered, the sum has one order (2 processes x 2 devices and
+        4 x 1 give the same weights). Gathering moves the devices times the gradients' bytes,
+        little beside the step's convolutions."""
         replicas = len(self.devices)
 
         def share(trainable, non_trainable, images, labels):
@@ -260,16 +261,16 @@ class JaxTrainer(TrainLoop):
             self.save_if_new,
             self.preempted_message,
             print_fn,
-            agree=jax_job.any_process if self.job else None,
+            agree=jax_agreed.any_process if self.job else None,
         )
 
     def agreed(self, steps: int) -> int:
         """Process 0's ``steps`` on every process of a job: each times its own calls, and a
         process running more steps than another would wait for it forever."""
-        return int(jax_job.from_process_0(np.int64(steps))) if self.job else steps
+        return int(jax_agreed.from_process_0(np.int64(steps))) if self.job else steps
 
     def agreed_flag(self, flag: bool) -> bool:
-        return bool(jax_job.from_process_0(np.bool_(flag))) if self.job else flag
+        return bool(jax_agreed.from_process_0(np.bool_(flag))) if self.job else flag
 
     def restore(self, print_fn=print) -> int:
         """:meth:`TrainLoop.restore`; in a job by process 0 alone (the others may not see its
@@ -277,7 +278,7 @@ class JaxTrainer(TrainLoop):
         step = super().restore(print_fn) if self.is_chief else 0
         if not self.job:
             return step
-        values = jax_job.from_process_0(
+        values = jax_agreed.from_process_0(
             [keras.ops.convert_to_numpy(v) for v in self._named_variables().values()]
         )
         for variable, value in zip(self._named_variables().values(), values):
