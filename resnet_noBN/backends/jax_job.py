@@ -1,5 +1,5 @@
 """A JAX job over several processes (``--strategy=multi_worker`` on ``KERAS_BACKEND=jax``): its
-forming, the decisions every process must hold alike, and the end of a process whose peer is lost.
+forming, and the end of a process whose peer is lost.
 
 * **Forming** (:func:`form`): ``jax.distributed.initialize`` (what
   ``keras.distribution.initialize`` wraps; called directly for the timeouts below, which Keras's
