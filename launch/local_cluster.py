@@ -1,8 +1,12 @@
-"""Run a real multi-process TensorFlow cluster on this machine (127.0.0.1, free ports).
+"""Run a real multi-process TensorFlow cluster, or JAX job, on this machine (127.0.0.1, free
+ports).
 
     python launch/local_cluster.py --workers=2 -- launch/cifar.py --strategy=multi_worker ...
     python launch/local_cluster.py --workers=2 --ps=1 -- \
         launch/cifar.py --strategy=parameter_server ...
+    KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 \
+        python launch/local_cluster.py --workers=2 -- launch/cifar.py --strategy=multi_worker \
+        --data_path=...     # JAX: 2 processes x 2 CPU devices, worker 0 the coordinator
 
 Starts one process per task with its own ``TF_CONFIG``: N workers (worker 0 is the chief) for
 multi-worker training; with ``--ps=M``, a chief (the coordinator), N workers and M parameter
@@ -25,7 +29,9 @@ not save. A trainer that exits 3 on its own (it was sent SIGTERM) is followed by
 Network (``--network=loopback``, the default): TensorFlow's distributed runtime has no
 authentication (TensorFlow's SECURITY.md: run it on trusted networks only), and its gRPC server
 listens on every interface, ``[::]:<port>``, whatever host ``TF_CONFIG`` names; no option of
-TensorFlow 2.21 gives it an address. So the job runs in a network namespace of its own whose
+TensorFlow 2.21 gives it an address (JAX's coordination service, on worker 0, binds
+``[::]:<port>`` too, and its Gloo collectives open ports of their own, all without
+authentication). So the job runs in a network namespace of its own whose
 only interface is loopback, shared by all its tasks: they reach each other on 127.0.0.1, and
 no other host, nor a process of this machine outside the namespace (root aside), can reach
 their ports. Root gets the namespace directly; another user through a user namespace of

@@ -34,8 +34,9 @@ def test_jax_refuses_what_only_tensorflow_runs():
         "launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
         "cannot run); run it with KERAS_BACKEND=tensorflow"
     )
-    with pytest.raises(InputError, match="^--strategy=multi_worker needs TensorFlow"):
-        jax.refuse(RuntimeConfig(strategy="multi_worker"), {})
+    with pytest.raises(InputError, match="^--strategy=parameter_server needs TensorFlow"):
+        jax.refuse(RuntimeConfig(strategy="parameter_server"), {})
+    jax.refuse(RuntimeConfig(strategy="multi_worker", cluster_resolver="slurm"), {})
     with pytest.raises(InputError) as e:
         jax.refuse(RuntimeConfig(jit_compile=True, inter_op_threads=2), {"synthetic": True})
     assert str(e.value) == (
@@ -102,3 +103,16 @@ def test_imagenet_without_tensorflow_is_one_line_and_exit_2(backend, tmp_path):
         "backend cannot run); run it with KERAS_BACKEND=tensorflow"
     ]
     assert proc.stdout == "" and not (tmp_path / "run").exists()
+
+
+def test_the_time_budget_is_refused_where_workers_would_not_stop_together():
+    """A JAX job stops at process 0's clock; TensorFlow's multi-worker workers would each stop at
+    their own, and parameter servers have no time budget on either backend."""
+    from resnet_noBN.backends.tensorflow_backend import TensorFlowBackend
+
+    job = RuntimeConfig(strategy="multi_worker", time_budget_s=60)
+    JaxBackend().refuse(job, {})
+    with pytest.raises(InputError, match=r"^--time_budget_s=60 needs .* multi_worker on JAX\)"):
+        TensorFlowBackend().refuse(job, {})
+    with pytest.raises(ValueError, match="^--time_budget_s=60 needs a positive value"):
+        RuntimeConfig(strategy="parameter_server", time_budget_s=60).validate()

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from launchers import REPO
 
-from resnet_noBN.backends import distribute
+from resnet_noBN.backends import cluster, distribute
 from resnet_noBN.configs.errors import PEER_LOST_EXIT
 from resnet_noBN.trainers.training import scratch_dir_name
 
@@ -655,8 +655,8 @@ def test_parameter_server_needs_ps_tasks():
         {"cluster": {"worker": ["a:1"], "chief": ["b:1"]}, "task": {"type": "chief", "index": 0}}
     )
     try:
-        with pytest.raises(distribute.ClusterError, match="it lacks ps"):
-            distribute.parse_tf_config("parameter_server")
+        with pytest.raises(cluster.ClusterError, match="it lacks ps"):
+            cluster.parse_tf_config("parameter_server")
     finally:
         del os.environ["TF_CONFIG"]
 

@@ -122,4 +122,5 @@ def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
         "data_format",
         "data_path",
         "data_dir",
+        "peer_timeout_s",
     }

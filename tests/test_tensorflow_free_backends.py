@@ -200,7 +200,7 @@ def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
 
 
 # What each backend refuses beside the TensorFlow-only flags: the strategies it cannot run
-REFUSED_STRATEGIES = {"jax": ("--strategy=multi_worker",), "torch": ("--strategy=mirrored",)}
+REFUSED_STRATEGIES = {"jax": ("--strategy=parameter_server",), "torch": ("--strategy=mirrored",)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -105,10 +105,14 @@ class Backend:
         flags: a strategy outside them, then any TensorFlow-only flag given (of ``cfg``, then
         ``also``), in one line naming them; ``why``: why those flags mean nothing here."""
         if cfg.strategy not in strategies:
+            runs = (
+                f"trains on one device: --strategy={strategies[0]}"
+                if len(strategies) == 1
+                else f"runs --strategy={', '.join(strategies[:-1])} or {strategies[-1]}"
+            )
             raise InputError(
-                f"--strategy={cfg.strategy} needs TensorFlow (the {self.name} backend trains on "
-                f"{'one host' if len(strategies) > 1 else 'one device'}: "
-                f"--strategy={' or '.join(strategies)}); run with KERAS_BACKEND=tensorflow"
+                f"--strategy={cfg.strategy} needs TensorFlow (the {self.name} backend {runs}); "
+                "run with KERAS_BACKEND=tensorflow"
             )
         given = [*cfg.tensorflow_only_given()] + [
             flag for flag, value in also.items() if value not in (None, False)

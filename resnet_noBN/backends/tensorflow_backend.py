@@ -9,7 +9,7 @@ import tensorflow as tf
 from resnet_noBN.backends import cpu, distribute, speed
 from resnet_noBN.backends.base import Backend, Runtime
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.configs.runtime_config import TIME_BUDGET_ERROR, RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.trainers import peers
 from resnet_noBN.trainers.training import ParameterServerTrainer, Trainer
@@ -17,6 +17,11 @@ from resnet_noBN.trainers.training import ParameterServerTrainer, Trainer
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
+
+    def refuse(self, cfg: RuntimeConfig, also: dict[str, object]) -> None:
+        """--time_budget_s under multi_worker: each worker would stop at its own clock."""
+        if cfg.time_budget_s is not None and cfg.strategy == "multi_worker":
+            raise InputError(TIME_BUDGET_ERROR.format(cfg.time_budget_s))
 
     def open(self, cfg: RuntimeConfig) -> Runtime:
         """Threads (None: :func:`speed.default_threads`'), then the strategy (before any other

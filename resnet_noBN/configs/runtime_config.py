@@ -8,6 +8,11 @@ import dataclasses
 from resnet_noBN.configs.choices import PRECISIONS, RESOLVERS, STRATEGIES
 from resnet_noBN.configs.flag_config import check_choices
 
+TIME_BUDGET_ERROR = (
+    "--time_budget_s={:g} needs a positive value and one process (--strategy=default or "
+    "mirrored; multi_worker on JAX); a cluster job stops on the scheduler's SIGTERM"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
@@ -21,16 +26,17 @@ class RuntimeConfig:
         metadata={
             "choices": STRATEGIES,
             "help": "tf.distribute strategy; see resnet_noBN/backends/distribute.py and the README "
-            "(batch semantics). On JAX: default (one device) or mirrored (every local device).",
+            "(batch semantics). On JAX: default (one device), mirrored (every local device) or "
+            "multi_worker (every device of every process of the job; resnet_noBN/backends/"
+            "jax_job.py).",
         },
     )
     cluster_resolver: str = dataclasses.field(
         default="tf_config",
         metadata={
-            "tensorflow_only": True,
             "choices": RESOLVERS,
             "help": "Where multi_worker / parameter_server find the cluster: TF_CONFIG or the "
-            "SLURM step's variables.",
+            "SLURM step's variables (on JAX too: the coordinator and the process ids).",
         },
     )
     seed: int | None = dataclasses.field(
@@ -83,19 +89,21 @@ class RuntimeConfig:
         metadata={
             "help": "Stop after this many seconds of training: a checkpoint, then exit 3 (as on "
             "SIGTERM); rerunning the same command resumes. For machines lent by the hour. Not "
-            "under multi_worker or parameter_server (the workers would not stop together: use "
-            "the scheduler's time limit, which sends SIGTERM)."
+            "under parameter_server, nor multi_worker on TensorFlow (the workers would not stop "
+            "together: use the scheduler's time limit, which sends SIGTERM); a JAX job stops "
+            "at process 0's clock."
         },
     )
 
     peer_timeout_s: float = dataclasses.field(
         default=60.0,
         metadata={
-            "help": "multi_worker, parameter_server: a task of the job that has not answered "
-            "for this many seconds (hung, or its process or host lost) ends the others, each in "
-            "one line naming it and exit 5 (a dead one's at once); rerunning the job resumes "
-            "from its latest checkpoint. A busy task still answers: keep it above the longest "
-            "freeze of a healthy host (swapping, a live migration).",
+            "may_change": True,
+            "help": "multi_worker (TensorFlow, JAX), parameter_server: a task of the job that "
+            "has not answered for this many seconds (hung, or its process or host lost) ends the "
+            "others, each in one line naming it and exit 5 (a dead one's at once); rerunning the "
+            "job resumes from its latest checkpoint. A busy task still answers: keep it above "
+            "the longest freeze of a healthy host (swapping, a live migration).",
         },
     )
 
@@ -103,12 +111,9 @@ class RuntimeConfig:
         """Raise ValueError (one line, naming the flag and the fix) for an impossible runtime."""
         check_choices(self)
         if self.time_budget_s is not None and (
-            self.time_budget_s <= 0 or self.strategy in ("multi_worker", "parameter_server")
+            self.time_budget_s <= 0 or self.strategy == "parameter_server"
         ):
-            raise ValueError(
-                f"--time_budget_s={self.time_budget_s:g} needs a positive value and one process "
-                "(--strategy=default or mirrored); a cluster job stops on the scheduler's SIGTERM"
-            )
+            raise ValueError(TIME_BUDGET_ERROR.format(self.time_budget_s))
         if self.peer_timeout_s <= 0:
             raise ValueError(
                 f"--peer_timeout_s={self.peer_timeout_s:g} must be positive: the seconds a silent "

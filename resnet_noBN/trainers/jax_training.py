@@ -1,5 +1,5 @@
-"""The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators, with
-Keras 3's JAX backend and no TensorFlow.
+"""The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators or on every
+device of a JAX job of several processes, with Keras 3's JAX backend and no TensorFlow.
 
 The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training
 stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs is how they run:
@@ -13,19 +13,30 @@ stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs
   (``stream.training_batch``), so the host sends nothing but the step number and the input cannot
   bound the accelerator.
 * **Devices.** ``devices`` (default: the first local device) share each batch along its first
-  axis (``jax.sharding``: the weights replicated, the batch split; XLA inserts the gradient
-  all-reduce), the ``MirroredStrategy`` of one host.
+  axis (``jax.sharding``: the weights replicated, the batch split; the gradients gathered and
+  summed in device order), the ``MirroredStrategy`` of one host; in a job
+  (``backends.jax_job``) the devices of every process, the ``MultiWorkerMirroredStrategy``.
+  There every process runs this loop on the same steps: process 0 restores the checkpoint and
+  sends its values to the others, writes the checkpoints and the run log (the others write
+  nothing), and decides the steps of each call and the time budget (``trainers.jax_agreed``); a
+  signal to any process stops all after the same call. A NaN needs no agreeing: the loss is
+  the summed one, the same on every process.
 * **Checkpoints and preemption**: :class:`trainers.one_process.OneProcessTrainer`'s
-  (``ckpt-<step>.npz`` and ``checkpoints.json``, from the compiled steps' values: ``_sync``).
+  (``ckpt-<step>.npz`` and ``checkpoints.json``, from the compiled steps' values: ``_sync``;
+  SIGTERM/SIGINT: the call ends, a checkpoint, ``Preempted``; in a job, on every process).
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
+import keras
 import numpy as np
 
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import jax_agreed, preemption
 from resnet_noBN.trainers.one_process import OneProcessTrainer
 from resnet_noBN.trainers.recipe import eval_counts, objective
 
@@ -36,20 +47,21 @@ CPU_STEPS_IN_FLIGHT = 16
 
 
 class JaxTrainer(OneProcessTrainer):
-    """:class:`OneProcessTrainer` with compiled steps on ``devices`` of this host (default: the
-    first local device)."""
+    """:class:`OneProcessTrainer` with compiled steps on ``devices`` (default: this host's first
+    device; in a job, every process's devices, process 0 the chief)."""
 
     def __init__(self, build_model, cfg, model_dir: str, devices: list | None = None, **kwargs):
-        super().__init__(build_model, cfg, model_dir, **kwargs)
+        self.job = jax_agreed.is_job()
+        super().__init__(build_model, cfg, model_dir, chief=jax.process_index() == 0, **kwargs)
         # the batch splits evenly over them: the backend checked it (base.Backend.start)
         self.devices = devices or jax.local_devices()[:1]
         decayed = {id(w) for w in decayed_weights(self.model)}
         self._decayed = [
             i for i, v in enumerate(self.model.trainable_variables) if id(v) in decayed
         ]
-        mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
-        self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        self._split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+        self._mesh = jax.sharding.Mesh(np.array(self.devices), ("batch",))
+        self._replicated = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec())
+        self._split = jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec("batch"))
         self._state = None  # (trainable, non-trainable, optimizer) values between calls
         self._step_jit = jax.jit(self._step_fn, static_argnums=(6, 7), donate_argnums=(0, 1))
         self._eval_batch = jax.jit(self._eval_batch_fn)
@@ -59,13 +71,39 @@ class JaxTrainer(OneProcessTrainer):
         """The Keras variables' values, grouped as the compiled step's state."""
         return tuple([v.value for v in group] for group in self._variables())
 
-    def _loss(self, trainable, non_trainable, images, labels):
+    def _loss(self, trainable, non_trainable, images, labels, replicas=1):
         logits, non_trainable = self.model.stateless_call(
             trainable, non_trainable, images, training=True
         )
         decay = weight_decay_loss([trainable[i] for i in self._decayed], self.cfg.weight_decay)
-        loss, correct = objective(logits, labels, decay, self.cfg)
+        loss, correct = objective(logits, labels, decay, self.cfg, replicas)
         return loss, (correct, non_trainable)
+
+    def _summed_over_devices(self, trainable, non_trainable, images, labels):
+        """((loss, correct, non-trainable values), gradients) of a batch split over the devices:
+        each device's share computed on it, then gathered (exact) and summed in device order.
+        XLA's all-reduce sums in the order its implementation picks (in one process, Gloo
+        between processes on CPUs, NCCL on GPUs), so the bits would depend on how the devices
+        are spread over processes; gathered, the sum has one order (2 processes x 2 devices and
+        4 x 1 give the same weights). Gathering moves the devices times the gradients' bytes,
+        little beside the step's convolutions."""
+        replicas = len(self.devices)
+
+        def share(trainable, non_trainable, images, labels):
+            (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+                trainable, non_trainable, images, labels, replicas
+            )
+            total = functools.partial(_sum_in_order, axis_name="batch")
+            return (total(loss), total(correct), non_trainable), jax.tree.map(total, grads)
+
+        replicated, split = jax.sharding.PartitionSpec(), jax.sharding.PartitionSpec("batch")
+        return jax.shard_map(
+            share,
+            mesh=self._mesh,
+            in_specs=(replicated, replicated, split, split),
+            out_specs=replicated,
+            check_vma=False,
+        )(trainable, non_trainable, images, labels)
 
     def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
@@ -75,9 +113,13 @@ class JaxTrainer(OneProcessTrainer):
         if len(self.devices) > 1:
             x = jax.lax.with_sharding_constraint(x, self._split)
             y = jax.lax.with_sharding_constraint(y, self._split)
-        (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
-            trainable, non_trainable, x, y
-        )
+            (loss, correct, non_trainable), grads = self._summed_over_devices(
+                trainable, non_trainable, x, y
+            )
+        else:
+            (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+                trainable, non_trainable, x, y
+            )
         trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
         step_totals = jax.numpy.stack([loss, correct, jax.numpy.float32(batch)])
         return (trainable, non_trainable, optimizer), totals + step_totals
@@ -150,6 +192,38 @@ class JaxTrainer(OneProcessTrainer):
                 )
             )
 
+    def guard(self, print_fn):
+        return preemption.local_guard(
+            self.save_if_new,
+            self.preempted_message,
+            print_fn,
+            agree=jax_agreed.any_process if self.job else None,
+        )
+
+    def agreed(self, steps: int) -> int:
+        """Process 0's ``steps`` on every process of a job: each times its own calls, and a
+        process running more steps than another would wait for it forever."""
+        return int(jax_agreed.from_process_0(np.int64(steps))) if self.job else steps
+
+    def agreed_flag(self, flag: bool) -> bool:
+        return bool(jax_agreed.from_process_0(np.bool_(flag))) if self.job else flag
+
+    def restore(self, print_fn=print) -> int:
+        """:meth:`TrainLoop.restore`; in a job by process 0 alone (the others may not see its
+        folder), which then sends every variable's value to the others."""
+        step = super().restore(print_fn) if self.is_chief else 0
+        if not self.job:
+            return step
+        values = jax_agreed.from_process_0(
+            [keras.ops.convert_to_numpy(v) for v in self._named_variables().values()]
+        )
+        for variable, value in zip(self._named_variables().values(), values):
+            variable.assign(value)
+        self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+        if not self.is_chief and self._step:
+            self.restored_from = "process 0's checkpoint"
+        return self._step
+
     def _sync(self) -> None:
         """Copy the values of the compiled steps into the Keras variables."""
         if self._state is None:
@@ -157,3 +231,9 @@ class JaxTrainer(OneProcessTrainer):
         for group, values in zip(self._variables(), self._state):
             for variable, value in zip(group, values):
                 variable.assign(value)
+
+
+def _sum_in_order(value, axis_name: str):
+    """The sum over the devices of ``axis_name`` of each one's ``value``, the same bits on every
+    device however the devices are spread over processes: gathered, then summed in order."""
+    return jax.numpy.sum(jax.lax.all_gather(value, axis_name), axis=0)

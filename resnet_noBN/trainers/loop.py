@@ -8,7 +8,8 @@ checkpoint), with several steps per compiled call so the host wakes only at the 
 log and the one-line summary, the restore of the newest readable checkpoint and the totals of an
 evaluation. A backend supplies the compiled steps, how to list, read and write one checkpoint,
 how to count one evaluation batch, and the preemption guard: ``training.Trainer`` (TensorFlow,
-any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's devices). No
+any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's devices or a
+job's). No
 TensorFlow here.
 """
 
@@ -60,9 +61,10 @@ class TrainLoop:
     A subclass sets ``model``, ``cfg``, ``model_dir``, ``is_chief``, ``top5``, ``log`` and
     :attr:`unreadable` and implements ``step``, :meth:`checkpoints`, :meth:`read_checkpoint`,
     :meth:`save`, :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`,
-    :meth:`eval_counts` and :meth:`guard`; :meth:`agreed` and :meth:`close` where a job has
-    several workers; :attr:`unwritable` and :meth:`remove_partial` where its writes fail
-    otherwise than with an OSError or leave temporary files.
+    :meth:`eval_counts` and :meth:`guard`; :meth:`agreed`, :meth:`agreed_flag` and
+    :meth:`close` where a job has several workers; :attr:`unwritable` and
+    :meth:`remove_partial` where its writes fail otherwise than with an OSError or leave
+    temporary files.
     """
 
     model = cfg = model_dir = log = None
@@ -124,6 +126,11 @@ class TrainLoop:
     def agreed(self, steps: int) -> int:
         """The number of steps every worker of a synchronous job runs next (one worker: as is)."""
         return steps
+
+    def agreed_flag(self, flag: bool) -> bool:
+        """The one value of a yes-or-no decision that depends on this worker's own clock (the
+        time budget), held by every worker of a job (one worker: as is)."""
+        return flag
 
     def close(self) -> None:
         """Release what the run holds (a non-chief worker's scratch folder)."""
@@ -268,7 +275,7 @@ class TrainLoop:
             print_fn(slow_run_warning(left, faster))
 
     def _out_of_time(self, run_start: float) -> bool:
-        return self.time_budget_s is not None and (
+        return self.time_budget_s is not None and self.agreed_flag(
             time.perf_counter() - run_start >= self.time_budget_s
         )
 

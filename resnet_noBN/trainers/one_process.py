@@ -49,6 +49,7 @@ class OneProcessTrainer(TrainLoop):
         schedule=None,
         top5: bool = False,
         time_budget_s: float | None = None,
+        chief: bool = True,
     ):
         self.cfg, self.model_dir, self.top5, self.time_budget_s = (
             cfg,
@@ -60,7 +61,9 @@ class OneProcessTrainer(TrainLoop):
         self._schedule = schedule or learning_rate_schedule(cfg)
         self.optimizer = make_optimizer(cfg, self._schedule)
         self.optimizer.build(self.model.trainable_variables)
-        self.log = RunLog(model_dir, title)
+        # in a job of several processes (JAX's) the chief alone writes the log and checkpoints
+        self.is_chief = chief
+        self.log = RunLog(model_dir, title, enabled=chief)
         self._step = 0
 
     def place(self, source) -> dict:
@@ -124,7 +127,10 @@ class OneProcessTrainer(TrainLoop):
 
     def save(self) -> None:
         """Write ``ckpt-<step>.npz`` and then the index, each atomically (temporary file, fsync,
-        rename); drop checkpoints beyond ``cfg.max_checkpoints``."""
+        rename); drop checkpoints beyond ``cfg.max_checkpoints``. In a job the chief alone."""
+        if not self.is_chief:
+            self._saved_step = self._step
+            return
         self._sync()
         os.makedirs(self.model_dir, exist_ok=True)
         name = f"ckpt-{self._step}.npz"

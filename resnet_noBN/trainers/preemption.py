@@ -10,8 +10,9 @@ through ``handler.run`` of one of two guards:
   ``tf.distribute.experimental.PreemptionCheckpointHandler`` does the agreeing: after a signal it
   sets, through the coordination service, the call count at which every worker saves (the
   current call and one more), calls ``save_fn`` there and then raises :class:`Preempted`.
-* :func:`local_guard` (one process, e.g. JAX on one host's devices): the call in progress ends,
-  ``save_fn`` saves, and :class:`Preempted` is raised.
+* :func:`local_guard` (JAX: one process, or each process of a JAX job): the call in progress
+  ends, ``save_fn`` saves, and :class:`Preempted` is raised; in a job, after every call, when a
+  signal reached any process (``agree``), so that all save at the same step and stop together.
 
 Signal handlers can only be set in the main thread: elsewhere the loop runs unguarded. No
 TensorFlow is imported unless :func:`guard` is called.
@@ -104,24 +105,32 @@ def guard(
 
 
 @contextlib.contextmanager
-def local_guard(save_fn: Callable[[], None], message: Callable[[], str], print_fn=print):
-    """The handler of a single-process loop: after a signal, the call in progress ends, then
-    ``save_fn()`` and :class:`Preempted` (``message()``)."""
+def local_guard(
+    save_fn: Callable[[], None],
+    message: Callable[[], str],
+    print_fn=print,
+    agree: Callable[[bool], bool] | None = None,
+):
+    """The handler of a loop run by one process, or by each process of a JAX job: after a
+    signal, the call in progress ends, then ``save_fn()`` and :class:`Preempted`
+    (``message()``). ``agree``: in a job, whether any process received one, asked of every
+    process after every call (each must run it, signalled or not)."""
     if threading.current_thread() is not threading.main_thread():
         yield _Unguarded()
         return
-    handler = _LocalHandler(save_fn, message)
+    handler = _LocalHandler(save_fn, message, agree or bool)
     with _catch_signals(lambda signum, frame: handler.stop.set(), print_fn):
         yield handler
 
 
 class _LocalHandler:
-    def __init__(self, save_fn, message):
-        self.save_fn, self.message, self.stop = save_fn, message, threading.Event()
+    def __init__(self, save_fn, message, agree):
+        self.save_fn, self.message, self.agree = save_fn, message, agree
+        self.stop = threading.Event()
 
     def run(self, fn, *args):
         result = fn(*args)
-        if self.stop.is_set():
+        if self.agree(self.stop.is_set()):
             self.save_fn()
             raise Preempted(self.message())
         return result

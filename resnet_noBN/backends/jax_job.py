@@ -1,0 +1,184 @@
+"""A JAX job over several processes (``--strategy=multi_worker`` on ``KERAS_BACKEND=jax``): its
+forming, and the end of a process whose peer is lost.
+
+* **Forming** (:func:`form`): ``jax.distributed.initialize`` (what
+  ``keras.distribution.initialize`` wraps; called directly for the timeouts below, which Keras's
+  wrapper does not pass on), the coordinator being the first task of ``TF_CONFIG``'s cluster
+  (its chief, else worker 0: the process that writes the run's files, as on TensorFlow), the
+  process id the task's place in that list; or, with ``--cluster_resolver=slurm``, the first node
+  of the SLURM step, ``SLURM_NTASKS`` and ``SLURM_PROCID``, every task driving all the devices
+  of its node. Every process then sees every process's devices (``jax.devices()``), and the
+  trainer splits each batch over all of them.
+* **Agreed decisions** (``trainers.jax_agreed``): a process waits for the others in every
+  step's gradient sum, so anything one process decides from its own clock or its own signals
+  must be decided once for all: the seed, the steps of the next call and the time budget are
+  process 0's, the stop after SIGTERM is any process's.
+* **A lost peer** (:class:`PeerWatch`, :func:`end_if_peer_lost`): a killed process closes its
+  sockets, and the collective the others wait in fails at once (``JaxRuntimeError``: "Gloo ...
+  Connection closed by peer"): the launcher ends on one line and :data:`PEER_LOST_EXIT`. A
+  stopped process (SIGSTOP, a frozen host) closes nothing: the others would wait in the
+  collective forever, deaf to SIGTERM (a Python handler runs only between bytecodes). JAX's own
+  bound, the coordination service's heartbeat timeout, ends them with an abort (rc 134, a page
+  of C++ log) and cannot be caught; so each process also writes a counter into the
+  coordination service's key-value store every few seconds, and a peer whose counter has not
+  moved for ``--peer_timeout_s`` (or a coordinator that stopped answering) ends this process
+  first, on one line and exit 5. The service's heartbeat timeout is set to twice that, its
+  shutdown barrier to it, so that nothing waits unbounded.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+
+import jax
+
+from resnet_noBN.backends.cluster import ClusterError, check_port_free, parse_tf_config
+from resnet_noBN.configs.errors import PEER_LOST_EXIT
+
+ALIVE_KEY = "resnet_noBN/alive/"  # + process id: the counter a process advances while it lives
+# The words of a collective or coordination call that failed because a peer is gone (Gloo on
+# CPUs, NCCL on GPUs, the coordination service's gRPC)
+PEER_ERROR_WORDS = ("closed by peer", "Connection reset", "Gloo", "NCCL", "UNAVAILABLE", "DEADLINE")
+
+
+def coordinates(resolver: str) -> tuple[str, int, int]:
+    """(coordinator ``host:port``, processes, this process's id) of the job, from ``TF_CONFIG``
+    or (``resolver`` "slurm") the SLURM step's variables; ClusterError (one line) for a cluster
+    a JAX job cannot form."""
+    if resolver == "slurm":
+        missing = [
+            name
+            for name in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID")
+            if name not in os.environ
+        ]
+        if missing:
+            raise ClusterError(
+                f"--cluster_resolver=slurm outside a SLURM step (no {', '.join(missing)}): "
+                "launch with srun, or use TF_CONFIG"
+            )
+        from jax._src.clusters import SlurmCluster  # the first node's name, JAX's own parse
+
+        return (
+            SlurmCluster.get_coordinator_address(None, None),
+            int(os.environ["SLURM_NTASKS"]),
+            int(os.environ["SLURM_PROCID"]),
+        )
+    config = parse_tf_config("multi_worker")
+    cluster, task = config["cluster"], config["task"]
+    if set(cluster) - {"chief", "worker"}:
+        extra = ", ".join(sorted(set(cluster) - {"chief", "worker"}))
+        raise ClusterError(
+            f"TF_CONFIG's cluster has {extra} tasks, which a JAX job has no use for "
+            "(--strategy=multi_worker: a chief and workers, all training); list workers only"
+        )
+    tasks = [("chief", i) for i in range(len(cluster.get("chief", [])))]
+    tasks += [("worker", i) for i in range(len(cluster.get("worker", [])))]
+    process = tasks.index((task["type"], task["index"]))
+    coordinator = cluster[tasks[0][0]][0]
+    if process == 0:
+        check_port_free(coordinator, f"{tasks[0][0]} 0, the JAX coordinator")
+    return coordinator, len(tasks), process
+
+
+def form(resolver: str, peer_timeout_s: float) -> None:
+    """Join this process to the job (:func:`coordinates`) and start its :class:`PeerWatch`.
+    Call it before anything else of JAX runs. A peer that never comes ends the wait after
+    ``max(300, peer_timeout_s)`` seconds (``JaxRuntimeError``, a lost peer)."""
+    coordinator, processes, process = coordinates(resolver)
+    jax.distributed.initialize(
+        coordinator,
+        processes,
+        process,
+        cluster_detection_method="deactivate",  # all the node's devices, not one per task
+        initialization_timeout=max(300, math.ceil(peer_timeout_s)),
+        heartbeat_timeout_seconds=math.ceil(2 * peer_timeout_s),
+        shutdown_timeout_seconds=math.ceil(peer_timeout_s),
+    )
+    PeerWatch(peer_timeout_s).start()
+
+
+def end(line: str) -> None:
+    """Print ``error: <line>``, flush, and end the process with PEER_LOST_EXIT at once
+    (``os._exit``: JAX's exit handler would wait on the lost peer at its shutdown barrier)."""
+    print(f"error: {line}; rerun the job to resume from its latest checkpoint", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(PEER_LOST_EXIT)
+
+
+def end_if_peer_lost(error: BaseException) -> None:
+    """In a job, where ``error`` is a collective or coordination call that failed because a
+    peer is gone: :func:`end` (never returns). Else nothing."""
+    if not (jax.distributed.is_initialized() and isinstance(error, jax.errors.JaxRuntimeError)):
+        return
+    text = str(error).strip()
+    if any(word in text for word in PEER_ERROR_WORDS):
+        first = text.splitlines()[0] if text else type(error).__name__
+        end(f"process {jax.process_index()} of the JAX job lost a peer ({first[:200]})")
+
+
+class PeerWatch:
+    """Two daemon threads: one advances this process's counter in the coordination service's
+    key-value store and reads the peers' every ``timeout_s / 4`` seconds (at most 5); the
+    other, which never waits on the network, ends the process (:func:`end`) when a peer's
+    counter has not moved for ``timeout_s`` or the store has not answered for that long."""
+
+    def __init__(self, timeout_s: float):
+        from jax._src.distributed import global_state  # the job's coordination client
+
+        self.client, self.timeout_s = global_state.client, timeout_s
+        self.interval_s = min(5.0, timeout_s / 4)
+        self.me, self.count = jax.process_index(), jax.process_count()
+        now = time.monotonic()
+        self.seen = {p: (None, now) for p in range(self.count) if p != self.me}
+        self.answered = now  # the last time the store answered this process
+
+    def start(self) -> None:
+        for target in (self._beat, self._check):
+            threading.Thread(
+                target=target, daemon=True, name=f"peer-watch{target.__name__}"
+            ).start()
+
+    def _beat(self) -> None:
+        beat = 0
+        while True:
+            try:
+                self.client.key_value_set(f"{ALIVE_KEY}{self.me}", str(beat), allow_overwrite=True)
+                for peer, (value, _) in self.seen.items():
+                    now_value = self._read(peer)
+                    if now_value != value:
+                        self.seen[peer] = (now_value, time.monotonic())
+            except jax.errors.JaxRuntimeError as e:  # the coordinator (process 0) is gone
+                if self.me:
+                    why = str(e).strip().splitlines()[0][:200]
+                    end(f"process 0, the JAX job's coordinator, is gone ({why})")
+            else:
+                self.answered = time.monotonic()
+            beat += 1
+            time.sleep(self.interval_s)
+
+    def _read(self, peer: int) -> str | None:
+        """``peer``'s counter, None before it wrote one."""
+        try:
+            return self.client.key_value_try_get(f"{ALIVE_KEY}{peer}")
+        except jax.errors.JaxRuntimeError as e:
+            if "NOT_FOUND" in str(e):
+                return None
+            raise
+
+    def _check(self) -> None:
+        while True:
+            time.sleep(self.interval_s)
+            now = time.monotonic()
+            silent = [p for p, (_, at) in self.seen.items() if now - at >= self.timeout_s]
+            if now - self.answered >= self.timeout_s:
+                silent = [0] if self.me else silent
+            if silent:
+                end(
+                    f"process {silent[0]} of the JAX job has not answered for "
+                    f"{self.timeout_s:g} s (killed, stopped or its host lost)"
+                )

@@ -1,0 +1,334 @@
+"""A JAX job of several processes (``--strategy=multi_worker`` on KERAS_BACKEND=jax,
+``backends.jax_job``) on CPU: 2 processes of 2 forced CPU devices each, started by
+``launch/local_cluster.py`` as a TensorFlow job would be, or one by one with their own TF_CONFIG.
+
+Every process runs with ``sys.modules["tensorflow"] = None``: nothing on the JAX path imports it.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+from launchers import REPO  # noqa: E402
+from test_distributed import final_lines  # noqa: E402
+from test_tensorflow_free_backends import NO_TF, backend_env, final_json  # noqa: E402
+
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, PREEMPTED_EXIT  # noqa: E402
+
+STEPS = 10
+# one process's devices, forced on the CPU
+DEVICES = "--xla_force_host_platform_device_count={}"
+
+
+def env(devices: int) -> dict:
+    return {**backend_env("jax"), "XLA_FLAGS": DEVICES.format(devices)}
+
+
+def flags(data, model_dir, **more) -> list[str]:
+    """A small run: 1 block per stage, batch 8 (2 images per device of 4), seed 4."""
+    values = {
+        "data_path": data,
+        "model_dir": model_dir,
+        "model": "small",
+        "batch_size": 8,
+        "eval_batch_size": 16,
+        "seed": 4,
+        "learning_rate": 0.005,
+        "train_steps": STEPS,
+        "log_every": 1,
+        "eval_every": STEPS,
+        "checkpoint_every": 5,
+        **more,
+    }
+    return [f"--{name}={value}" for name, value in values.items()]
+
+
+def job(args, workers=2, devices=2) -> subprocess.Popen:
+    """``launch/local_cluster.py --workers=2`` of TensorFlow-free launch/cifar.py processes."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "launch/local_cluster.py",
+            f"--workers={workers}",
+            "--kill_timeout=20",
+            "--",
+            sys.executable,
+            "-c",
+            NO_TF,
+            "--strategy=multi_worker",
+            *args,
+        ],
+        cwd=REPO,
+        env=env(devices),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def one_process(args, devices) -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", NO_TF, *args],
+        cwd=REPO,
+        env=env(devices),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return final_json(run.stdout)
+
+
+def weights(model_dir) -> dict:
+    with np.load(model_dir / f"ckpt-{STEPS}.npz") as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from resnet_noBN.datasets.cifar_data import write_random
+
+    root = tmp_path_factory.mktemp("jaxjob")
+    write_random(root / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    return root
+
+
+@pytest.fixture(scope="module")
+def whole(data):
+    """The uninterrupted 2 x 2 job: (its output, its folder)."""
+    run = job(flags(data / "data", data / "whole"))
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out[-4000:]
+    return out, data / "whole"
+
+
+def test_two_processes_train_as_one_and_only_process_0_writes(data, whole):
+    """2 processes x 2 devices: one job of 4 devices, the same weights on both processes; only
+    process 0 writes the folder. The weights are those of 4 processes x 1 device bit for bit
+    (the gradients summed in device order, whatever the collective's topology), and within the
+    JAX equivalence tests' tolerance of one process of 4 devices and of one device: on this
+    machine's 2 cores the gradient one device computes in a process of 4 devices differs in
+    its last bits from the same device's in a process of 2 (XLA's CPU thread pool has
+    max(cores, local devices) threads, and a convolution splits its sums by it)."""
+    out, folder = whole
+    finals = final_lines(out)
+    assert set(finals) == {"worker0", "worker1"}
+    assert {final["final_step"] for final in finals.values()} == {STEPS}
+    assert finals["worker0"]["weights_sha256"] == finals["worker1"]["weights_sha256"]
+    assert "4 replica(s) x 2 input pipeline(s)" in out
+    written = sorted(p.name for p in folder.iterdir())
+    assert "ckpt-10.npz" in written and "train.jsonl" in written
+    records = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))  # one writer, not two
+    config = json.loads((folder / "config.json").read_text())
+    assert config["runtime"]["strategy"] == "multi_worker" and config["runtime"]["replicas"] == 4
+
+    run = job(flags(data / "data", data / "4x1"), workers=4, devices=1)
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out[-4000:]
+    digests = {final["weights_sha256"] for final in final_lines(out).values()}
+    assert digests == {finals["worker0"]["weights_sha256"]}
+    one_process(flags(data / "data", data / "four", strategy="mirrored"), devices=4)
+    one = one_process(flags(data / "data", data / "one"), devices=1)
+    job_weights = weights(folder)
+    for other in (weights(data / "four"), weights(data / "one")):
+        for name, value in other.items():
+            np.testing.assert_allclose(job_weights[name], value, rtol=1e-4, atol=1e-6)
+    assert one["final_step"] == STEPS
+
+
+def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resumes(data, whole):
+    """SIGTERM to worker 1 alone: both processes save at the same call and exit 3, the launcher
+    too; rerunning resumes there and ends with the uninterrupted job's weights."""
+    args = flags(data / "data", data / "cut")
+    run = job(args)
+    lines, pids = [], {}
+    for line in run.stdout:
+        lines.append(line)
+        if line.startswith("started worker"):
+            name, pid = line.split()[1], int(line.split("pid=")[1])
+            pids[name] = pid
+        if line.startswith("[worker0] step       3"):
+            os.kill(pids["worker1"], signal.SIGTERM)
+            break
+    rest, _ = run.communicate(timeout=300)
+    out = "".join(lines) + rest
+    assert run.returncode == PREEMPTED_EXIT, out[-4000:]
+    assert "preempted: every trainer saved a checkpoint" in out
+    stops = {
+        line.split("]")[0][1:]: int(line.split("preempted at step ")[1].split(":")[0])
+        for line in out.splitlines()
+        if "preempted at step" in line
+    }
+    assert set(stops) == {"worker0", "worker1"} and len(set(stops.values())) == 1
+    stopped = stops["worker0"]
+    assert 3 <= stopped < STEPS
+    index = json.loads((data / "cut" / "checkpoints.json").read_text())["checkpoints"]
+    assert index[-1] == f"ckpt-{stopped}.npz"
+
+    again = job(args)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out[-4000:]
+    assert f"resumed from {data / 'cut' / f'ckpt-{stopped}.npz'} at step {stopped}" in out
+    finals = final_lines(out)
+    expected = final_lines(whole[0])["worker0"]["weights_sha256"]
+    assert {final["weights_sha256"] for final in finals.values()} == {expected}
+
+
+PEER_TIMEOUT_S = 6
+
+
+def start_processes(data, name, free_port) -> list[subprocess.Popen]:
+    """Two processes of one job, each with its TF_CONFIG, training long."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    args = flags(
+        data / "data",
+        data / name,
+        train_steps=100000,
+        log_every=50,
+        eval_every=100000,
+        checkpoint_every=100000,
+        peer_timeout_s=PEER_TIMEOUT_S,
+    )
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", NO_TF, "--strategy=multi_worker", *args],
+            cwd=REPO,
+            env={
+                **env(2),
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                ),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
+
+
+def wait_training(proc) -> list[str]:
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step "):
+            return lines
+    raise AssertionError("".join(lines)[-3000:])
+
+
+def ended(proc, within_s) -> tuple[int, str, float]:
+    start = time.monotonic()
+    out, _ = proc.communicate(timeout=within_s)
+    return proc.returncode, out, time.monotonic() - start
+
+
+@pytest.fixture
+def free_port():
+    import socket
+
+    def port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return port
+
+
+def test_a_killed_process_ends_the_other_at_once(data, free_port):
+    """Worker 1 killed: worker 0's collective fails; one line naming the lost peer, exit 5."""
+    procs = start_processes(data, "killed", free_port)
+    try:
+        wait_training(procs[0])
+        procs[1].kill()
+        code, out, seconds = ended(procs[0], 60)
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert code == PEER_LOST_EXIT, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "lost a peer" in errors[0] and "rerun the job" in errors[0]
+    assert seconds < PEER_TIMEOUT_S + 10
+
+
+def test_a_stopped_coordinator_ends_the_other_within_the_peer_timeout(data, free_port):
+    """Worker 0 (the JAX coordinator) stopped (SIGSTOP): worker 1 ends within
+    --peer_timeout_s, one line, exit 5, though its collective would wait forever; worker 0,
+    continued, finds its peer gone and ends the same way."""
+    procs = start_processes(data, "stopped", free_port)
+    try:
+        wait_training(procs[1])
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        code, out, seconds = ended(procs[1], 60)
+        os.kill(procs[0].pid, signal.SIGCONT)
+        first_code, first_out, _ = ended(procs[0], 30)
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert code == PEER_LOST_EXIT, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "process 0 of the JAX job has not answered for 6 s" in errors[0]
+    assert PEER_TIMEOUT_S <= seconds < PEER_TIMEOUT_S + 10
+    assert first_code == PEER_LOST_EXIT, first_out[-3000:]
+
+
+def test_the_job_is_read_from_tf_config_or_slurm(monkeypatch, free_port):
+    """The coordinator is the chief (else worker 0), the process id the task's place after it;
+    parameter servers are refused in one line; SLURM: the step's first node, tasks and rank."""
+    from resnet_noBN.backends import jax_job
+    from resnet_noBN.backends.cluster import ClusterError
+
+    chief, worker = f"127.0.0.1:{free_port()}", "10.0.0.2:2222"
+    config = {"cluster": {"chief": [chief], "worker": ["10.0.0.1:2222", worker]}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({**config, "task": {"type": "worker", "index": 1}}))
+    assert jax_job.coordinates("tf_config") == (chief, 3, 2)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({**config, "task": {"type": "chief", "index": 0}}))
+    assert jax_job.coordinates("tf_config") == (chief, 3, 0)
+    config["cluster"]["ps"] = ["10.0.0.3:2222"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({**config, "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(ClusterError, match="has ps tasks, which a JAX job has no use for"):
+        jax_job.coordinates("tf_config")
+    with pytest.raises(ClusterError, match="outside a SLURM step"):
+        jax_job.coordinates("slurm")
+    for name, value in {
+        "SLURM_JOB_ID": "4097",
+        "SLURM_STEP_NODELIST": "node[07-08]",
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert jax_job.coordinates("slurm") == ("node07:61441", 2, 1)
+
+
+def test_the_time_budget_stops_every_process_at_the_same_step(data):
+    """--time_budget_s on a JAX job: process 0's clock decides, both processes save the same
+    step and exit 3."""
+    run = job(
+        flags(
+            data / "data",
+            data / "budget",
+            train_steps=100000,
+            log_every=100000,
+            eval_every=100000,
+            checkpoint_every=100000,
+            time_budget_s=2,
+        )
+    )
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == PREEMPTED_EXIT, out[-4000:]
+    stops = {
+        line.split("]")[0][1:]: line.split("reached at step ")[1].split(":")[0]
+        for line in out.splitlines()
+        if "time budget of 2 s reached at step" in line
+    }
+    assert set(stops) == {"worker0", "worker1"} and len(set(stops.values())) == 1, out[-4000:]
+    index = json.loads((data / "budget" / "checkpoints.json").read_text())["checkpoints"]
+    assert index == [f"ckpt-{stops['worker0']}.npz"]
