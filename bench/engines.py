@@ -11,6 +11,8 @@ the same threads, precision, seed and refusals.
 * JAX: ``jax_training.JaxTrainer``, which makes each augmented batch on the device inside the
   compiled step from the uint8 split held there; "the input alone" is that batch maker, compiled
   on its own.
+* PyTorch: ``torch_training.TorchTrainer``, eager steps, each batch made on Keras' torch device
+  from the uint8 split held there; "the input alone" is that batch maker, run eagerly.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 
 
-def engine(args) -> TensorFlowEngine | JaxEngine:
+def engine(args) -> TensorFlowEngine | JaxEngine | TorchEngine:
     """The engine of the backend in use, after its runtime is started from ``args``."""
     try:
         backend = registry.current()
     except InputError as e:
         raise SystemExit(f"error: {e}") from None
-    engines = {"tensorflow": TensorFlowEngine, "jax": JaxEngine}
+    engines = {"tensorflow": TensorFlowEngine, "jax": JaxEngine, "torch": TorchEngine}
     if backend.name not in engines:
         raise SystemExit(
             f"error: bench/throughput.py has no engine for the {backend.name} backend; run it "
@@ -172,7 +174,35 @@ class TensorFlowEngine:
         return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
 
 
-class JaxEngine:
+class _SplitsEngine:
+    """What the engines of the backends that train from the uint8 split held on the device
+    (``backends.splits_in_memory``) share: the splits, the trainer and evaluation's input."""
+
+    def _split(self, data_path: str, split: str):
+        from resnet_noBN.datasets.cifar_data import load_split
+
+        return load_split("cifar10", split, data_path)
+
+    def _train_split(self, data_path: str):
+        """The training source the trainer's steps take (its seed and crop padding too)."""
+        from resnet_noBN.datasets.stream import TrainSplit
+
+        return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
+
+    def trainer(self, data_path: str, model_dir: str):
+        """(the trainer, the device-held split its steps make their batches from)."""
+        trainer = _trainer(self.runtime, self.args, model_dir)
+        return trainer, trainer.start(self._train_split(data_path), 0)
+
+    def eval_source(self, data_path: str, batches: int):
+        """The first ``batches`` x --eval_batch_size test images (repeated where fewer)."""
+        images, labels = self._split(data_path, "test")
+        count = batches * self.args.eval_batch_size
+        order = np.arange(count) % len(images)
+        return images[order], labels[order]
+
+
+class JaxEngine(_SplitsEngine):
     """``JaxTrainer`` on the first local device, its batches made on the device."""
 
     name = "jax"
@@ -195,17 +225,6 @@ class JaxEngine:
         )
         self.input = "on the device, inside the step"
 
-    def _split(self, data_path: str, split: str):
-        from resnet_noBN.datasets.cifar_data import load_split
-
-        return load_split("cifar10", split, data_path)
-
-    def _train_split(self, data_path: str):
-        """The training source the trainer's steps take (its seed and crop padding too)."""
-        from resnet_noBN.datasets.stream import TrainSplit
-
-        return TrainSplit(*self._split(data_path, "train"), seed=self.args.seed)
-
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
         on the device, over ``batches`` batches after one, how)."""
@@ -223,23 +242,63 @@ class JaxEngine:
         rate = batches * size / (time.perf_counter() - t0)
         return rate, f"stream.training_batch jitted alone on the device, {batches} batches"
 
-    def trainer(self, data_path: str, model_dir: str):
-        """(the JaxTrainer, the device-held split its steps make their batches from)."""
-        trainer = _trainer(self.runtime, self.args, model_dir)
-        return trainer, trainer.start(self._train_split(data_path), 0)
-
-    def eval_source(self, data_path: str, batches: int):
-        """The first ``batches`` x --eval_batch_size test images (repeated where fewer)."""
-        images, labels = self._split(data_path, "test")
-        count = batches * self.args.eval_batch_size
-        order = np.arange(count) % len(images)
-        return images[order], labels[order]
-
     def profile(self, folder: str):
         return _trace(self.jax.profiler.start_trace, self.jax.profiler.stop_trace, folder)
 
     def gpu_peak_mib(self) -> float:
         return self.jax.devices()[0].memory_stats()["peak_bytes_in_use"] / 2**20
+
+
+class TorchEngine(_SplitsEngine):
+    """``TorchTrainer`` on Keras' torch device (a CUDA GPU where torch sees one), eager steps,
+    its batches made on the device."""
+
+    name = "torch"
+
+    def __init__(self, args):
+        import torch
+
+        self.runtime = _start(args)
+        self.torch, self.args = torch, args
+        self.intra, self.inter = torch.get_num_threads(), torch.get_num_interop_threads()
+        self.version = f"PyTorch {torch.__version__}"
+        cuda = torch.cuda.is_available()
+        self.device = "gpu" if cuda else "cpu"
+        self.gpu_name = torch.cuda.get_device_name(0) if cuda else None
+        # cuDNN runs float32 convolutions as TF32 on Ampere and newer unless turned off
+        self.float32_as_tf32 = cuda and torch.backends.cudnn.allow_tf32
+        self.input = "on the device, each eager step"
+
+    def _synchronize(self):
+        if self.device == "gpu":
+            self.torch.cuda.synchronize()
+
+    def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
+        """(images/s of the step's batch maker, ``stream.training_batch``, run eagerly on the
+        device, over ``batches`` batches after one, how)."""
+        from keras import ops
+
+        from resnet_noBN.datasets import stream
+
+        size, split = self.args.batch_size, self._train_split(data_path)
+        images, labels = ops.convert_to_tensor(split.images), ops.convert_to_tensor(split.labels)
+        stream.training_batch(images, labels, split.seed, 0, size, split.pad)
+        self._synchronize()
+        t0 = time.perf_counter()
+        for step in range(1, batches + 1):
+            stream.training_batch(images, labels, split.seed, step, size, split.pad)
+        self._synchronize()
+        rate = batches * size / (time.perf_counter() - t0)
+        return rate, f"stream.training_batch eagerly on the device, {batches} batches"
+
+    def profile(self, folder: str):
+        profiler = self.torch.profiler.profile(
+            on_trace_ready=self.torch.profiler.tensorboard_trace_handler(folder)
+        )
+        return _trace(lambda _: profiler.start(), profiler.stop, folder)
+
+    def gpu_peak_mib(self) -> float:
+        return self.torch.cuda.max_memory_allocated() / 2**20
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Training / evaluation / input throughput of the paper's CIFAR network on this device, on the
-Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, or jax).
+Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, jax or torch).
 
     python bench/throughput.py                                 # paper model, batch 128
     python bench/throughput.py --synthetic                     # compute only (cached batch)
@@ -8,10 +8,11 @@ Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, or jax).
     python bench/throughput.py --model=small --steps=2 --warmup=1 --eval_batches=1
     KERAS_BACKEND=jax python bench/throughput.py --precision=mixed_bfloat16 --compare_torch
     python bench/throughput.py --synthetic --compare_backend   # TF, then the same on JAX
+    KERAS_BACKEND=torch python bench/throughput.py             # the PyTorch backend's trainer
 
 Measures, for the launchers' trainer (``training.Trainer`` on TensorFlow,
-``jax_training.JaxTrainer`` on JAX: the real training step, forward, backward, weight decay,
-momentum SGD) on the current device:
+``jax_training.JaxTrainer`` on JAX, ``torch_training.TorchTrainer`` on PyTorch: the real
+training step, forward, backward, weight decay, momentum SGD) on the current device:
 
 * training seconds/step and images/s: median and spread (p10/p90, min/max) of ``--steps``
   individually timed steps (``trainer.run_steps(it, 1)``) after ``--warmup`` untimed ones, and,
