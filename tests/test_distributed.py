@@ -181,17 +181,23 @@ def test_parameter_servers_advance_the_step_by_the_steps_scheduled(tmp_path, cif
     assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 15
 
 
-def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin):
-    """SIGKILL worker 1 mid-run; the job stops; rerun: it resumes at the last checkpoint."""
-    model_dir = tmp_path / "run"
-    args = [
-        "--strategy=multi_worker",
+def long_job_args(strategy: str, cifar_bin, model_dir) -> list[str]:
+    """The launcher's flags of a job that a fault interrupts: checkpoints every 10 steps, no
+    evaluation before the end (add --train_steps)."""
+    return [
+        f"--strategy={strategy}",
         f"--data_path={cifar_bin}",
         f"--model_dir={model_dir}",
         "--checkpoint_every=10",
         "--eval_every=100000",
         *SMALL,
     ]
+
+
+def test_killed_worker_job_resumes_from_the_last_checkpoint(tmp_path, cifar_bin):
+    """SIGKILL worker 1 mid-run; the job stops; rerun: it resumes at the last checkpoint."""
+    model_dir = tmp_path / "run"
+    args = long_job_args("multi_worker", cifar_bin, model_dir)
     job = start_local_cluster(
         tmp_path, ["--workers=2", "--kill_timeout=5"], ["--train_steps=100000", *args]
     )
@@ -230,14 +236,7 @@ def test_a_dead_or_hung_peer_ends_the_job_in_one_line_and_status_5_and_it_resume
     rerun resumes from, status 5, no traceback; the job exits 5; the rerun after a lost chief
     resumes there."""
     model_dir, timeout_s = tmp_path / "run", 10
-    args = [
-        "--strategy=multi_worker",
-        f"--data_path={cifar_bin}",
-        f"--model_dir={model_dir}",
-        "--checkpoint_every=10",
-        "--eval_every=100000",
-        *SMALL,
-    ]
+    args = long_job_args("multi_worker", cifar_bin, model_dir)
     job = start_local_cluster(
         tmp_path,
         ["--workers=2", "--kill_timeout=2"],
@@ -271,15 +270,7 @@ def test_a_lost_parameter_server_ends_the_chief_in_one_line_and_status_5(tmp_pat
     job = start_local_cluster(
         tmp_path,
         ["--workers=1", "--ps=1", "--kill_timeout=2"],
-        [
-            "--strategy=parameter_server",
-            f"--data_path={cifar_bin}",
-            f"--model_dir={model_dir}",
-            "--train_steps=100000",
-            "--checkpoint_every=10",
-            "--eval_every=100000",
-            *SMALL,
-        ],
+        ["--train_steps=100000", *long_job_args("parameter_server", cifar_bin, model_dir)],
     )
     result = fault_at_step(job, "chief0", 15, "ps0", signal.SIGKILL)  # ckpt-10 written by then
     assert result["status"] == PEER_LOST_EXIT, result["output"][-3000:]
