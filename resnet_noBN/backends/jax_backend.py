@@ -7,6 +7,9 @@ stays on TensorFlow."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import jax
 import numpy as np
 
@@ -39,9 +42,10 @@ class JaxBackend(SplitsInMemory):
         process 0 the chief."""
         if cfg.strategy == "multi_worker":
             try:
-                jax_job.form(cfg.cluster_resolver, cfg.peer_timeout_s)
+                processes = jax_job.form(cfg.cluster_resolver, cfg.peer_timeout_s)
             except ClusterError as e:
                 raise InputError(str(e)) from None
+            size_cpu_pool(processes * forced_cpu_devices())
             devices = tuple(jax.devices())
             return Runtime(
                 None,
@@ -52,6 +56,8 @@ class JaxBackend(SplitsInMemory):
                 devices,
                 precision=cfg.precision,
             )
+        if cfg.strategy == "mirrored":
+            size_cpu_pool(forced_cpu_devices())
         local = jax.local_devices()
         devices = tuple(local if cfg.strategy == "mirrored" else local[:1])
         return Runtime(None, True, 1, 0, len(devices), devices, precision=cfg.precision)
@@ -85,3 +91,30 @@ class JaxBackend(SplitsInMemory):
 
     def where(self, report: dict) -> str:
         return f"devices {', '.join(report['devices'])}"
+
+
+def forced_cpu_devices() -> int:
+    """The CPU devices each process of this run has: ``jax_num_cpu_devices``, else XLA's
+    ``--xla_force_host_platform_device_count``, else 1."""
+    if jax.config.jax_num_cpu_devices >= 0:
+        return jax.config.jax_num_cpu_devices
+    forced = re.search(
+        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
+    return int(forced.group(1)) if forced else 1
+
+
+def size_cpu_pool(devices: int) -> None:
+    """Give XLA's CPU runtime max(cores, ``devices``) intra-op threads in every process of a run
+    of ``devices`` CPU devices (PJRT_NPROC, which the CPU client reads when it is made: call this
+    before the first ``jax.devices()``), unless the user set PJRT_NPROC or NPROC.
+
+    Why: the pool has max(PJRT_NPROC or cores, this process's devices) threads, and a
+    convolution's weight gradient splits its sum over the batch and the pixels by it. Left
+    alone, on 2 cores one process of 4 CPU devices has 4 threads and each process of a
+    2 x 2 job 2, so the same device's gradient differed in its last bits between the two
+    layouts; sized by the whole run's devices, 1 x 4, 2 x 2 and 4 x 1 give the same weights
+    bit for bit (tests/test_jax_multiprocess.py). A run whose devices do not outnumber the
+    cores (every GPU run: the CPU client then holds one device) keeps XLA's default."""
+    if not (os.environ.get("PJRT_NPROC") or os.environ.get("NPROC")):
+        os.environ["PJRT_NPROC"] = str(max(len(os.sched_getaffinity(0)), devices))

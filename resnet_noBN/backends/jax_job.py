@@ -84,10 +84,11 @@ def coordinates(resolver: str) -> tuple[str, int, int]:
     return coordinator, len(tasks), process
 
 
-def form(resolver: str, peer_timeout_s: float) -> None:
-    """Join this process to the job (:func:`coordinates`) and start its :class:`PeerWatch`.
-    Call it before anything else of JAX runs. A peer that never comes ends the wait after
-    ``max(300, peer_timeout_s)`` seconds (``JaxRuntimeError``, a lost peer)."""
+def form(resolver: str, peer_timeout_s: float) -> int:
+    """Join this process to the job (:func:`coordinates`) and start its :class:`PeerWatch`;
+    the job's number of processes. Call it before anything else of JAX runs. A peer that never
+    comes ends the wait after ``max(300, peer_timeout_s)`` seconds (``JaxRuntimeError``, a lost
+    peer)."""
     coordinator, processes, process = coordinates(resolver)
     jax.distributed.initialize(
         coordinator,
@@ -99,6 +100,7 @@ def form(resolver: str, peer_timeout_s: float) -> None:
         shutdown_timeout_seconds=math.ceil(peer_timeout_s),
     )
     PeerWatch(peer_timeout_s).start()
+    return processes
 
 
 def end(line: str) -> None:
@@ -132,7 +134,9 @@ class PeerWatch:
 
         self.client, self.timeout_s = global_state.client, timeout_s
         self.interval_s = min(5.0, timeout_s / 4)
-        self.me, self.count = jax.process_index(), jax.process_count()
+        # the job's, not jax.process_index(): that would make the CPU client before
+        # jax_backend.size_cpu_pool has sized it
+        self.me, self.count = global_state.process_id, global_state.num_processes
         now = time.monotonic()
         self.seen = {p: (None, now) for p in range(self.count) if p != self.me}
         self.answered = now  # the last time the store answered this process
