@@ -81,7 +81,8 @@ def slurm(tmp_path_factory, write_cifar):
         subprocess.run([str(CLUSTER), "stop", str(state)], timeout=60)
 
 
-def submit(env, run_name, data) -> tuple[str, pathlib.Path]:
+def submit(env, run_name, data, *more) -> tuple[str, pathlib.Path]:
+    """sbatch the script with the tests' flags (``more`` after them, winning)."""
     log = pathlib.Path(env["RUNS_DIR"]) / f"{run_name}.out"
     proc = subprocess.run(
         [
@@ -92,6 +93,7 @@ def submit(env, run_name, data) -> tuple[str, pathlib.Path]:
             str(SBATCH),
             f"--data_path={data}",
             *TRAIN,
+            *more,
         ],
         capture_output=True,
         text=True,
@@ -175,3 +177,41 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slu
         == results(uninterrupted[0])[0]["weights_sha256"]
     )
     assert "Traceback" not in text
+
+
+def test_the_sbatch_script_runs_a_jax_job_equal_to_one_process(slurm, tmp_path):
+    """KERAS_BACKEND=jax: the same script forms a JAX job from the step's variables (2 tasks of
+    2 forced CPU devices); both tasks end with the weights of one process of 4 devices, to the
+    bit, and only task 0 writes the folder."""
+    env, data = slurm
+    jax_env = dict(env, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    steps = ("--train_steps=20", "--log_every=10")
+    job, log = submit(jax_env, "jax", data, *steps)
+    wait_for(lambda: job_state(env, job) in ("COMPLETED", "FAILED", "CANCELLED"), "the job")
+    text = log.read_text()
+    assert job_state(env, job) == "COMPLETED", text[-3000:]
+    finals = results(log)
+    assert [r["final_step"] for r in finals] == [20, 20], text[-3000:]
+    assert "4 replica(s) x 2 input pipeline(s)" in text
+    records = (pathlib.Path(env["RUNS_DIR"]) / "jax" / "train.jsonl").read_text().splitlines()
+    assert len(records) == 2  # steps 10 and 20, written once
+
+    one = subprocess.run(
+        [
+            sys.executable,
+            "launch/cifar.py",
+            "--strategy=mirrored",
+            f"--data_path={data}",
+            f"--model_dir={tmp_path / 'one'}",
+            *TRAIN,
+            *steps,
+        ],
+        cwd=REPO,
+        env=dict(jax_env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    digest = json.loads(one.stdout.strip().splitlines()[-1])["weights_sha256"]
+    assert finals[0]["weights_sha256"] == finals[1]["weights_sha256"] == digest

@@ -129,6 +129,12 @@ class Backend:
         """The seed every process of the job uses (one process: ``seed``)."""
         return seed
 
+    def end_now_in_job(self, status: int, error: BaseException | None = None) -> None:
+        """In a job whose peers wait for this process, after a failure only it met (input
+        only it read, a write only it made, ``error`` of its own: printed first): end it with
+        ``status`` at once (never returns). Else nothing (one process, TensorFlow's jobs:
+        the launcher exits as usual)."""
+
     def end_if_peer_lost(self, error: BaseException) -> None:
         """Where ``error`` says a peer of this process's job died or stopped answering: one
         line ``error: ...`` naming it, and the process ends with PEER_LOST_EXIT (never

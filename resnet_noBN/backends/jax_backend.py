@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import traceback
 
 import jax
 import numpy as np
@@ -71,6 +72,15 @@ class JaxBackend(SplitsInMemory):
         """One line and PEER_LOST_EXIT where ``error`` is a collective that failed because a
         peer of the job is gone (``jax_job.end_if_peer_lost``)."""
         jax_job.end_if_peer_lost(error)
+
+    def end_now_in_job(self, status: int, error: BaseException | None = None) -> None:
+        """In a JAX job, ``jax_job.exit_now``: the peers' next gradient sum fails at once and
+        they end on a lost peer (exit 5), where JAX's exit handler would keep them waiting
+        for ``--peer_timeout_s`` and then abort this process, losing ``status``."""
+        if jax.distributed.is_initialized():
+            if error is not None:
+                traceback.print_exception(error)
+            jax_job.exit_now(status)
 
     def has_gpu(self, runtime: Runtime) -> bool:
         return runtime.devices[0].platform == "gpu"

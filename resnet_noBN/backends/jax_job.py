@@ -19,11 +19,19 @@ forming, and the end of a process whose peer is lost.
   stopped process (SIGSTOP, a frozen host) closes nothing: the others would wait in the
   collective forever, deaf to SIGTERM (a Python handler runs only between bytecodes). JAX's own
   bound, the coordination service's heartbeat timeout, ends them with an abort (rc 134, a page
-  of C++ log) and cannot be caught; so each process also writes a counter into the
+  of C++ log) and cannot be caught (the client's ``missed_heartbeat_callback``, which
+  ``jax.distributed.initialize`` does not pass on, would replace the abort, but jaxlib 0.10.2
+  cannot call a Python one: converting its absl::Status throws std::bad_cast, which terminates
+  the process the same way); so each process also writes a counter into the
   coordination service's key-value store every few seconds, and a peer whose counter has not
   moved for ``--peer_timeout_s`` (or a coordinator that stopped answering) ends this process
   first, on one line and exit 5. The service's heartbeat timeout is set to twice that, its
   shutdown barrier to it, so that nothing waits unbounded.
+* **A failure one process meets alone** (a full disk: only process 0 writes; input only it
+  reads; an error of its own): it ends at once (:func:`exit_now`, through
+  ``JaxBackend.end_now_in_job``), not through JAX's exit handler, whose shutdown barrier would
+  wait for peers that wait for it in the next gradient sum and then abort it; its peers'
+  collective fails at once and they end as on a lost peer.
 """
 
 from __future__ import annotations
@@ -103,13 +111,29 @@ def form(resolver: str, peer_timeout_s: float) -> int:
     return processes
 
 
+def _first_line(error) -> str:
+    """The first line of ``error``'s text (at most 200 characters), else its type's name."""
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
 def end(line: str) -> None:
-    """Print ``error: <line>``, flush, and end the process with PEER_LOST_EXIT at once
-    (``os._exit``: JAX's exit handler would wait on the lost peer at its shutdown barrier)."""
+    """Print ``error: <line>`` and end the process with PEER_LOST_EXIT at once
+    (:func:`exit_now`)."""
     print(f"error: {line}; rerun the job to resume from its latest checkpoint", file=sys.stderr)
+    exit_now(PEER_LOST_EXIT)
+
+
+def exit_now(status: int) -> None:
+    """Flush and end the process with ``status`` at once (``os._exit``). JAX's exit handler
+    would first wait for every peer at its shutdown barrier: one that is lost, or that waits
+    for this process in the next step's gradient sum, never comes, and after
+    ``--peer_timeout_s`` the handler aborts the process (SIGABRT), losing ``status``. Ended
+    at once, this process closes its connections and a peer waiting in a collective fails
+    at once too (:func:`end_if_peer_lost`)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(PEER_LOST_EXIT)
+    os._exit(status)
 
 
 def end_if_peer_lost(error: BaseException) -> None:
@@ -117,10 +141,8 @@ def end_if_peer_lost(error: BaseException) -> None:
     peer is gone: :func:`end` (never returns). Else nothing."""
     if not (jax.distributed.is_initialized() and isinstance(error, jax.errors.JaxRuntimeError)):
         return
-    text = str(error).strip()
-    if any(word in text for word in PEER_ERROR_WORDS):
-        first = text.splitlines()[0] if text else type(error).__name__
-        end(f"process {jax.process_index()} of the JAX job lost a peer ({first[:200]})")
+    if any(word in str(error) for word in PEER_ERROR_WORDS):
+        end(f"process {jax.process_index()} of the JAX job lost a peer ({_first_line(error)})")
 
 
 class PeerWatch:
@@ -158,8 +180,7 @@ class PeerWatch:
                         self.seen[peer] = (now_value, time.monotonic())
             except jax.errors.JaxRuntimeError as e:  # the coordinator (process 0) is gone
                 if self.me:
-                    why = str(e).strip().splitlines()[0][:200]
-                    end(f"process 0, the JAX job's coordinator, is gone ({why})")
+                    end(f"process 0, the JAX job's coordinator, is gone ({_first_line(e)})")
             else:
                 self.answered = time.monotonic()
             beat += 1

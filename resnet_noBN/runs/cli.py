@@ -254,7 +254,7 @@ def exit_codes(main):
             return main(argv)
         except (InputError, DataError, CheckpointError) as e:
             print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+            exit_alone(2)
         except TrainingDiverged as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
@@ -263,9 +263,20 @@ def exit_codes(main):
             sys.exit(PREEMPTED_EXIT)
         except StorageError as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
-            sys.exit(STORAGE_EXIT)
+            exit_alone(STORAGE_EXIT)
         except Exception as e:
             registry.current().end_if_peer_lost(e)  # one line and exit 5, where it is one
+            registry.current().end_now_in_job(1, e)
             raise
 
     return wrapped
+
+
+def exit_alone(status: int) -> None:
+    """``sys.exit(status)`` after a failure this process alone may have met (bad input, a
+    failed write: only process 0 of a JAX job writes); in a job, at once, so that the peers
+    waiting for it end too (``Backend.end_now_in_job``). Divergence and preemption are
+    met by every process at the same step, and exit through JAX's shutdown as usual."""
+    if registry.name() in registry.BACKENDS:
+        registry.current().end_now_in_job(status)
+    sys.exit(status)
