@@ -7,9 +7,12 @@
 #   bash bench/gpu_lease.sh                    # on the GPU machine, every call, carrying .carry
 #
 # prepare: downloads the keras, optree and namex wheels for the GPU machine's Python 3.12
-# (x86-64) into .carry/wheels, copies cifar-10-jpeg.tar.gz (JPEG q75, 19.4 MB) and
-# cifar-100-jpeg.tar.gz (JPEG q90, 41.3 MB) from DATA_DIR into .carry/, forgets the last lease's
-# status, and checks that what travels stays under 64 MiB.
+# (x86-64) into .carry/wheels, copies the data of the runs of LEASE_RUNS (default both:
+# cifar-10-jpeg.tar.gz, JPEG q75, 19.4 MB; cifar-100-jpeg.tar.gz, JPEG q90, 41.3 MB) from
+# DATA_DIR into .carry/, forgets the last lease's status, and checks that what travels stays
+# under 64 MiB. Both leave the tree under 1 MiB of room; a lease of one run
+# (LEASE_RUNS=cifar100 on every call, prepare included) carries its tarball alone, and the
+# probe then times random records.
 #
 # A call: bench/lease_plan.py (its docstring has the plan and its knobs). The first call on a
 # bare machine unpacks the wheels into a scratch site (runs/lease/site, never carried) and the
@@ -27,16 +30,25 @@ cd "$(dirname "$0")/.."
 WHEELS=(keras==3.15.1 optree==0.20.0 namex==0.1.0)  # keras's other needs are on the GPU machine
 
 if [ "${1:-}" = prepare ]; then
-  data=${2:?usage: bash bench/gpu_lease.sh prepare DATA_DIR (the folder holding cifar-10-jpeg.tar.gz and cifar-100-jpeg.tar.gz)}
-  for f in cifar-10-jpeg.tar.gz cifar-100-jpeg.tar.gz; do
-    [ -f "$data/$f" ] || { echo "error: no $data/$f: give the folder that holds both JPEG tarballs" >&2; exit 2; }
+  data=${2:?usage: [LEASE_RUNS=...] bash bench/gpu_lease.sh prepare DATA_DIR (the folder holding the JPEG tarballs of the runs)}
+  tarballs=()
+  IFS=, read -ra runs <<< "${LEASE_RUNS:-cifar10,cifar100}"
+  for run in "${runs[@]}"; do
+    case $run in
+      cifar10) tarballs+=(cifar-10-jpeg.tar.gz) ;;
+      cifar100) tarballs+=(cifar-100-jpeg.tar.gz) ;;
+      *) echo "error: LEASE_RUNS names $run; the runs are cifar10 and cifar100" >&2; exit 2 ;;
+    esac
+  done
+  for f in "${tarballs[@]}"; do
+    [ -f "$data/$f" ] || { echo "error: no $data/$f: give the folder that holds the runs' JPEG tarballs" >&2; exit 2; }
   done
   mkdir -p .carry
   rm -rf .carry/wheels .carry/status.json .carry/cifar-10-jpeg.tar.gz .carry/cifar-100-jpeg.tar.gz
   "${PIP_PYTHON:-python3}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .carry/wheels "${WHEELS[@]}"
-  cp "$data/cifar-10-jpeg.tar.gz" "$data/cifar-100-jpeg.tar.gz" .carry/
+  for f in "${tarballs[@]}"; do cp "$data/$f" .carry/; done
   tree=$(git ls-files -co --exclude-standard -z | xargs -0 -r du -cb | tail -1 | cut -f1)
   carry=$(du -sb .carry | cut -f1)
   echo "travels: tree $((tree / 1024)) KiB + .carry $((carry / 1024)) KiB (limit 65,536 KiB)"
