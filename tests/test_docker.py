@@ -597,6 +597,7 @@ def test_k8s_network_policy_admits_tcp_only_from_the_jobs_pods(yaml):
     job = next(o for o in objects if o["kind"] == "Job" and o["spec"].get("completionMode"))
     job_name = job["metadata"]["name"]
     pod_labels = {**job["spec"]["template"]["metadata"]["labels"], "job-name": job_name}
+
     def selects(selector: dict) -> bool:
         assert set(selector) == {"matchLabels"}, selector  # no matchExpressions to reason about
         return selector["matchLabels"].items() <= pod_labels.items()
