@@ -194,10 +194,12 @@ class Job:
                 if code not in (None, 0, PREEMPTED_EXIT):
                     status = 128 - code if code < 0 else code
                     print(f"{name} exited with status {status}; stopping the job", flush=True)
-                    if code < 0:  # killed: the others see it gone at once, and say so
-                        self.wait_for_others(LOST_GRACE_S)
+                    if code >= 0:  # its own status (a full disk, bad input): the job's
+                        self.stop()
+                        return status
+                    self.wait_for_others(LOST_GRACE_S)  # the others see it gone, and say so
                     self.stop()
-                    return self.status_after_failure(status)
+                    return self.status_after_kill(status)
             trainers = [codes[n] for n in self.trainers()]
             if all(code == 0 for code in trainers):
                 self.stop()
@@ -234,10 +236,10 @@ class Job:
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
             time.sleep(0.1)
 
-    def status_after_failure(self, status: int) -> int:
-        """5 (PEER_LOST_EXIT) where a task ended on a lost peer before it was stopped: the
-        job lost a task, and rerunning it resumes from its latest checkpoint; else ``status``,
-        the first failed task's."""
+    def status_after_kill(self, status: int) -> int:
+        """After a task was killed (``status`` 128 + the signal): 5 (PEER_LOST_EXIT) where
+        another task ended on the lost peer before it was stopped (the job lost a task, and
+        rerunning it resumes from its latest checkpoint); else ``status``."""
         if any(p.returncode == PEER_LOST_EXIT for p in self.procs.values()):
             print(
                 "a task of the job was lost; rerun the same command to resume from the latest "

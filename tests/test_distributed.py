@@ -499,6 +499,36 @@ def probe_job(tmp_path, cluster_args, prefix=()):
     return proc, reports
 
 
+def test_the_job_exits_with_the_status_of_the_task_that_failed_first(tmp_path):
+    """Worker 0 exits 4 (a full disk on the chief); worker 1, stopped, says it lost its peer
+    and exits 5, as a real one would: the job's status is 4, the cause, not 5."""
+    task = (
+        "import json, os, signal, sys, time\n"
+        "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 0:\n"
+        "    sys.exit(4)\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "launch/local_cluster.py"),
+            "--workers=2",
+            "--",
+            sys.executable,
+            "-c",
+            task,
+        ],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "worker0 exited with status 4; stopping the job" in proc.stdout
+    assert "a task of the job was lost" not in proc.stdout
+
+
 def test_local_cluster_tasks_share_a_loopback_only_namespace(tmp_path):
     proc, reports = probe_job(tmp_path, ["--workers=2", "--ps=1"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
