@@ -204,6 +204,36 @@ REFUSED_STRATEGIES = {"jax": ("--strategy=parameter_server",), "torch": ("--stra
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_an_installed_tensorflow_is_not_imported(backend, tmp_path, write_cifar):
+    """TensorFlow installed (it is, here) and importable: a JAX or PyTorch run to its end,
+    summaries and checkpoints written, never imports it (Keras's set_random_seed and
+    tensorboard's writer would, SplitsInMemory.start)."""
+    args = small_run(tmp_path, write_cifar, train_steps=2, log_every=1, eval_every=2)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "launch/cifar.py",
+            *args,
+            f"--model_dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=backend_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert final_json(run.stdout)["final_step"] == 2
+    assert (tmp_path / "run" / "train").is_dir()  # the summaries' writer ran
+    imported = [line for line in run.stderr.splitlines() if line.startswith("import time:")]
+    assert len(imported) > 100  # -X importtime reported
+    # a real import loads tensorflow.python; a refused one reports "tensorflow" alone, in µs
+    assert not [line for line in imported if "tensorflow." in line.split("|")[-1]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_tensorflow_only_flags_and_a_corrupt_checkpoint(backend, tmp_path, write_cifar):
     """A TensorFlow-only flag (or strategy) is one line and exit 2 with nothing written; a
     truncated newest checkpoint is named and the one before it restored; a TensorFlow run's

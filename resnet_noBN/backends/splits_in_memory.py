@@ -4,6 +4,8 @@ splits read whole from --data_path (``datasets.cifar_data.load_split``), the tra
 
 from __future__ import annotations
 
+import sys
+
 from resnet_noBN.backends.base import Backend
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets.cifar_data import load_split
@@ -14,6 +16,18 @@ from resnet_noBN.datasets.stream import TrainSplit
 class SplitsInMemory(Backend):
     """:class:`Backend`'s data methods for a trainer taking a ``TrainSplit`` and the test split
     as (uint8 images, int32 labels)."""
+
+    def start(self, cfg, batch_sizes, seed=None):
+        """:meth:`Backend.start`, TensorFlow first made unimportable in this process where
+        nothing imported it yet. These backends never use it, but where it is installed (the
+        Docker image, a TensorFlow user's venv) two libraries import it on their own:
+        ``keras.utils.set_random_seed`` (to seed tf.random for tf.data) and tensorboard's
+        summary writer (for tf.io.gfile; it falls back to its own stub without TensorFlow).
+        That import cost a short run about 1.8 s and 470 MB on JAX and on PyTorch alike, and
+        printed TensorFlow's CUDA probing (bench/README.md, "Start-up"); the tests run these
+        backends the same way."""
+        sys.modules.setdefault("tensorflow", None)
+        return super().start(cfg, batch_sizes, seed)
 
     def prepare_tfds(self, data: DataConfig) -> None:
         """DataError: tensorflow-datasets needs TensorFlow."""
