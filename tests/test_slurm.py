@@ -184,7 +184,14 @@ def test_the_sbatch_script_runs_a_jax_job_equal_to_one_process(slurm, tmp_path):
     2 forced CPU devices); both tasks end with the weights of one process of 4 devices, to the
     bit, and only task 0 writes the folder."""
     env, data = slurm
-    jax_env = dict(env, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    # PJRT_NPROC: the same XLA CPU pool in the tasks and in the one process, whatever cores
+    # SLURM binds each task to (jax_backend.size_cpu_pool would size each by its own cores)
+    jax_env = dict(
+        env,
+        KERAS_BACKEND="jax",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        PJRT_NPROC="4",
+    )
     steps = ("--train_steps=20", "--log_every=10")
     job, log = submit(jax_env, "jax", data, *steps)
     wait_for(lambda: job_state(env, job) in ("COMPLETED", "FAILED", "CANCELLED"), "the job")
