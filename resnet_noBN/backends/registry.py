@@ -1,7 +1,7 @@
 """The backend of this process, chosen once from the Keras backend (``KERAS_BACKEND`` or
 ``~/.keras/keras.json``, read by Keras when it is first imported).
 
-Adding a backend (JAX over several hosts, say): a module implementing ``base.Backend`` and
+Adding a backend (another framework Keras runs on, say): a module implementing ``base.Backend`` and
 an entry in :data:`BACKENDS`, a function importing it (so no backend's library is imported
 unless it runs).
 """

@@ -265,8 +265,9 @@ def exit_codes(main):
             print(f"error: {e}", file=sys.stderr, flush=True)
             exit_alone(STORAGE_EXIT)
         except Exception as e:
-            registry.current().end_if_peer_lost(e)  # one line and exit 5, where it is one
-            registry.current().end_now_in_job(1, e)
+            backend = registry.current()
+            backend.end_if_peer_lost(e)  # one line and exit 5, where it is one
+            backend.end_now_in_job(1, e)
             raise
 
     return wrapped
