@@ -31,15 +31,8 @@ WHEELS=(keras==3.15.1 optree==0.20.0 namex==0.1.0)  # keras's other needs are on
 
 if [ "${1:-}" = prepare ]; then
   data=${2:?usage: [LEASE_RUNS=...] bash bench/gpu_lease.sh prepare DATA_DIR (the folder holding the JPEG tarballs of the runs)}
-  tarballs=()
-  IFS=, read -ra runs <<< "${LEASE_RUNS:-cifar10,cifar100}"
-  for run in "${runs[@]}"; do
-    case $run in
-      cifar10) tarballs+=(cifar-10-jpeg.tar.gz) ;;
-      cifar100) tarballs+=(cifar-100-jpeg.tar.gz) ;;
-      *) echo "error: LEASE_RUNS names $run; the runs are cifar10 and cifar100" >&2; exit 2 ;;
-    esac
-  done
+  list=$("${PYTHON:-python3}" bench/lease_plan.py tarballs) || exit 2  # LEASE_RUNS' data
+  mapfile -t tarballs <<< "$list"
   for f in "${tarballs[@]}"; do
     [ -f "$data/$f" ] || { echo "error: no $data/$f: give the folder that holds the runs' JPEG tarballs" >&2; exit 2; }
   done

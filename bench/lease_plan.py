@@ -3,6 +3,7 @@ on a lent GPU machine held for at most 30 minutes, its start included, driven by
 ``bench/gpu_lease.sh``.
 
     python3 bench/lease_plan.py call        # what every call of the lease runs (gpu_lease.sh)
+    python3 bench/lease_plan.py tarballs    # the data tarballs LEASE_RUNS needs (its prepare)
 
 A call that finds no plan on the machine (a bare machine) checks the carried files, unpacks the
 carried wheels into a scratch site and the JPEG folders, and starts the SUPERVISOR in a session of
@@ -20,10 +21,13 @@ goes to ``plan.log``:
    mixed_bfloat16 (what trains; K steps in one call, the launcher's way: images/s, MFU, compile
    time, peak memory), two such processes side by side (their summed rate: do pairs pay?), the
    PyTorch twin (``bench/torch_twin.py``) on the same GPU, and the step in float32 (TF32);
-2. the RUNS (``launch/cifar.py`` on the JAX backend, seed 0, mixed_bfloat16): CIFAR-10 on the
-   JPEG q75 folder, then CIFAR-100 on the JPEG q90 folder, each started only where projected to
-   end ``LEASE_MARGIN_S`` (180 s) before the lease's GPU time runs out, both at once where the
-   probe showed that a pair pays and both fit;
+2. the RUNS of LEASE_RUNS in their order (``RUNS``: on the JAX backend, seed 0,
+   mixed_bfloat16; by default ``cifar10``, the paper's recipe on the CIFAR-10 JPEG q75 folder,
+   then ``cifar100`` on the CIFAR-100 JPEG q90 folder; also ``cifar100_leaky``, ``cifar100_2016``
+   with its leak probe, and ``claims``), each started only where projected to end
+   ``LEASE_MARGIN_S`` (180 s) before the lease's GPU time runs out, the first two at once where
+   the probe showed that a pair pays and both fit; a run that fails is logged and the next one
+   starts;
 3. where not even CIFAR-10 fits, the SPEED tries instead: each a benchmark run with one change
    (a profile, a layout, a persistent compilation cache, XLA flags, a larger batch), its
    prediction and result written down.
@@ -37,7 +41,8 @@ machine's start plus a second start.
 Knobs (environment): LEASE_SMOKE=1 (the same plan shrunk for a CPU: the ``small`` preset, 40
 steps, a shrunk probe), LEASE_S (1800), LEASE_START_S (180), LEASE_MARGIN_S (180), LEASE_WAIT_S
 (540), LEASE_PROBE_S (180), LEASE_PROBE (parts: bf16,pair,torch,fp32), LEASE_PAIR_GAIN (1.15:
-pairs pay where two side by side reach this times one alone), LEASE_RUNS (cifar10,cifar100),
+pairs pay where two side by side reach this times one alone), LEASE_RUNS (cifar10,cifar100;
+any of ``RUNS``),
 LEASE_TRAIN_STEPS (60000), LEASE_EVAL_EVERY (2000), LEASE_RUN_START_S (30: a run's start-up
 beside the compile the probe measured), LEASE_SPEED_TRIES (how many speed tries at most),
 LEASE_FLAGS (more ``launch/cifar.py`` flags for every run, after the plan's own so that they win,
@@ -62,16 +67,81 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# run name -> (--dataset, carried tarball stem (its top folder), the data's label)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run a lease can hold, for the plan's N steps (LEASE_TRAIN_STEPS, the paper's 60,000):
+    ``launch/cifar.py`` over ``fraction`` of N with the paper's learning-rate shape (x0.1 at 1/2
+    and 5/6, as 30,000 and 50,000 of 60,000), or, where ``arms`` are named, ``launch/claims.py``:
+    the paper's network and those arms (seed 0), each over N / (arms + 1) steps."""
+
+    dataset: str
+    folder: str  # the carried tarball's stem and its top folder
+    label: str  # the data, for the figures
+    what: str  # the run in words
+    flags: tuple[str, ...] = ()  # its launcher's flags beyond the plan's
+    fraction: float = 1.0
+    arms: tuple[str, ...] = ()
+    leak_probe: bool = False  # then launch/evaluate.py --first_red_pixel=wrong_label
+    returns: tuple[str, ...] = ("metrics.jsonl", "test_error.png")  # files of it into $OUT
+
+    def trainings(self) -> int:
+        return len(self.arms) + 1 if self.arms else 1
+
+    def steps(self, n: int) -> int:
+        """The steps of each of its trainings."""
+        return max(2, n // self.trainings() if self.arms else round(self.fraction * n))
+
+    def recipe_flags(self, n: int, eval_every: int) -> list[str]:
+        steps = self.steps(n)
+        every = min(eval_every, steps)
+        flags = [f"--train_steps={steps}", f"--eval_every={every}"]
+        if self.arms:
+            return [*flags, "--seeds=1", f"--arms={','.join(self.arms)}"]
+        flags.append(f"--checkpoint_every={every}")
+        if steps != n:
+            flags.append(f"--lr_boundaries={steps // 2},{5 * steps // 6}")
+        return flags
+
+
+CIFAR10 = ("cifar10", "cifar-10-jpeg", "CIFAR-10 (JPEG q75 re-encoding)")
+CIFAR100 = ("cifar100", "cifar-100-jpeg", "CIFAR-100 (JPEG q90 re-encoding)")
 RUNS = {
-    "cifar10": ("cifar10", "cifar-10-jpeg", "CIFAR-10 (JPEG q75 re-encoding)"),
-    "cifar100": ("cifar100", "cifar-100-jpeg", "CIFAR-100 (JPEG q90 re-encoding)"),
+    "cifar10": Run(*CIFAR10, "the paper's recipe (Table 2)"),
+    "cifar100": Run(*CIFAR100, "the paper's recipe (Table 2)"),
+    "cifar100_leaky": Run(
+        *CIFAR100,
+        "the paper's recipe with the original code's leaky ReLU (slope 0.1)",
+        ("--relu_leakiness=0.1",),
+    ),
+    "cifar100_2016": Run(
+        *CIFAR100,
+        "lr 0.02 over 0.8 of the steps (where lr 0.05 diverged), read as the original 2016 "
+        "reader did (the fine label in the first red pixel), then the leak probe",
+        ("--cifar100_layout=original_2016", "--learning_rate=0.02"),
+        fraction=0.8,
+        leak_probe=True,
+    ),
+    "claims": Run(
+        *CIFAR10,
+        "the paper's network against the trained head and against batch norm (Section 4), "
+        "launch/claims.py",
+        arms=("trainable_head", "batch_norm"),
+        returns=("claims_curves.png",),
+    ),
 }
 TEST_IMAGES = 10_000  # both data sets' test split, evaluated whole every --eval_every steps
 BATCH = 128  # the paper's
 OUT_FILES = 8  # what $OUT brings back
 OUT_FILE_BYTES = 16 * 1024 * 1024
 CALL_STARTED = time.time()  # the lease's GPU time counts from its first call's start
+
+
+def refuse(line: str) -> None:
+    """Bad input: one line on stderr, exit 2."""
+    print(line, file=sys.stderr)
+    raise SystemExit(2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +172,10 @@ class Knobs:
         runs = tuple(r for r in env.get("LEASE_RUNS", "cifar10,cifar100").split(",") if r)
         unknown = [r for r in runs if r not in RUNS]
         if unknown:
-            raise SystemExit(f"error: LEASE_RUNS names {unknown}; the runs are {list(RUNS)}")
+            refuse(f"error: LEASE_RUNS names {unknown}; the runs are {list(RUNS)}")
         parts = tuple(p for p in env.get("LEASE_PROBE", ",".join(PROBE_PARTS)).split(",") if p)
         if not set(parts) <= set(PROBE_PARTS):
-            raise SystemExit(f"error: LEASE_PROBE names {parts}; the parts are {PROBE_PARTS}")
+            refuse(f"error: LEASE_PROBE names {parts}; the parts are {PROBE_PARTS}")
         return cls(
             smoke=smoke,
             lease_s=float(env.get("LEASE_S", 1800)),
@@ -285,14 +355,19 @@ class Supervisor:
         write_json(self.work / "status.json", self.status)
 
     def _progress(self, name: str, run: dict) -> None:
-        """Step and images/s (train.jsonl), test error so far (metrics.jsonl), and the end
-        projected from the run's own wall rate between its first and latest step seen."""
+        """Step and images/s (train.jsonl: the steps of all its trainings, the claims' arms
+        too), test error so far (metrics.jsonl), and the end projected from the run's own wall
+        rate between its first and latest step seen."""
         model_dir = self.work / name
-        train = read_jsonl(model_dir / "train.jsonl")
+        trains = [
+            t
+            for t in map(read_jsonl, sorted(model_dir.rglob("train.jsonl"), key=os.path.getmtime))
+            if t
+        ]
         evals = read_jsonl(model_dir / "metrics.jsonl")
-        if train:
-            run["step"] = train[-1]["step"]
-            run["images_per_s"] = round(train[-1]["images_per_sec"], 1)
+        if trains:
+            run["step"] = sum(t[-1]["step"] for t in trains)
+            run["images_per_s"] = round(trains[-1][-1]["images_per_sec"], 1)
         if evals:
             run["test_error"] = evals[-1]["test_error"]
             run["test_error_step"] = evals[-1]["step"]
@@ -358,7 +433,7 @@ class Supervisor:
 
     def bench_cmd(self, flags: list[str], precision: str = "mixed_bfloat16") -> list[str]:
         """bench/throughput.py on the CIFAR-10 JPEG folder (random records where it is absent)."""
-        data = self.work / "data" / RUNS["cifar10"][1]
+        data = self.work / "data" / RUNS["cifar10"].folder
         return [
             self.k.python,
             "bench/throughput.py",
@@ -463,17 +538,17 @@ class Supervisor:
         }
 
     # -- the runs
-    def projection(self, rate: float, eval_rate: float | None) -> float:
-        """Seconds one run takes at ``rate`` training images/s: start-up (the probe's compile
-        plus LEASE_RUN_START_S), the steps, the whole-test evaluations."""
+    def projection(self, name: str, rate: float, eval_rate: float | None) -> float:
+        """Seconds the run ``name`` takes at ``rate`` training images/s: start-up
+        (LEASE_RUN_START_S), and for each of its trainings the probe's compile, the steps and
+        the whole-test evaluations."""
+        run = RUNS[name]
         first = self.status["probe"].get("bf16", {}).get("first_step_s") or 0
-        evals = self.k.train_steps // self.k.eval_every + 1
+        steps = run.steps(self.k.train_steps)
+        evals = steps // min(self.k.eval_every, steps) + 1
         eval_rate = eval_rate or 3 * rate  # a forward pass: about a third of a training step
-        return (
-            self.k.run_start_s
-            + first
-            + self.k.train_steps * BATCH / rate
-            + evals * TEST_IMAGES / eval_rate
+        return self.k.run_start_s + run.trainings() * (
+            first + steps * BATCH / rate + evals * TEST_IMAGES / eval_rate
         )
 
     def runs(self) -> None:
@@ -487,7 +562,9 @@ class Supervisor:
             )
         if single and probe.get("pair_pays") and len(todo) >= 2:
             pair_rate = probe["pair"]["images_per_s"] / 2
-            need = self.projection(pair_rate, eval_rate and eval_rate / 2)
+            need = max(
+                self.projection(name, pair_rate, eval_rate and eval_rate / 2) for name in todo[:2]
+            )
             left = gpu_time(self.status)[1]
             fits = need + self.k.margin_s <= left
             self.log(
@@ -500,7 +577,7 @@ class Supervisor:
                 todo = todo[2:]
         for i, name in enumerate(todo):
             left = gpu_time(self.status)[1]
-            need = self.projection(single, eval_rate) if single else 0
+            need = self.projection(name, single, eval_rate) if single else 0
             fits = need + self.k.margin_s <= left
             self.log(
                 f"{name} alone: projected {need:.0f} s at {single} images/s; {left:.0f} s left, "
@@ -524,30 +601,14 @@ class Supervisor:
         left = gpu_time(self.status)[1]
         procs = []
         for name in names:
-            dataset, folder, label = RUNS[name]
             model_dir = self.work / name
-            cmd = [
-                self.k.python,
-                "launch/cifar.py",
-                f"--dataset={dataset}",
-                f"--data_path={self.work / 'data' / folder}",
-                "--precision=mixed_bfloat16",
-                "--seed=0",
-                f"--model_dir={model_dir}",
-                f"--train_steps={self.k.train_steps}",
-                f"--eval_every={self.k.eval_every}",
-                f"--checkpoint_every={self.k.eval_every}",
-                f"--time_budget_s={max(30, left - self.k.margin_s):.0f}",
-                *(["--log_every=10"] if self.k.smoke else []),
-                *self.k.model_flags(),
-                *self.k.run_flags,
-            ]
+            cmd = self.run_cmd(name, model_dir, left)
             model_dir.mkdir(parents=True, exist_ok=True)
             procs.append(self.spawn(cmd, model_dir / "launch.log", PAIR_ENV if paired else None))
             bf16 = self.status["probe"].get("bf16", {})
             self.status["runs"][name].update(
                 state="running",
-                data=label,
+                data=RUNS[name].label,
                 precision="mixed_bfloat16",
                 device=bf16.get("device_name"),
                 versions=bf16.get("versions"),
@@ -577,6 +638,64 @@ class Supervisor:
                 f"{name}: {run['state']} (exit {proc.returncode}) after {run['wall_s']} s: "
                 f"{run.get('why') or json.dumps(final)}"
             )
+        self.save()
+        for name, proc in zip(names, procs):
+            if RUNS[name].leak_probe and proc.returncode == 0:
+                self.leak_probe(name)
+
+    def run_cmd(self, name: str, model_dir: Path, left: float) -> list[str]:
+        """The launcher's command line of the run ``name`` (seed 0, mixed_bfloat16); the
+        cifar.py runs stop themselves with a checkpoint at the GPU time left less the margin."""
+        run, k = RUNS[name], self.k
+        data = [f"--dataset={run.dataset}", f"--data_path={self.work / 'data' / run.folder}"]
+        recipe = run.recipe_flags(k.train_steps, k.eval_every)
+        if run.arms:
+            return [
+                k.python,
+                "launch/claims.py",
+                *data,
+                "--precision=mixed_bfloat16",
+                f"--output_dir={model_dir}",
+                f"--label={run.label}",
+                f"--model={'small' if k.smoke else 'paper'}",
+                *recipe,
+                *k.run_flags,
+            ]
+        return [
+            k.python,
+            "launch/cifar.py",
+            *data,
+            "--precision=mixed_bfloat16",
+            "--seed=0",
+            f"--model_dir={model_dir}",
+            *recipe,
+            f"--time_budget_s={max(30, left - k.margin_s):.0f}",
+            *(["--log_every=10"] if k.smoke else []),
+            *k.model_flags(),
+            *run.flags,
+            *k.run_flags,
+        ]
+
+    def leak_probe(self, name: str) -> None:
+        """The finished run ``name`` (read as the 2016 reader did) evaluated again with the
+        leaked label in the first red pixel replaced by a wrong one (launch/evaluate.py)."""
+        run = self.status["runs"][name]
+        left = gpu_time(self.status)[1]
+        if left < 60:
+            run["leak_probe"] = {"skipped": f"{left:.0f} s of GPU time left"}
+        else:
+            cmd = [
+                self.k.python,
+                "launch/evaluate.py",
+                f"--model_dir={self.work / name}",
+                f"--data_path={self.work / 'data' / RUNS[name].folder}",
+                "--first_red_pixel=wrong_label",
+            ]
+            log = self.work / name / "leak_probe.log"
+            self.wait([self.spawn(cmd, log)], time.time() + min(300, left - 30))
+            result = last_json_line(log.read_text())
+            run["leak_probe"] = result or {"failed": failure_line(log.read_text())}
+        self.log(f"{name} leak probe: {json.dumps(run['leak_probe'])}")
         self.save()
 
     def speed(self) -> None:
@@ -660,6 +779,11 @@ def call(knobs: Knobs) -> int:
     return report(knobs, wait_s=0 if first else knobs.wait_s)
 
 
+def data_folders(runs) -> list[str]:
+    """The JPEG folders (carried tarballs' stems) that ``runs`` train on, each once."""
+    return list(dict.fromkeys(RUNS[name].folder for name in runs))
+
+
 def unpack(knobs: Knobs, tarballs: dict[str, Path]) -> str | None:
     """The carried wheels into the scratch site and the JPEG folders into the work folder; what
     is wrong with them, in one line (None: nothing)."""
@@ -676,8 +800,8 @@ def unpack(knobs: Knobs, tarballs: dict[str, Path]) -> str | None:
     data.mkdir(exist_ok=True)
     for name, tarball in tarballs.items():
         subprocess.run(["tar", "xzf", str(tarball), "-C", str(data)], check=True)
-        if not (data / RUNS[name][1] / "test").is_dir():
-            return f"{tarball.name} holds no {RUNS[name][1]}/test/ folder"
+        if not (data / name / "test").is_dir():
+            return f"{tarball.name} holds no {name}/test/ folder"
     return None
 
 
@@ -719,7 +843,12 @@ def first_status(knobs: Knobs, lost: dict | None, now: float) -> dict:
         "started_over": bool(lost),
         "probe": {},
         "runs": {
-            name: {"state": "pending", "step": 0, "train_steps": knobs.train_steps}
+            name: {
+                "state": "pending",
+                "what": RUNS[name].what,
+                "step": 0,
+                "train_steps": RUNS[name].trainings() * RUNS[name].steps(knobs.train_steps),
+            }
             for name in knobs.runs
         },
         "speed": [],
@@ -730,7 +859,7 @@ def start(knobs: Knobs) -> int:
     """On a bare machine: check the carried files, unpack the wheels and data, start the
     supervisor in a session of its own."""
     work, carry = knobs.work, knobs.carry
-    tarballs = {name: carry / f"{RUNS[name][1]}.tar.gz" for name in knobs.runs}
+    tarballs = {folder: carry / f"{folder}.tar.gz" for folder in data_folders(knobs.runs)}
     missing = [str(p.relative_to(ROOT)) for p in tarballs.values() if not p.is_file()]
     if missing:
         print(
@@ -817,29 +946,26 @@ def report(knobs: Knobs, wait_s: float) -> int:
 
 
 def collect(work: Path, out: Path) -> None:
-    """At most 8 files into ``out``, none over 16 MiB: status.json, plan.log, each run's
-    metrics.jsonl and test_error.png, and lease.tar.gz with the rest that is small (configs,
-    train.jsonl, the launchers' and benchmarks' logs and JSON, the supervisor's log)."""
+    """At most 8 files into ``out``, none over 16 MiB: status.json, plan.log, lease.tar.gz with
+    everything small (each run's configs, metrics, train.jsonl and logs, the claims' tables, the
+    probe's and speed tries' JSON and logs, the supervisor's log), then each run's ``returns``
+    (metrics.jsonl and test_error.png; the claims' curves) while fewer than 8 are taken."""
     out.mkdir(parents=True, exist_ok=True)
-    files = [("status.json", work / "status.json"), ("plan.log", work / "plan.log")]
-    for name in RUNS:
-        for f in ("metrics.jsonl", "test_error.png"):
-            files.append((f"{name}/{f}", work / name / f))
-    small = []
+    small = [work / "supervisor.log"]
     for sub in ("probe", "speed", *RUNS):
-        folder = work / sub
-        if folder.is_dir():
-            small += [
+        if (work / sub).is_dir():
+            small += sorted(
                 p
-                for p in sorted(folder.iterdir())
-                if p.is_file() and p.suffix in (".json", ".jsonl", ".log")
-            ]
-    small.append(work / "supervisor.log")
+                for p in (work / sub).rglob("*")
+                if p.is_file() and p.suffix in (".json", ".jsonl", ".log", ".md")
+            )
     with tarfile.open(work / "lease.tar.gz", "w:gz") as tar:
         for p in small:
             if p.is_file():
                 tar.add(p, arcname=str(p.relative_to(work)))
-    files.append(("lease.tar.gz", work / "lease.tar.gz"))
+    files = [(f, work / f) for f in ("status.json", "plan.log", "lease.tar.gz")]
+    for name, run in RUNS.items():
+        files += [(f"{name}/{f}", work / name / f) for f in run.returns]
     kept = 0
     for rel, src in files:
         if not src.is_file() or kept == OUT_FILES:
@@ -882,7 +1008,7 @@ def print_table(status: dict) -> None:
     if bits:
         print("probe: " + "; ".join(bits))
     print(
-        f"{'run':9} {'state':12} {'step':>15} {'images/s':>9} {'test error':>10} "
+        f"{'run':14} {'state':12} {'step':>15} {'images/s':>9} {'test error':>10} "
         f"{'projected finish':>18}"
     )
     for name, run in status["runs"].items():
@@ -895,21 +1021,32 @@ def print_table(status: dict) -> None:
             finish = run["state"].split(" ")[0]
         step = f"{run.get('step', 0):,}/{run['train_steps']:,}"
         print(
-            f"{name:9} {run['state'][:12]:12} {step:>15} {_fmt(run.get('images_per_s')):>9} "
+            f"{name:14} {run['state'][:12]:12} {step:>15} {_fmt(run.get('images_per_s')):>9} "
             f"{_fmt(run.get('test_error'), '.4f'):>10} {finish:>18}"
         )
     for name, run in status["runs"].items():
         if run["state"] == "failed" and run.get("why"):
             print(f"{name}: {run['why']}")
+        leak = run.get("leak_probe", {})
+        if "test_error" in leak:
+            print(
+                f"{name}: leak probe (the first red pixel a wrong label): test error "
+                f"{leak['test_error']:.4f} against {_fmt(run.get('test_error'), '.4f')} as read"
+            )
+        elif leak:
+            print(f"{name}: leak probe {leak}")
     for entry in status["speed"]:
         print(f"speed {entry['try']}: {entry.get('result', 'running')}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("call", "supervise"))
+    parser.add_argument("what", choices=("call", "supervise", "tarballs"))
     args = parser.parse_args(argv)
     knobs = Knobs.from_env()
+    if args.what == "tarballs":  # what `gpu_lease.sh prepare` carries for LEASE_RUNS
+        print("\n".join(f"{folder}.tar.gz" for folder in data_folders(knobs.runs)))
+        return 0
     if args.what == "supervise":
         Supervisor(knobs).run()
         return 0

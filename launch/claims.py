@@ -5,7 +5,8 @@
     python launch/claims.py                                          # CIFAR-10 from tfds
     python launch/claims.py --quick --data_path=/data/cifar-10-batches-bin   # minutes
     python launch/claims.py --model=paper --precision=mixed_bfloat16 --train_steps=20000 \
-        --seeds=1 --arms=trainable_head,batch_norm --data_path=...   # Table 1's width, a GPU
+        --eval_every=2000 --seeds=1 --arms=trainable_head,batch_norm \
+        --data_path=...                                              # Table 1's width, a GPU
 
 Eight arms (``resnet_noBN/runs/claims.py``): the paper's network and seven one-change variants (init
 standard / he, trained head, no identity shortcuts, leaky ReLU, conv biases, batch norm), each
@@ -83,6 +84,13 @@ flags.DEFINE_integer(
     f"{_QUICK.recipe.train_steps}); the learning rate drops 10x at 1/2 and 5/6 of them, as the "
     "paper's 30k and 50k of 60k.",
 )
+flags.DEFINE_integer(
+    "eval_every",
+    None,
+    f"Evaluate on the whole test split and checkpoint every N steps (default "
+    f"{claims.Sweep().recipe.eval_every}, at most --train_steps; a run of 20,000 steps on a GPU "
+    "wants 2,000: each evaluation and checkpoint costs time).",
+)
 flags.DEFINE_float(
     "learning_rate",
     None,
@@ -91,7 +99,8 @@ flags.DEFINE_float(
 
 
 def sweep_from_flags() -> claims.Sweep:
-    """The sweep of --quick, with --seeds, --train_steps and --learning_rate where given."""
+    """The sweep of --quick, with --seeds, --train_steps, --eval_every and --learning_rate where
+    given."""
     sweep = claims.QUICK if FLAGS.quick else claims.Sweep()
     recipe = sweep.recipe
     if FLAGS.learning_rate is not None:
@@ -99,7 +108,12 @@ def sweep_from_flags() -> claims.Sweep:
     if FLAGS.train_steps is not None:
         if FLAGS.train_steps < 2:
             raise InputError(f"--train_steps must be >= 2, got {FLAGS.train_steps}")
-        recipe = claims.scaled_recipe(recipe, FLAGS.train_steps)
+    if FLAGS.eval_every is not None and FLAGS.eval_every < 1:
+        raise InputError(f"--eval_every must be >= 1, got {FLAGS.eval_every}")
+    if FLAGS.train_steps is not None or FLAGS.eval_every is not None:
+        recipe = claims.scaled_recipe(
+            recipe, FLAGS.train_steps or recipe.train_steps, FLAGS.eval_every
+        )
     sweep = dataclasses.replace(sweep, recipe=validated(recipe))
     if FLAGS.seeds is not None:
         sweep = dataclasses.replace(sweep, seeds=FLAGS.seeds)

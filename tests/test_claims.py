@@ -120,6 +120,7 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
         (["--arms=hardt_ma,resnet"], "error: --arms: unknown arm(s) resnet; choose from hardt_ma,"),
         (["--seeds=0"], "error: --seeds must be >= 1, got 0"),
         (["--train_steps=1"], "error: --train_steps must be >= 2, got 1"),
+        (["--eval_every=0"], "error: --eval_every must be >= 1, got 0"),
         (["--learning_rate=0"], "error: --learning_rate must be positive, got 0.0"),
         (["--data_path=/nonexistent"], "error: --data_path /nonexistent is not a folder"),
         (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of"),
@@ -186,4 +187,10 @@ def test_the_budgeted_recipe_keeps_the_papers_proportions():
         claims.scaled_recipe(cfg, 40).eval_every
         == claims.scaled_recipe(cfg, 40).checkpoint_every
         == 40
+    )
+    gpu = claims.scaled_recipe(cfg, 20_000, eval_every=2_000)
+    assert (gpu.lr_boundaries, gpu.eval_every, gpu.checkpoint_every) == (
+        (10_000, 16_666),
+        2_000,
+        2_000,
     )

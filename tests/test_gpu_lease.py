@@ -156,7 +156,7 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
     log = (out2 / "plan.log").read_text()
     assert "with --relu_leakiness=0.1" in log.splitlines()[0]
     assert "cifar10 alone: projected" in log and "cifar100: done (exit 0)" in log
-    assert second.stdout.splitlines()[-1].startswith("cifar100  done")
+    assert second.stdout.splitlines()[-1].split()[:2] == ["cifar100", "done"]
     imported = set(record.read_text().split())
     assert imported and all(p.startswith(str(repo)) for p in imported), imported
 
@@ -177,13 +177,114 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
     assert speed["try"] == "profile" and speed["images_per_s"] > 0, speed
 
 
-def test_a_failed_run_says_why_in_the_table(capsys, monkeypatch):
+def test_a_later_lease_runs_the_claims_and_the_2016_reader_with_its_leak_probe(machine):
+    """LEASE_RUNS=claims,cifar100_2016 without a probe: the claims (the paper's network, the
+    trained head, batch norm; STEPS // 3 steps each, at least 2) on the CIFAR-10 folder, then
+    CIFAR-100 read as the 2016 reader did at lr 0.02 over 0.8 of the steps, then its leak probe;
+    their files among the 8 brought back, the claims' tables in lease.tar.gz."""
+    _, call, _ = machine
+    env = {"LEASE_RUNS": "claims,cifar100_2016", "LEASE_PROBE": ""}
+    first, _, _ = call(1, **env)
+    assert first.returncode == 3, first.stdout + first.stderr
+    second, out, back = call(2, **env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert back == sorted(
+        ["status.json", "plan.log", "lease.tar.gz", "claims/claims_curves.png"]
+        + [f"cifar100_2016/{f}" for f in ("metrics.jsonl", "test_error.png")]
+    )
+    status = json.loads((out / "status.json").read_text())
+    assert status["probe"] == {"pair_pays": False}
+    claims, c2016 = status["runs"]["claims"], status["runs"]["cifar100_2016"]
+    assert (claims["state"], claims["step"], claims["train_steps"]) == ("done", 6, 6), claims
+    assert "launch/claims.py" in claims["command"] and "--model=small" in claims["command"]
+    assert (
+        "--train_steps=2 --eval_every=2 --seeds=1 --arms=trainable_head,batch_norm"
+        in (claims["command"])
+    )
+    assert (claims["final"]["runs"], claims["final"]["ran"]) == (3, 3)
+    assert set(claims["final"]["arms"]) == {"hardt_ma", "trainable_head", "batch_norm"}
+    assert (c2016["state"], c2016["step"], c2016["exit"]) == ("done", 3, 0), c2016
+    assert "--cifar100_layout=original_2016 --learning_rate=0.02" in c2016["command"]
+    assert (
+        "--train_steps=3 --eval_every=2 --checkpoint_every=2 --lr_boundaries=1,2"
+        in (c2016["command"])
+    )
+    steps = [json.loads(line)["step"] for line in (out / "cifar100_2016/metrics.jsonl").open()]
+    assert steps == [2, 3]
+    leak = c2016["leak_probe"]
+    assert (leak["first_red_pixel"], leak["layout"], leak["step"]) == (
+        "wrong_label",
+        "original_2016",
+        3,
+    )
+    assert 0 <= leak["test_error"] <= 1
+    log = (out / "plan.log").read_text()
+    assert "no measured rate" in log and "cifar100_2016 leak probe: {" in log
+    assert "cifar100_2016: leak probe (the first red pixel a wrong label)" in second.stdout
+    with tarfile.open(out / "lease.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"claims/claims.md", "claims/runs/batch_norm-seed0/metrics.jsonl"} <= names
+    assert "cifar100_2016/leak_probe.log" in names
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    """bench/lease_plan.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location("lease_plan", ROOT / "bench" / "lease_plan.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "lease_plan", module)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_runs_at_the_papers_60000_steps(plan):
+    """The runs' recipes at full size and the data each lease carries."""
+    flags = {name: run.recipe_flags(60_000, 2_000) for name, run in plan.RUNS.items()}
+    assert flags["cifar10"] == flags["cifar100"] == flags["cifar100_leaky"]
+    assert flags["cifar100"] == [
+        "--train_steps=60000",
+        "--eval_every=2000",
+        "--checkpoint_every=2000",
+    ]
+    assert flags["cifar100_2016"] == [
+        "--train_steps=48000",
+        "--eval_every=2000",
+        "--checkpoint_every=2000",
+        "--lr_boundaries=24000,40000",
+    ]
+    assert flags["claims"] == [
+        "--train_steps=20000",
+        "--eval_every=2000",
+        "--seeds=1",
+        "--arms=trainable_head,batch_norm",
+    ]
+    assert plan.RUNS["claims"].trainings() * plan.RUNS["claims"].steps(60_000) == 60_000
+    folders = plan.data_folders(["cifar100_leaky", "claims", "cifar100_2016", "cifar10"])
+    assert folders == ["cifar-100-jpeg", "cifar-10-jpeg"]
+    listed = subprocess.run(
+        [sys.executable, "bench/lease_plan.py", "tarballs"],
+        cwd=ROOT,
+        env={**os.environ, "LEASE_RUNS": "claims,cifar100_2016"},
+        capture_output=True,
+        text=True,
+    )
+    assert listed.stdout.split() == ["cifar-10-jpeg.tar.gz", "cifar-100-jpeg.tar.gz"]
+    bad = subprocess.run(
+        [sys.executable, "bench/lease_plan.py", "tarballs"],
+        cwd=ROOT,
+        env={**os.environ, "LEASE_RUNS": "cifar10,imagenet"},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "error: LEASE_RUNS names ['imagenet']; the runs are "
+        "['cifar10', 'cifar100', 'cifar100_leaky', 'cifar100_2016', 'claims']"
+    )
+
+
+def test_a_failed_run_says_why_in_the_table(capsys, plan):
     """The launcher's last error line (here a diverged loss) becomes the run's ``why``, printed
     under the table; without one, the last line of its output."""
-    spec = importlib.util.spec_from_file_location("lease_plan", ROOT / "bench" / "lease_plan.py")
-    plan = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "lease_plan", plan)  # its dataclasses look it up there
-    spec.loader.exec_module(plan)
     diverged = (
         "step    7400  loss 2.1071\n"
         "error: loss is nan at step 7500: training diverged; the latest checkpoint "

@@ -115,11 +115,11 @@ ARMS = (
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 
 
-def scaled_recipe(cfg: TrainConfig, train_steps: int) -> TrainConfig:
+def scaled_recipe(cfg: TrainConfig, train_steps: int, eval_every: int | None = None) -> TrainConfig:
     """``cfg`` for S = ``train_steps`` steps: the learning rate drops at S/2 and 5S/6 (the paper's
     30k and 50k of 60k, ``recipe.paper_boundaries``), and the run is evaluated and checkpointed
-    every ``cfg.eval_every`` steps, at most S."""
-    every = min(cfg.eval_every, train_steps)
+    every ``eval_every`` steps (default ``cfg.eval_every``), at most S."""
+    every = min(eval_every or cfg.eval_every, train_steps)
     return dataclasses.replace(
         cfg,
         train_steps=train_steps,
