@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The paper's CIFAR-10 and CIFAR-100 runs (arXiv:1611.04231, Table 1 network, 60,000 steps of
-# batch 128) on a lent GPU machine with JAX and neither TensorFlow nor Keras, held for at most
-# 30 minutes of GPU time (its start included), in calls of at most 10 minutes.
+# batch 128), or the other runs of bench/lease_plan.py's RUNS that LEASE_RUNS names (the leaky
+# ReLU, the 2016 reader with its leak probe, the claims), on a lent GPU machine with JAX and
+# neither TensorFlow nor Keras, held for at most 30 minutes of GPU time (its start included), in
+# calls of at most 10 minutes.
 #
 #   bash bench/gpu_lease.sh prepare DATA_DIR   # here, where PyPI is reachable: fills .carry/
 #   bash bench/gpu_lease.sh                    # on the GPU machine, every call, carrying .carry
 #
 # prepare: downloads the keras, optree and namex wheels for the GPU machine's Python 3.12
-# (x86-64) into .carry/wheels, copies the data of the runs of LEASE_RUNS (default both:
-# cifar-10-jpeg.tar.gz, JPEG q75, 19.4 MB; cifar-100-jpeg.tar.gz, JPEG q90, 41.3 MB) from
+# (x86-64) into .carry/wheels, copies the data of the runs of LEASE_RUNS (by default both
+# tarballs: cifar-10-jpeg.tar.gz, JPEG q75, 19.4 MB; cifar-100-jpeg.tar.gz, JPEG q90, 41.3 MB) from
 # DATA_DIR into .carry/, forgets the last lease's status, and checks that what travels stays
 # under 64 MiB. Both leave the tree under 1 MiB of room; a lease of one run
 # (LEASE_RUNS=cifar100 on every call, prepare included) carries its tarball alone, and the

@@ -50,3 +50,21 @@ def test_a_folder_without_evaluations_is_one_line(tmp_path):
     assert bad.stderr.strip().splitlines()[-1] == (
         "error: --run=nodir is not NAME=MODEL_DIR; write e.g. --run=baseline=runs/a"
     )
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG's IHDR chunk."""
+    header = path.read_bytes()[16:24]
+    return int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")
+
+
+def test_more_than_three_runs_get_their_legend_beside_the_curves(tmp_path):
+    """Up to 3 runs: a 6 x 4 inch figure, the legend inside; from 4 on (a legend of 8 lines and
+    more would hide the curves): 11 x 4.5 inches, the legend to the right of the axes."""
+    from resnet_noBN.trainers import run_log
+
+    records = [{"step": s, "test_error": 0.5, "train_precision": 0.6} for s in (100, 200)]
+    for n, size in ((3, (720, 480)), (4, (1320, 540))):
+        png = tmp_path / f"{n}.png"
+        run_log.plot_error_curves({f"run {i}": records for i in range(n)}, str(png), "t")
+        assert png_size(png) == size

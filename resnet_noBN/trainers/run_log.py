@@ -57,7 +57,8 @@ def plot_error_curves(runs: dict[str, list[dict]], path: str, title: str) -> Non
     (dashed) where recorded."""
     from resnet_noBN import plotting  # matplotlib only where a curve is drawn
 
-    fig, (ax,) = plotting.figure(width=6.0, height=4.0)
+    many = len(runs) > 3  # a legend that would hide the curves goes beside them
+    fig, (ax,) = plotting.figure(width=11.0 if many else 6.0, height=4.5 if many else 4.0)
     for i, (name, records) in enumerate(runs.items()):
         prefix, colour = f"{name}: " if name else "", plotting.colour(i)
         steps = [r["step"] for r in records]
@@ -72,7 +73,10 @@ def plot_error_curves(runs: dict[str, list[dict]], path: str, title: str) -> Non
     ax.set_ylabel("top-1 error (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if many:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     plotting.save(fig, path)
 
 
