@@ -261,21 +261,19 @@ def test_the_runs_at_the_papers_60000_steps(plan):
     assert plan.RUNS["claims"].trainings() * plan.RUNS["claims"].steps(60_000) == 60_000
     folders = plan.data_folders(["cifar100_leaky", "claims", "cifar100_2016", "cifar10"])
     assert folders == ["cifar-100-jpeg", "cifar-10-jpeg"]
-    listed = subprocess.run(
-        [sys.executable, "bench/lease_plan.py", "tarballs"],
-        cwd=ROOT,
-        env={**os.environ, "LEASE_RUNS": "claims,cifar100_2016"},
-        capture_output=True,
-        text=True,
-    )
+
+    def tarballs(runs: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "bench/lease_plan.py", "tarballs"],
+            cwd=ROOT,
+            env={**os.environ, "LEASE_RUNS": runs},
+            capture_output=True,
+            text=True,
+        )
+
+    listed = tarballs("claims,cifar100_2016")
     assert listed.stdout.split() == ["cifar-10-jpeg.tar.gz", "cifar-100-jpeg.tar.gz"]
-    bad = subprocess.run(
-        [sys.executable, "bench/lease_plan.py", "tarballs"],
-        cwd=ROOT,
-        env={**os.environ, "LEASE_RUNS": "cifar10,imagenet"},
-        capture_output=True,
-        text=True,
-    )
+    bad = tarballs("cifar10,imagenet")
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "error: LEASE_RUNS names ['imagenet']; the runs are "
         "['cifar10', 'cifar100', 'cifar100_leaky', 'cifar100_2016', 'claims']"
