@@ -88,7 +88,7 @@ class Run:
     returns: tuple[str, ...] = ("metrics.jsonl", "test_error.png")  # files of it into $OUT
 
     def trainings(self) -> int:
-        return len(self.arms) + 1 if self.arms else 1
+        return len(self.arms) + 1  # the paper's network and each arm; a cifar.py run: 1
 
     def steps(self, n: int) -> int:
         """The steps of each of its trainings."""
@@ -100,10 +100,14 @@ class Run:
         flags = [f"--train_steps={steps}", f"--eval_every={every}"]
         if self.arms:
             return [*flags, "--seeds=1", f"--arms={','.join(self.arms)}"]
-        flags.append(f"--checkpoint_every={every}")
-        if steps != n:
-            flags.append(f"--lr_boundaries={steps // 2},{5 * steps // 6}")
-        return flags
+        # resnet_noBN.trainers.recipe.paper_boundaries (this module imports nothing of the
+        # project); launch/claims.py scales its own
+        boundaries = sorted({max(1, steps // 2), max(2, 5 * steps // 6)})
+        return [
+            *flags,
+            f"--checkpoint_every={every}",
+            f"--lr_boundaries={','.join(map(str, boundaries))}",
+        ]
 
 
 CIFAR10 = ("cifar10", "cifar-10-jpeg", "CIFAR-10 (JPEG q75 re-encoding)")
@@ -696,8 +700,8 @@ class Supervisor:
             ]
             log = self.work / name / "leak_probe.log"
             self.wait([self.spawn(cmd, log)], time.time() + min(300, left - 30))
-            result = last_json_line(log.read_text())
-            run["leak_probe"] = result or {"failed": failure_line(log.read_text())}
+            output = log.read_text()
+            run["leak_probe"] = last_json_line(output) or {"failed": failure_line(output)}
         self.log(f"{name} leak probe: {json.dumps(run['leak_probe'])}")
         self.save()
 

@@ -149,6 +149,10 @@ def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(m
         assert (run["state"], run["step"], run["exit"]) == ("done", STEPS, 0), run
         assert run["final"]["final_step"] == STEPS and 0 <= run["test_error"] <= 1
         assert "--seed=0" in run["command"] and "--jit_compile" not in run["command"]
+        assert (
+            f"--train_steps={STEPS} --eval_every=2 --checkpoint_every=2 --lr_boundaries=2,3"
+            in (run["command"])
+        )  # the paper's shape over the plan's steps, whatever LEASE_TRAIN_STEPS
         assert run["command"].endswith("--model=small --relu_leakiness=0.1")  # LEASE_FLAGS last
         steps = [json.loads(line)["step"] for line in (out2 / name / "metrics.jsonl").open()]
         assert steps == [2, 4]
@@ -245,6 +249,7 @@ def test_the_runs_at_the_papers_60000_steps(plan):
         "--train_steps=60000",
         "--eval_every=2000",
         "--checkpoint_every=2000",
+        "--lr_boundaries=30000,50000",
     ]
     assert flags["cifar100_2016"] == [
         "--train_steps=48000",
