@@ -69,7 +69,7 @@ def _trainer(runtime, args, model_dir: str):
     model_cfg, train_cfg = _configs(args)
     return registry.current().make_trainer(
         dataclasses.replace(runtime, is_chief=False),
-        lambda: build_cifar_model(model_cfg, runtime.precision),
+        lambda: build_cifar_model(model_cfg, args.precision),
         train_cfg,
         model_dir,
         jit_compile=args.jit_compile,

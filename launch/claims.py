@@ -38,15 +38,15 @@ from resnet_noBN.backends import registry
 from resnet_noBN.configs import presets
 from resnet_noBN.configs.choices import PRECISIONS
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.configs.flag_config import config_from_flags, validated
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags, validated
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import claims, cli, folder_claim, record
+from resnet_noBN.runs import claims, cli, folder_claim, record, run_config
 
 FLAGS = flags.FLAGS
-cli.define_cifar_data_flags(exclude=("pad", "cifar100_layout"))
+define_flags(DataConfig, exclude=("pad", "cifar100_layout", "jpeg_quality"))
 flags.DEFINE_string("output_dir", "results/claims", "Where the table, plots and runs go.")
 flags.DEFINE_string(
     "label",
@@ -142,30 +142,27 @@ def machine(host: dict) -> str:
     )
 
 
-def run_records(runs, sweep, num_classes: int, data: dict) -> dict:
-    """{model_dir: the record of its run}, each checked against a folder already there (a
-    folder of other settings is refused before anything is written)."""
-    records = {}
+def run_configs(runs, sweep, data: DataConfig) -> dict:
+    """{model_dir: (its run config, the record of its run)}, each checked against a folder
+    already there (a folder of other settings is refused before anything is written)."""
+    backend, configs = registry.current().name, {}
     for arm, seed in runs:
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
-        network = claims.model_config(arm, sweep, num_classes)
-        records[model_dir] = {
-            **cli.checked_record(model_dir, network, sweep.recipe, data, FLAGS.precision),
-            record.SEED_KEY: seed,
-        }
-    return records
+        config = claims.arm_config(arm, sweep, data, FLAGS.precision)
+        configs[model_dir] = config, run_config.checked_record(config, model_dir, backend, seed)
+    return configs
 
 
-def report_header(label: str, sweep, num_classes: int, host: dict) -> str:
+def report_header(label: str, sweep, data: DataConfig, host: dict) -> str:
     """The head of claims.md: the budget, the recipe, the machine, the date and the command."""
     command = "python launch/claims.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    model, recipe = claims.model_config(claims.ARMS[0], sweep, num_classes), sweep.recipe
+    model, recipe = claims.arm_config(claims.ARMS[0], sweep, data).network, sweep.recipe
     return (
         f"# The paper's claims, measured: {label}\n\n"
         f"{model.num_residual_units} blocks per stage, stage widths "
         f"{'/'.join(map(str, model.stage_widths))}, {recipe.train_steps} steps of batch "
         f"{recipe.batch_size} (lr {recipe.learning_rate}, x0.1 at steps "
-        f"{', '.join(map(str, recipe.lr_boundaries))}), {sweep.seeds} seeds per arm, "
+        f"{', '.join(map(str, recipe.boundary_steps()))}), {sweep.seeds} seeds per arm, "
         f"{FLAGS.precision}; "
         f"test error on the whole test split after the last step.\n"
         f"Machine: {machine(host)}. Date: {datetime.date.today().isoformat()}.\n"
@@ -173,17 +170,15 @@ def report_header(label: str, sweep, num_classes: int, host: dict) -> str:
     )
 
 
-def train_run(arm, seed: int, sweep, num_classes: int, model_dir: str, runtime, data) -> str:
+def train_run(arm, seed: int, config, model_dir: str, runtime) -> str:
     """One arm's seed trained (or resumed) in ``model_dir``: the outcome, in words."""
     tag = os.path.basename(model_dir)
     result = claims.train_one(
         arm,
         seed,
-        sweep,
+        config,
         model_dir,
         runtime,
-        data,
-        num_classes,
         print_fn=lambda line: print(f"  [{tag}] {line}", flush=True),
     )
     if result["diverged"]:
@@ -214,8 +209,6 @@ def main(argv):
     sweep, arms = sweep_from_flags(), arms_from_flags()
     data = config_from_flags(DataConfig)
     num_classes = cifar_data.num_classes(data.dataset)
-    if data.data_path:
-        cifar_data.check_data_path(data.dataset, data.data_path)
     where = data.data_path or "tensorflow-datasets"
     label = FLAGS.label or f"{data.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
@@ -228,9 +221,9 @@ def main(argv):
     backend.prepare_data(data)
     # one sweep per --output_dir, held until the process ends; each run's folder checked
     folder_claim.claim(FLAGS.output_dir, "--output_dir")
-    records = run_records(runs, sweep, num_classes, data.record())
+    configs = run_configs(runs, sweep, data)
     host = backend.report(runtime, runtime_cfg.strategy)
-    header = report_header(label, sweep, num_classes, host)
+    header = report_header(label, sweep, data, host)
     start = time.perf_counter()
     todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
     print(
@@ -242,9 +235,11 @@ def main(argv):
     for i, (arm, seed) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
         model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
-        record.record_config(model_dir, {**records[model_dir], record.RUNTIME_KEY: host})
+        config, saved = configs[model_dir]
+        runtime_section = {**saved[record.RUNTIME_KEY], **host}
+        record.record_config(model_dir, {**saved, record.RUNTIME_KEY: runtime_section})
         run_start = time.perf_counter()
-        outcome = train_run(arm, seed, sweep, num_classes, model_dir, runtime, data)
+        outcome = train_run(arm, seed, config, model_dir, runtime)
         progress.add(1, time.perf_counter() - run_start)
         print(
             f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {outcome}; {i} of {len(todo)} runs "

@@ -1,12 +1,18 @@
-"""Evaluate a run of ``launch/cifar.py`` again: its latest checkpoint on the whole test split of
-a --data_path, optionally with the first red pixel of every image replaced (the probe of the
-original CIFAR-100 reader's label leak; see resnet_noBN/runs/evaluation.py).
+"""Evaluate a run of ``launch/cifar.py`` again: its latest checkpoint (or every checkpoint it
+keeps) on the whole test split of a --data_path, optionally with the first red pixel of every
+image replaced (the probe of the original CIFAR-100 reader's label leak; see
+resnet_noBN/runs/evaluation.py).
 
     python launch/evaluate.py --model_dir=runs/c100 --data_path=/data/cifar-100-jpeg
-    python launch/evaluate.py --model_dir=runs/c100_2016 --data_path=/data/cifar-100-binary \
+    python launch/evaluate.py --model_dir=runs/c100_2016 --data_path=/data/cifar-100-binary \\
         --first_red_pixel=wrong_label
+    python launch/evaluate.py --model_dir=runs/c10 --data_path=/data/cifar-10-batches-bin \\
+        --every_checkpoint --answers_to=runs/c10/answers.jsonl   # a run from before answers
 
-Runs on the backend the run trained on; writes nothing into --model_dir; prints one line of JSON.
+Runs on the backend the run trained on; prints one line of JSON per checkpoint evaluated. Writes
+nothing into --model_dir but the file --answers_to names (which test images each evaluated
+checkpoint got right, as a run writes them: resnet_noBN/trainers/answers.py), for the figures of
+a run that predates them (launch/figures.py).
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ from resnet_noBN.backends import cpu
 cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
 
 import json
+import os
 
 from absl import flags
 
 from resnet_noBN.runs import cli
 from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
+from resnet_noBN.trainers import storage
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and checkpoints).")
@@ -35,18 +43,37 @@ flags.DEFINE_enum(
     "--cifar100_layout=original_2016): that pixel, the leaked label, replaced by another "
     "class's label or by the image's real pixel.",
 )
+flags.DEFINE_bool(
+    "every_checkpoint", False, "Evaluate every checkpoint the run keeps, oldest first."
+)
+flags.DEFINE_string(
+    "answers_to",
+    None,
+    "Write each evaluated checkpoint's answers (a line of answers.jsonl; the last with its "
+    "predicted classes) into this file, replaced whole.",
+)
 flags.mark_flags_as_required(["model_dir", "data_path"])
 
 
 @cli.exit_codes
 def main(argv):
-    result = evaluate_run(
+    lines = []
+    for result in evaluate_run(
         FLAGS.model_dir,
         FLAGS.data_path,
         FLAGS.first_red_pixel,
         lambda line: print(line, flush=True),
-    )
-    print(json.dumps(result), flush=True)
+        FLAGS.every_checkpoint,
+    ):
+        lines.append((result["step"], result.pop("answers")))
+        print(json.dumps(result), flush=True)
+    if FLAGS.answers_to:
+        text = "".join(
+            answers.line(step, final=i == len(lines) - 1) + "\n"
+            for i, (step, answers) in enumerate(lines)
+        )
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.answers_to)), exist_ok=True)
+        storage.atomic_write(FLAGS.answers_to, lambda f: f.write(text.encode()))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ tests/test_tensorflow_free_backends.py, in a process where TensorFlow cannot be 
 IN holds the inputs the TensorFlow side used; OUT gets what this backend computes from them:
 the logits of each weights file, the losses of steps of this backend's trainer from those
 weights on the stream's batches, the dtypes of a residual add's and a convolution's output under
-mixed_bfloat16, and the stream's uint8 batches.
+mixed_bfloat16, the stream's uint8 batches, the parameter and layer counts of the named
+experiments' networks, and how the backend computes float32 after a start in each precision
+(read back from the library).
 """
 
 import json
@@ -21,7 +23,8 @@ from resnet_noBN.backends import registry  # noqa: E402
 from resnet_noBN.configs.runtime_config import RuntimeConfig  # noqa: E402
 from resnet_noBN.datasets import stream  # noqa: E402
 from resnet_noBN.datasets.stream import TrainSplit  # noqa: E402
-from resnet_noBN.models.model import ModelConfig, build_cifar_model  # noqa: E402
+from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts  # noqa: E402
+from resnet_noBN.runs import run_config  # noqa: E402
 from resnet_noBN.trainers.recipe import TrainConfig  # noqa: E402
 
 given = np.load(sys.argv[1])
@@ -62,4 +65,10 @@ for seed, step in spec["batches"]:
     )
     out[f"batch_{seed}_{step}"] = keras.ops.convert_to_numpy(images)
     out[f"labels_{seed}_{step}"] = keras.ops.convert_to_numpy(labels)
+for name in spec["experiments"]:
+    net = build_cifar_model(run_config.build(name).network)
+    out[f"counts_{name}"] = [*param_counts(net).values(), len(net.layers)]
+for precision in ("true_float32", "float32"):
+    backend.start(RuntimeConfig(precision=precision), {"batch_size": 1}, 0)
+    out[f"float32_math_{precision}"] = backend.float32_math()
 np.savez(sys.argv[2], **out)

@@ -10,7 +10,9 @@ from test_launch_cifar import SMALL, cifar
 
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.datasets import cifar_data
+from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs.evaluation import probed_test_split
+from resnet_noBN.trainers.answers import read_answers
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,8 @@ def leaky_run(tmp_path_factory, c100):
         "--cifar100_layout=original_2016",
         f"--data_path={c100[0]}",
         "--train_steps=4",
+        "--eval_every=2",
+        "--checkpoint_every=2",
         f"--model_dir={model_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -43,12 +47,16 @@ def listing(folder):
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
+def read_2016(folder, layout="original_2016"):
+    return DataConfig("cifar100", data_path=str(folder), cifar100_layout=layout)
+
+
 def test_the_probe_replaces_only_the_first_red_pixel(c100):
     folder, written = c100
-    as_read, labels = probed_test_split("cifar100", folder, "original_2016")
+    as_read, labels = probed_test_split(read_2016(folder))
     assert np.array_equal(as_read[:, 0, 0, 0], labels)  # the leak
-    wrong, wrong_labels = probed_test_split("cifar100", folder, "original_2016", "wrong_label")
-    true, _ = probed_test_split("cifar100", folder, "original_2016", "true_pixel")
+    wrong, wrong_labels = probed_test_split(read_2016(folder), "wrong_label")
+    true, _ = probed_test_split(read_2016(folder), "true_pixel")
     assert np.array_equal(wrong_labels, labels)
     assert np.all(wrong[:, 0, 0, 0] != labels) and np.all(wrong[:, 0, 0, 0] < 100)
     assert np.array_equal(true[:, 0, 0, 0], written["test"][0][:, 0, 0, 0])
@@ -62,7 +70,7 @@ def test_the_probe_replaces_only_the_first_red_pixel(c100):
 
 def test_the_probe_needs_the_original_layout(c100):
     with pytest.raises(InputError, match="--first_red_pixel=wrong_label probes the label leak"):
-        probed_test_split("cifar100", c100[0], "official", "wrong_label")
+        probed_test_split(read_2016(c100[0], "official"), "wrong_label")
 
 
 def test_a_run_evaluated_again_gives_its_own_figure_and_writes_nothing(leaky_run, c100):
@@ -75,6 +83,27 @@ def test_a_run_evaluated_again_gives_its_own_figure_and_writes_nothing(leaky_run
     assert result["test_error"] == last["test_error"]
     assert (result["layout"], result["first_red_pixel"]) == ("original_2016", "as_read")
     assert listing(leaky_run) == before
+
+
+def test_every_checkpoint_evaluated_again_gives_the_answers_the_run_kept(leaky_run, c100, tmp_path):
+    """A run from before answers were kept gets them from its checkpoints: the same bits as
+    the run's own evaluations (every 2 steps: checkpoints at 2 and 4), the last with its
+    predicted classes."""
+    answers = tmp_path / "again.jsonl"
+    proc = evaluate(
+        f"--model_dir={leaky_run}",
+        f"--data_path={c100[0]}",
+        "--every_checkpoint",
+        f"--answers_to={answers}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in proc.stdout.splitlines() if line[:1] == "{"]
+    assert steps == [2, 4]
+    kept, again = read_answers(leaky_run / "answers.jsonl"), read_answers(answers)
+    assert [e.step for e in kept] == [e.step for e in again] == [2, 4]
+    for a, b in zip(kept, again):
+        assert np.array_equal(a.correct, b.correct) and len(a.correct) == 40
+    assert again[0].predicted is None and np.array_equal(again[1].predicted, kept[1].predicted)
 
 
 @pytest.mark.parametrize("probe", ["wrong_label", "true_pixel"])

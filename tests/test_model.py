@@ -177,7 +177,7 @@ def test_mixed_precision_keeps_the_residual_stream_float32():
     x = np.random.default_rng(0).normal(size=(16, 32, 32, 3)).astype(np.float32)
 
     def run(policy, zero_branches):
-        model = build_cifar_model(ModelConfig(), dtype=policy)
+        model = build_cifar_model(ModelConfig(), policy)
         model.set_weights(weights)
         for layer in model.layers:
             if zero_branches and layer.name.endswith("_conv2"):

@@ -133,10 +133,16 @@ class SlowFakeTrainer(TrainLoop):
     def run_steps(self, iterator, num_steps):
         self.clock.t += num_steps * self.step_s + (self.compile_s if self._step == 0 else 0)
         self._step += num_steps
-        return 2.0 * num_steps, 0.5 * num_steps * self.cfg.batch_size, num_steps * 128.0
+        n, batch = num_steps, self.cfg.batch_size
+        # health.CALL_TOTALS: the sums of the loss, the hits, the examples and the two terms over
+        # the call's steps, the last step's |g|^2, the largest |logit|
+        return np.array([2.0 * n, 0.5 * batch * n, batch * n, 1.9 * n, 0.1 * n, 4.0, 3.0])
 
-    def eval_counts(self, eval_source):
-        return [np.array([1, 2])]
+    def eval_batches(self, eval_source):
+        return [(np.array([1, 0]), np.array([[1], [1]]), np.arange(2))]
+
+    def weight_norm(self):
+        return 10.0
 
     def guard(self, print_fn):
         return contextlib.nullcontext(Unguarded())
@@ -234,10 +240,12 @@ def test_an_evaluation_on_its_own_says_the_batches_done_and_the_time_left(monkey
     monkeypatch.setattr(time, "monotonic", fake.monotonic)
 
     class SlowEvaluation(SlowFakeTrainer):
-        def eval_counts(self, eval_source):
-            for _ in range(10):  # 10 batches of 500 images, 20 s each, the first 40 s
+        def eval_batches(self, eval_source):
+            for batch in range(10):  # 10 batches of 500 images, 20 s each, the first 40 s
                 fake.t += 40.0 if fake.t == 0 else 20.0
-                yield np.array([400, 500])
+                labels = np.arange(500) % 10
+                predicted = np.where(np.arange(500) < 400, labels, labels + 1)[:, None]
+                yield labels, predicted, batch * 500 + np.arange(500)
 
     trainer = SlowEvaluation(tmp_path, fake, step_s=1.0, compile_s=0.0)
     lines = []

@@ -1,7 +1,7 @@
-"""runs.record: config.json records the whole run, and a resumed run is refused, naming the
-field, where it changes the objective or the stream; the committed runs' config.json (older,
-flat records) still resume with their own flags. Checkpoints are not committed: the config check
-is what is tested here, on copies."""
+"""runs.record and runs.run_config: config.json records the whole run, and a resumed run is
+refused, naming the field, where it changes the objective or the stream; the committed runs'
+config.json (older, flat records) still resume with their own flags. Checkpoints are not
+committed: the config check is what is tested here, on copies."""
 
 import dataclasses
 import json
@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.models.model import ModelConfig
-from resnet_noBN.runs import claims, cli, record
+from resnet_noBN.runs import claims, record, run_config
+from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trainers.recipe import TrainConfig
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -33,8 +35,8 @@ def copied(tmp_path, config: Path) -> str:
 
 def resume(model_dir, network, recipe=CPU_RUN, data=None, precision="float32"):
     """What launch/cifar.py checks before resuming ``model_dir`` with these configs."""
-    data = data or DataConfig()
-    return cli.checked_record(model_dir, network, recipe, data.record(), precision)
+    run = RunConfig(network, data or DataConfig(), recipe, RuntimeConfig(precision=precision))
+    return run_config.checked_record(run, model_dir, "tensorflow", 0)
 
 
 @pytest.mark.parametrize("config", CIFAR100, ids=lambda p: p.parent.name)
@@ -81,7 +83,7 @@ def test_the_committed_claims_runs_resume_and_refuse_another_recipe(tmp_path):
     for config in CLAIMS:
         model_dir = copied(tmp_path, config)
         arm = arms[config.parent.name.rsplit("-seed", 1)[0]]
-        network = claims.model_config(arm, sweep, 10)
+        network = claims.arm_config(arm, sweep, DataConfig()).network
         resume(model_dir, network, sweep.recipe)  # as launch/claims.py checks it
         resume(model_dir, network, claims.scaled_recipe(sweep.recipe, 300))
     longer = claims.scaled_recipe(sweep.recipe, 600)  # the boundaries move with the steps
@@ -94,12 +96,28 @@ def test_the_committed_claims_runs_resume_and_refuse_another_recipe(tmp_path):
 def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tmp_path):
     network, recipe = ModelConfig.preset("small"), TrainConfig(batch_size=64)
     run = resume(str(tmp_path), network, recipe, DataConfig(pad=4))
-    assert set(run) == {"network", "recipe", "data", "backend"}
-    assert run["recipe"] == {**dataclasses.asdict(recipe), "precision": "float32"}
+    assert set(run) == {"experiment", "network", "recipe", "data", "backend", "seed", "runtime"}
+    assert run["recipe"] == {
+        **dataclasses.asdict(recipe),
+        "lr_boundaries": [30_000, 50_000],  # the paper's 1/2 and 5/6 of 60,000 steps, as steps
+        "weight_decay_gradient": "0.0001 * W",
+    }
+    assert run["runtime"] == {**dataclasses.asdict(RuntimeConfig()), "seed": 0}
     assert run["data"]["pad"] == 4 and run["data"]["train_examples"] == 50_000
     assert run["data"]["test_examples"] == 10_000 and run["backend"] == "tensorflow"
-    record.record_config(str(tmp_path), {**run, "seed": 3, "runtime": {"devices": ["CPU"]}})
-    resume(str(tmp_path), network, dataclasses.replace(recipe, train_steps=1), DataConfig(pad=4))
+    record.record_config(str(tmp_path), run)
+    # read back whole: the same run (its boundaries as steps, the same schedule)
+    again = run_config.from_record(record.read_config(str(tmp_path)))
+    assert again.network == network and again.data == DataConfig(pad=4)
+    assert again.recipe == dataclasses.replace(recipe, lr_boundaries=("30000", "50000"))
+    assert again.recipe.boundary_steps() == recipe.boundary_steps() == (30_000, 50_000)
+    # more or fewer steps move the paper's 1/2 and 5/6 with them: refused; as steps, accepted
+    with pytest.raises(InputError, match=r"lr_boundaries=\[30000, 50000\] there, \[1\] now"):
+        resume(
+            str(tmp_path), network, dataclasses.replace(recipe, train_steps=1), DataConfig(pad=4)
+        )
+    as_steps = dataclasses.replace(recipe, train_steps=1, lr_boundaries=(30_000, 50_000))
+    resume(str(tmp_path), network, as_steps, DataConfig(pad=4))
     for recipe_change, data, field in (
         ({"batch_size": 128}, DataConfig(pad=4), "batch_size=64 there, 128 now"),
         ({"weight_decay": 0.0}, DataConfig(pad=4), "weight_decay=0.0001 there, 0.0 now"),
@@ -110,7 +128,7 @@ def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tm
 
 
 def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
-    assert cli.FREE_ON_RESUME == {
+    assert run_config.FREE_ON_RESUME == {
         "train_steps",
         "eval_every",
         "checkpoint_every",
@@ -122,5 +140,6 @@ def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
         "data_format",
         "data_path",
         "data_dir",
+        "shuffle_buffer",
         "peer_timeout_s",
     }

@@ -28,7 +28,7 @@ def train(tmp_path, precision="float32", jit_compile=False):
     keras.utils.set_random_seed(0)
     trainer = Trainer(
         tf.distribute.get_strategy(),
-        lambda: build_cifar_model(SMALL, dtype=precision),
+        lambda: build_cifar_model(SMALL, precision),
         TrainConfig(batch_size=16),
         str(tmp_path),
         jit_compile=jit_compile,
@@ -72,4 +72,4 @@ def test_default_threads_on_a_cpu_host():
 
 def test_unknown_precision():
     with pytest.raises(ValueError, match="--precision=fp8 is unknown"):
-        build_cifar_model(SMALL, dtype="fp8")
+        build_cifar_model(SMALL, "fp8")

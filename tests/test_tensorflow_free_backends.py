@@ -18,8 +18,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data, cifar_input, stream
-from resnet_noBN.models.model import ModelConfig, build_cifar_model
+from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
+from resnet_noBN.runs import run_config
+from resnet_noBN.trainers.answers import read_answers
+from resnet_noBN.trainers.health import HEALTH
 from resnet_noBN.trainers.recipe import TrainConfig
 from resnet_noBN.trainers.training import Trainer
 
@@ -46,6 +51,19 @@ MODELS = ("paper", "small")  # presets.MODELS names
 TRAIN = {"batch_size": 8, "train_steps": 3}
 SEED = 11
 BATCHES = [[11, 0], [11, 4], [3, 9]]  # (seed, step); step 4 of 40 records / 8 spans two epochs
+# the 2016 code's networks (batch norm removed) and the text's 13.59M one, on CIFAR-10: trainable
+# and non-trainable parameters, convolutions, their kernel weights, and Keras layers; on every
+# backend. Table 1's network has 117 layers: the input, the first conv, 27 blocks of conv, ReLU,
+# conv and add, 5 shortcut layers (stage 1's channel pad, stages 2 and 3's pool and pad), the
+# pool and the head. The 2016 network: its 13,538,736 kernel weights and its head's 256 x 10 +
+# 10, and 28 more layers, the activations before each block's first conv and before the pool.
+# The 13.59M network: 3 projection convolutions in place of the 5 shortcut layers.
+COUNTS = {
+    "cifar10_paper": [13_538_736, 2_560, 55, 13_538_736, 117],
+    "cifar10_original_2016": [13_541_306, 0, 55, 13_538_736, 145],
+    "cifar10_original_2016_wd": [13_541_306, 0, 55, 13_538_736, 145],
+    "cifar10_13_59m": [13_588_800, 2_560, 58, 13_580_720, 115],
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +114,7 @@ def test_backends_agree_on_weights_logits_steps_and_batches(backend, tmp_path, t
         "train": TRAIN,
         "seed": SEED,
         "batches": BATCHES,
+        "experiments": list(COUNTS),
     }
     given = tmp_path / "given.npz"
     np.savez(given, inputs=inputs, images=images, labels=labels, spec=json.dumps(spec))
@@ -115,6 +134,26 @@ def test_backends_agree_on_weights_logits_steps_and_batches(backend, tmp_path, t
         )
         np.testing.assert_array_equal(out[f"batch_{seed}_{step}"], batch.numpy())
         np.testing.assert_array_equal(out[f"labels_{seed}_{step}"], batch_labels.numpy())
+    for name, counts in COUNTS.items():
+        assert list(out[f"counts_{name}"]) == counts, name
+    # true_float32 turns the backend's TF32 off, read back from the library; float32 allows it
+    assert str(out["float32_math_true_float32"]) == "true_float32"
+    assert str(out["float32_math_float32"]) == "tf32"
+
+
+def test_the_networks_count_alike_on_tensorflow_and_its_precision_is_read_back():
+    """TensorFlow's side of the counts and of the precision the backends agree on."""
+    for name, counts in COUNTS.items():
+        net = build_cifar_model(run_config.build(name).network)
+        assert [*param_counts(net).values(), len(net.layers)] == counts, name
+    backend = registry.current()
+    try:
+        backend.start(RuntimeConfig(precision="true_float32"), {"batch_size": 1}, 0)
+        assert backend.float32_math() == "true_float32"
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        backend.start(RuntimeConfig(), {"batch_size": 1}, 0)
+    assert backend.float32_math() == "tf32"
 
 
 def launch(args, backend: str = "jax", **kwargs):
@@ -169,6 +208,19 @@ def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
     whole_dir = tmp_path / "whole"
     assert [json.loads(line)["step"] for line in open(whole_dir / "metrics.jsonl")] == [5, 10]
     assert len((whole_dir / "train.jsonl").read_text().splitlines()) == 10
+    # the run's health at every record: the loss's two terms (summing to it), the norms, the
+    # largest |logit|; which test images each evaluation got right, the last's predictions
+    for line in (whole_dir / "train.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert set(HEALTH) <= set(record)
+        assert record["cross_entropy"] + record["weight_decay"] == pytest.approx(
+            record["loss"], rel=1e-5
+        )
+        assert record["grad_norm"] > 0 and record["weight_norm"] > 0 < record["max_abs_logit"]
+    answers = read_answers(whole_dir / "answers.jsonl")
+    assert [(a.step, len(a.correct)) for a in answers] == [(5, 8), (10, 8)]
+    assert 1 - answers[-1].correct.mean() == pytest.approx(expected["test_error"])
+    assert answers[0].predicted is None and answers[-1].predicted.shape == (8,)
     assert (whole_dir / "test_error.png").stat().st_size > 0
     assert [
         len(list((whole_dir / part).glob("events.out.tfevents.*"))) for part in ("train", "eval")

@@ -208,7 +208,8 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
         (dict(train_steps=-5), "--train_steps must be positive, got -5"),
         (
             dict(lr_boundaries=(50_000, 30_000)),
-            "--lr_boundaries must be positive and strictly increasing, got 50000,30000",
+            "--lr_boundaries must be strictly increasing, all fractions of --train_steps or all "
+            "steps, got 50000,30000",
         ),
         (dict(lr_boundaries=(30_000, 30_000)), "strictly increasing"),
         (dict(learning_rate=0.0), "--learning_rate must be positive"),
@@ -282,7 +283,8 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     dataset_fn = cifar_input.split_fns("cifar10", data_path=root, seed=4)
 
     def run(model_dir, steps):
-        trainer = make_trainer(model_dir, train_steps=steps, batch_size=16)
+        # the learning rate drops at steps: the 13-step run's schedule is the 30-step run's
+        trainer = make_trainer(model_dir, train_steps=steps, batch_size=16, lr_boundaries=(20,))
         return trainer.train(
             dataset_fn("train", 16), dataset_fn("test", 32), print_fn=lambda _: None
         )
@@ -317,9 +319,11 @@ def test_the_named_losses_are_their_formulas(smoothing):
     for name, expected in (("softmax_cross_entropy", softmax), ("sigmoid_cross_entropy", sigmoid)):
         cfg = dataclasses.replace(cfg, loss=name)
         np.testing.assert_allclose(np.asarray(LOSSES[name](logits, labels, cfg)), expected, 1e-5)
-        loss, correct = objective(logits, labels, 0.5, cfg)
+        loss, (correct, cross_entropy, decay, largest) = objective(logits, labels, 0.5, cfg)
         # summed over the replica's examples / the global batch of 8, plus the decay
         assert float(loss) == pytest.approx(expected.sum() / 8 + 0.5, rel=1e-5)
+        assert float(cross_entropy) == pytest.approx(expected.sum() / 8, rel=1e-5)
+        assert float(decay) == 0.5 and float(largest) == np.abs(logits).max()
         assert float(correct) == (logits.argmax(-1) == labels).sum()
 
 

@@ -30,8 +30,8 @@ LAUNCHERS = ("cifar", "claims", "evaluate", "imagenet")  # launch/<name>.py that
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-    """Where a launcher trains: the strategy (TensorFlow) or devices (JAX), the seed, and the
-    dtype policy the network is built in (``--precision``)."""
+    """Where a launcher trains: the strategy (TensorFlow) or devices (JAX, PyTorch) and the
+    seed. (The precision is the run config's: ``RuntimeConfig.precision``.)"""
 
     strategy: object  # a tf.distribute.Strategy, or None on JAX and PyTorch
     is_chief: bool
@@ -39,13 +39,13 @@ class Runtime:
     seed: int
     replicas: int
     devices: tuple = ()  # JAX: the devices that share each batch; PyTorch: its one device
-    precision: str = "float32"
 
 
 class Backend:
     """One Keras backend's way of running the launchers (subclasses: ``tensorflow_backend``,
     ``jax_backend``). A subclass sets :attr:`name`, :attr:`launchers` and :attr:`replicas_are`
-    and implements :meth:`open`, :meth:`has_gpu`, :meth:`make_trainer`, :meth:`prepare_tfds`,
+    and implements :meth:`open`, :meth:`has_gpu`, :meth:`set_float32_math`,
+    :meth:`float32_math`, :meth:`make_trainer`, :meth:`prepare_tfds`,
     :meth:`cifar_sources`, :meth:`evaluation_source`, :meth:`hardware`, :meth:`versions` and
     :meth:`where`; :meth:`refuse` and :meth:`agree_seed` where it has something to refuse or
     agree on."""
@@ -74,6 +74,7 @@ class Backend:
         """
         self.refuse(cfg, {})
         runtime = self.open(cfg)
+        self.set_float32_math(cfg.precision == "true_float32")
         if cfg.precision == "mixed_bfloat16":
             warning = cpu.bf16_warning(has_gpu=self.has_gpu(runtime))
             if warning:
@@ -148,9 +149,20 @@ class Backend:
     def has_gpu(self, runtime: Runtime) -> bool:
         raise NotImplementedError
 
+    def set_float32_math(self, true_float32: bool) -> None:
+        """Float32 convolutions and matmuls in true float32 (``--precision=true_float32``), or as
+        the library does by default on a GPU that has TF32 (``float32``: TF32 there)."""
+        raise NotImplementedError
+
+    def float32_math(self) -> str:
+        """How this process computes float32 convolutions and matmuls, read back from the
+        library: "true_float32", or "tf32" (TF32 where the GPU has it; a CPU computes float32
+        either way)."""
+        raise NotImplementedError
+
     def make_trainer(self, runtime: Runtime, build_model, cfg, model_dir: str, **kwargs):
         """The trainer of this backend on ``runtime``; ``build_model()`` builds the network
-        (in ``runtime.precision``: the caller passes it to the builder). ``kwargs``: title,
+        (in the run's precision: the caller passes it to the builder). ``kwargs``: title,
         schedule, top5, time_budget_s, jit_compile (TensorFlow's XLA; refused elsewhere by
         :meth:`refuse`)."""
         raise NotImplementedError
@@ -163,7 +175,7 @@ class Backend:
         if data.data_path is None:
             return self.prepare_tfds(data)
         for split in cifar_data.SPLITS:
-            cifar_data.load_split(data.dataset, split, data.data_path, data.cifar100_layout)
+            data.read_split(split)
 
     def prepare_tfds(self, data: DataConfig) -> None:
         """Download or verify the tensorflow-datasets copy of ``data.dataset``."""
@@ -204,6 +216,7 @@ class Backend:
             "input_pipelines": runtime.input_pipelines,
             **self.hardware(runtime),
             "cpu_isa": [name for name, present in cpu.isa().items() if present],
+            "float32_math": self.float32_math(),
             "python": platform.python_version(),
             "keras": keras.__version__,
             **self.versions(),

@@ -55,13 +55,12 @@ class JaxBackend(SplitsInMemory):
                 0,
                 len(devices),
                 devices,
-                precision=cfg.precision,
             )
         if cfg.strategy == "mirrored":
             size_cpu_pool(forced_cpu_devices())
         local = jax.local_devices()
         devices = tuple(local if cfg.strategy == "mirrored" else local[:1])
-        return Runtime(None, True, 1, 0, len(devices), devices, precision=cfg.precision)
+        return Runtime(None, True, 1, 0, len(devices), devices)
 
     def agree_seed(self, runtime: Runtime, seed: int) -> int:
         """Process 0's seed on every process of a job (each may have drawn its own, or read
@@ -84,6 +83,15 @@ class JaxBackend(SplitsInMemory):
 
     def has_gpu(self, runtime: Runtime) -> bool:
         return runtime.devices[0].platform == "gpu"
+
+    def set_float32_math(self, true_float32: bool) -> None:
+        """XLA's precision of float32 dots and convolutions: "highest" is true float32; at its
+        default (None) a GPU with TF32 uses it."""
+        jax.config.update("jax_default_matmul_precision", "highest" if true_float32 else None)
+
+    def float32_math(self) -> str:
+        highest = jax.config.jax_default_matmul_precision in ("highest", "float32")
+        return "true_float32" if highest else "tf32"
 
     def make_trainer(self, runtime: Runtime, build_model, cfg, model_dir: str, **kwargs):
         """``JaxTrainer`` on ``runtime``'s devices (``jit_compile``: refused by :meth:`refuse`

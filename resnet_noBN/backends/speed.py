@@ -3,7 +3,7 @@
 * Threading: on a small CPU, TensorFlow's default inter-op pool runs independent ops of a step
   concurrently with the intra-op pool that each conv already saturates, so steps are bimodal and
   slower; one inter-op thread and one intra-op thread per core keeps them steady.
-* Mixed precision is the network's dtype policy (``build_cifar_model(cfg, dtype=...)``), not a
+* Mixed precision is the network's dtype policy (``build_cifar_model(cfg, precision)``), not a
   setting here: ``mixed_bfloat16`` computes convolutions in bfloat16 with float32 weights and
   float32 updates; the loss and the logits are cast to float32 (``trainers.recipe.objective``),
   and the fixed head's float32 kernel is never updated, so it stays bit-for-bit fixed.

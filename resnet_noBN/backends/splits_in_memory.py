@@ -8,7 +8,6 @@ import sys
 
 from resnet_noBN.backends.base import Backend
 from resnet_noBN.configs.errors import DataError
-from resnet_noBN.datasets.cifar_data import load_split
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.datasets.stream import TrainSplit
 
@@ -38,9 +37,9 @@ class SplitsInMemory(Backend):
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):
         """A ``TrainSplit`` and the test split's arrays."""
-        train = load_split(data.dataset, "train", data.data_path, data.cifar100_layout)
-        test = load_split(data.dataset, "test", data.data_path, data.cifar100_layout)
-        return TrainSplit(*train, seed=seed, pad=data.pad), test
+        return TrainSplit(*data.read_split("train"), seed=seed, pad=data.pad), data.read_split(
+            "test"
+        )
 
     def evaluation_source(self, images, labels, batch: int):
         return images, labels

@@ -49,7 +49,6 @@ class TensorFlowBackend(Backend):
             distribute.input_pipelines(strategy, resolver),
             seed=0,
             replicas=strategy.num_replicas_in_sync,
-            precision=cfg.precision,
         )
 
     def agree_seed(self, runtime: Runtime, seed: int) -> int:
@@ -64,6 +63,13 @@ class TensorFlowBackend(Backend):
 
     def has_gpu(self, runtime: Runtime) -> bool:
         return bool(tf.config.list_physical_devices("GPU"))
+
+    def set_float32_math(self, true_float32: bool) -> None:
+        tf.config.experimental.enable_tensor_float_32_execution(not true_float32)
+
+    def float32_math(self) -> str:
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        return "tf32" if tf32 else "true_float32"
 
     def make_trainer(self, runtime: Runtime, build_model, cfg, model_dir: str, **kwargs):
         """``training.Trainer`` under ``runtime``'s strategy (``ParameterServerTrainer`` under
@@ -91,6 +97,7 @@ class TensorFlowBackend(Backend):
             pad=data.pad,
             seed=seed,
             layout=data.cifar100_layout,
+            jpeg_quality=data.jpeg_quality,
         )
         return fn("train", train_batch), fn("test", eval_batch)
 

@@ -32,10 +32,20 @@ class TorchBackend(SplitsInMemory):
     def open(self, cfg: RuntimeConfig) -> Runtime:
         """Keras' torch device (a CUDA GPU where torch sees one, else the CPU)."""
         device = ops.convert_to_tensor(0).device
-        return Runtime(None, True, 1, 0, 1, (device,), precision=cfg.precision)
+        return Runtime(None, True, 1, 0, 1, (device,))
 
     def has_gpu(self, runtime: Runtime) -> bool:
         return runtime.devices[0].type == "cuda"
+
+    def set_float32_math(self, true_float32: bool) -> None:
+        """cuDNN's convolutions and CUDA's matmuls: TF32 allowed (``float32``, as TensorFlow and
+        JAX on such a GPU) or not."""
+        torch.backends.cudnn.allow_tf32 = not true_float32
+        torch.backends.cuda.matmul.allow_tf32 = not true_float32
+
+    def float32_math(self) -> str:
+        tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+        return "tf32" if tf32 else "true_float32"
 
     def make_trainer(self, runtime: Runtime, build_model, cfg, model_dir: str, **kwargs):
         """``TorchTrainer`` on Keras' torch device (``jit_compile``: refused by :meth:`refuse`

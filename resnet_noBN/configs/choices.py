@@ -9,5 +9,13 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
 JAX_STRATEGIES = ("default", "mirrored", "multi_worker")
 # where multi_worker / parameter_server find their cluster: TF_CONFIG or SLURM's variables
 RESOLVERS = ("tf_config", "slurm")
-# Keras dtype policies: float32 (the paper's), or bfloat16 compute with float32 weights
-PRECISIONS = ("float32", "mixed_bfloat16")
+# --precision: float32 (the paper's; TF32 convolutions and matmuls on GPUs that have it, each
+# library's default there), mixed_bfloat16 (bfloat16 compute, float32 weights and updates), or
+# true_float32 (float32 everywhere: TF32 off on every backend, as on the paper's K40)
+PRECISIONS = ("float32", "mixed_bfloat16", "true_float32")
+
+
+def dtype_policy(precision: str) -> str:
+    """The Keras dtype policy a network is built in under ``--precision``: the precision itself,
+    but true_float32's, which is float32 (the backend, not the policy, turns TF32 off)."""
+    return "float32" if precision == "true_float32" else precision

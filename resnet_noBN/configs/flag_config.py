@@ -2,9 +2,10 @@
 
 A field is written once, in its dataclass: its name is the flag's, its default the flag's, and
 ``dataclasses.field(metadata={"help": ..., "choices": ...})`` gives the help text and, for a
-string, the allowed values (an enum flag). ``tuple[int, ...]`` fields are comma-separated
-string flags. A field that is no flag (one derived from others, or fixed by the launcher) is
-excluded where the flags are defined, and given to :func:`config_from_flags` instead::
+string, the allowed values (an enum flag). ``tuple[int, ...]`` and ``tuple[str, ...]`` fields
+are comma-separated string flags. A field that is no flag (one derived from others, or fixed by
+the launcher) is excluded where the flags are defined, and given to :func:`config_from_flags`
+instead::
 
     define_flags(ModelConfig, exclude=("num_classes", "stage_strides"))
     ...
@@ -34,6 +35,16 @@ def int_list(flag_name: str, text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise InputError(f"--{flag_name} must be comma-separated integers, got '{text}'") from None
+
+
+def flag_value(name: str, value, kind):
+    """A flag's value as its field's type: a comma-separated string as a tuple of ints or of
+    strings; anything else as it is."""
+    if kind == tuple[int, ...]:
+        return int_list(name, value)
+    if kind == tuple[str, ...]:
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return value
 
 
 def check_choices(cfg) -> None:
@@ -104,7 +115,7 @@ def _define(name: str, kind, default, metadata) -> None:
         flags.DEFINE_enum(name, default, list(choices), help_text)
     elif kind is str:
         flags.DEFINE_string(name, default, help_text)
-    elif kind == tuple[int, ...]:
+    elif kind in (tuple[int, ...], tuple[str, ...]):
         flags.DEFINE_string(name, ",".join(map(str, default)), help_text)
     else:
         raise TypeError(f"--{name}: no flag for a field of type {kind}")
@@ -125,6 +136,5 @@ def config_from_flags(cls, base=None, **overrides):
         if base is not None and not FLAGS[name].present:
             values[name] = getattr(base, name)
         else:
-            value = FLAGS[name].value
-            values[name] = int_list(name, value) if types[name] == tuple[int, ...] else value
+            values[name] = flag_value(name, FLAGS[name].value, types[name])
     return validated(cls(**values, **overrides))

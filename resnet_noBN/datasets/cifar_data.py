@@ -21,12 +21,15 @@ July 2017 fix (--cifar100_layout=original_2016).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import io
 import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import image_folder
@@ -220,8 +223,29 @@ def original_2016_shift(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(shifted.reshape(n, 3, IMAGE_SIZE, IMAGE_SIZE).transpose(0, 2, 3, 1))
 
 
+def jpeg_reencode(images: np.ndarray, quality: int) -> np.ndarray:
+    """Every image encoded as a baseline JPEG of ``quality`` with 4:2:0 chroma subsampling
+    (Pillow's libjpeg, the encoder and setting of the public CIFAR JPEG copies), then decoded:
+    what a run on such a copy reads, in the split's own order (``--jpeg_quality``). uint8
+    [N, 32, 32, 3], read-only."""
+
+    def one(image: np.ndarray) -> np.ndarray:
+        encoded = io.BytesIO()
+        Image.fromarray(image).save(encoded, "JPEG", quality=quality, subsampling="4:2:0")
+        return np.asarray(Image.open(encoded).convert("RGB"))
+
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        out = np.stack(list(pool.map(one, images, chunksize=256)))
+    out.flags.writeable = False
+    return out
+
+
 def load_split(
-    dataset: str, split: str, data_path: str | os.PathLike, layout: str = "official"
+    dataset: str,
+    split: str,
+    data_path: str | os.PathLike,
+    layout: str = "official",
+    jpeg_quality: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One split of a --data_path: (uint8 images [N, 32, 32, 3], int32 labels [N]), in order.
 
@@ -229,22 +253,30 @@ def load_split(
     order) or an image folder (class by class in label order, files sorted; every image decoded
     once by `image_folder.decode`), validated as `check_data_path` does. `layout`
     "original_2016" (CIFAR-100 only): every image as the original reader made it,
-    `original_2016_shift`.
+    `original_2016_shift`. `jpeg_quality`: every image re-encoded as a JPEG of that quality first
+    (`jpeg_reencode`: the lossy copies earlier figures were measured on, in the official order).
 
     The arrays are read-only and kept for the process, keyed by (dataset, split, data_path,
-    layout): runs in one process (`launch/claims.py`) read a split once. Files changed on disk
-    after a split was read are not read again. DataError (one line) for everything
+    layout, jpeg_quality): runs in one process (`launch/claims.py`) read a split once. Files
+    changed on disk after a split was read are not read again. DataError (one line) for everything
     `check_data_path` refuses, an unknown split or layout, a binary file holding a label outside
     the data set's classes, and an image that cannot be decoded or is not 32x32 (named).
     """
-    return _load_split(dataset, split, str(data_path), layout)
+    return _load_split(dataset, split, str(data_path), layout, jpeg_quality)
 
 
 @functools.lru_cache(maxsize=4)  # a training and a test split, in either layout
-def _load_split(dataset: str, split: str, data_path: str, layout: str):
+def _load_split(dataset: str, split: str, data_path: str, layout: str, jpeg_quality=None):
     _spec(dataset)
     check_split(split, SPLITS)
     check_layout(dataset, layout)
+    if jpeg_quality is not None:
+        images, labels = _load_split(dataset, split, data_path, "official")
+        images = jpeg_reencode(images, jpeg_quality)
+        if layout != "official":
+            images = original_2016_shift(images, labels)
+            images.flags.writeable = False
+        return images, labels
     if layout != "official":
         images, labels = _load_split(dataset, split, data_path, "official")
         images = original_2016_shift(images, labels)

@@ -38,6 +38,7 @@ from resnet_noBN.datasets.cifar_data import (
     SPLITS,
     _spec,
     check_layout,
+    jpeg_reencode,
     load_split,
     original_2016_shift,
 )
@@ -122,26 +123,42 @@ def load_arrays(
     data_path: str | os.PathLike | None = None,
     data_dir: str | os.PathLike | None = None,
     layout: str = "official",
+    jpeg_quality: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One split as (uint8 images [N, 32, 32, 3], int32 labels [N]), in order: from
     `data_path` (`cifar_data.load_split`), else from tensorflow-datasets in `data_dir`
-    (prepared, or downloaded now, by `prepare_tfds`). `layout` as in `cifar_data.load_split`."""
+    (prepared, or downloaded now, by `prepare_tfds`). `layout` and `jpeg_quality` as in
+    `cifar_data.load_split`."""
     if data_path is not None:
-        return load_split(dataset, split, data_path, layout)
+        return load_split(dataset, split, data_path, layout, jpeg_quality)
     check_split(split, SPLITS)
     check_layout(dataset, layout)
     builder = prepare_tfds(dataset, data_dir)
     whole = builder.as_dataset(split=split, as_supervised=True).batch(1 << 20)  # one batch
     images, labels = next(iter(tfds.as_numpy(whole)))
     labels = labels.astype(np.int32)
+    if jpeg_quality is not None:
+        images = jpeg_reencode(images, jpeg_quality)
     if layout != "official":
         images = original_2016_shift(images, labels)
     return images, labels
 
 
-def _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout):
-    """`load_arrays`, then this input pipeline's records: i, i+n, ... of n pipelines."""
-    arrays = load_arrays(dataset, split, data_path=data_path, data_dir=data_dir, layout=layout)
+def _pipeline_arrays(
+    dataset, split, data_path, data_dir, input_context, layout, jpeg_quality=None, numbered=False
+):
+    """`load_arrays` (and, where ``numbered``, each record's index in the split), then this
+    input pipeline's records: i, i+n, ... of n pipelines."""
+    arrays = load_arrays(
+        dataset,
+        split,
+        data_path=data_path,
+        data_dir=data_dir,
+        layout=layout,
+        jpeg_quality=jpeg_quality,
+    )
+    if numbered:
+        arrays = (*arrays, np.arange(len(arrays[1]), dtype=np.int64))
     shard = pipeline_shard(input_context)
     return arrays if shard is None else tuple(a[shard[1] :: shard[0]] for a in arrays)
 
@@ -176,15 +193,17 @@ def build_dataset(
     start_step: int = 0,
     input_context: tf.distribute.InputContext | None = None,
     layout: str = "official",
+    jpeg_quality: int | None = None,
     drop_remainder: bool = False,
 ) -> tf.data.Dataset:
-    """Batches (float32 images [B, 32, 32, 3], int32 labels [B]) of `split` ("train"/"test").
+    """Batches (float32 images [B, 32, 32, 3], int32 labels [B]) of `split` ("train"/"test"),
+    and for an evaluation each image's index in the split (int64 [B]).
 
     `batch_size` is per input pipeline (per replica under `distribute_datasets_from_function`:
     pass `input_context.get_per_replica_batch_size(global_batch)` and the `input_context`, which
     shards the records as in `read_records`). `data_path`: the official binary files or an
     image folder; else tfds from `data_dir` (None: tfds' default; the launcher's is
-    DEFAULT_TFDS_DIR). `layout`: see `cifar_data.load_split`.
+    DEFAULT_TFDS_DIR). `layout`, `jpeg_quality`: see `cifar_data.load_split`.
 
     `train` (default: split == "train"): the endless stream of `stream.training_batch` from
     step `start_step` on (the first batch is the one a run from step 0 reaches at that step),
@@ -200,9 +219,14 @@ def build_dataset(
     train = split == "train" if train is None else train
     if start_step < 0:
         raise DataError(f"start_step must be >= 0, got {start_step}")
-    images, labels = _pipeline_arrays(dataset, split, data_path, data_dir, input_context, layout)
     if not train:
-        return evaluation_dataset(images, labels, batch_size, drop_remainder)
+        images, labels, index = _pipeline_arrays(
+            dataset, split, data_path, data_dir, input_context, layout, jpeg_quality, numbered=True
+        )
+        return evaluation_dataset(images, labels, batch_size, drop_remainder, index)
+    images, labels = _pipeline_arrays(
+        dataset, split, data_path, data_dir, input_context, layout, jpeg_quality
+    )
     if batch_size > len(images):
         raise DataError(
             f"a batch of {batch_size} exceeds the {len(images)} training images this input "
@@ -225,14 +249,20 @@ def build_dataset(
 
 
 def evaluation_dataset(
-    images: np.ndarray, labels: np.ndarray, batch_size: int, drop_remainder: bool = False
+    images: np.ndarray,
+    labels: np.ndarray,
+    batch_size: int,
+    drop_remainder: bool = False,
+    index: np.ndarray | None = None,
 ) -> tf.data.Dataset:
-    """Batches of uint8 ``images`` [N, 32, 32, 3] and their labels, in order, standardised only
-    (`stream.standardize`): what evaluation reads."""
+    """Batches of uint8 ``images`` [N, 32, 32, 3], their labels and their indices in the split
+    (``index``; default 0..N-1), in order, standardised only (`stream.standardize`): what
+    evaluation reads."""
+    index = np.arange(len(labels), dtype=np.int64) if index is None else index
     return (
-        tf.data.Dataset.from_tensor_slices((images, labels))
+        tf.data.Dataset.from_tensor_slices((images, labels, index))
         .batch(batch_size, drop_remainder=drop_remainder)
-        .map(lambda x, y: (stream.standardize(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(lambda x, y, i: (stream.standardize(x), y, i), num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
 

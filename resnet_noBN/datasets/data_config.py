@@ -1,5 +1,6 @@
-"""The CIFAR launchers' data flags (:class:`DataConfig`): which data set, where it is read from,
-how a CIFAR-100 record is sliced, and the crop padding of the training stream. Declared once
+"""The launchers' data flags: CIFAR's (:class:`DataConfig`: which data set, where it is read
+from, how a CIFAR-100 record is sliced, a JPEG re-encoding, and the crop padding of the training
+stream) and ImageNet's (:class:`ImageNetData`). Declared once
 here, as the other configs (``configs.flag_config``: each field is a flag, its help the flag's);
 ``launch/cifar.py`` and ``launch/claims.py`` define them, and :meth:`DataConfig.record` is the
 ``data`` of a run's ``config.json``."""
@@ -10,8 +11,22 @@ import dataclasses
 import os
 
 from resnet_noBN.configs.flag_config import check_at_least, check_choices
-from resnet_noBN.datasets.cifar_data import DATASETS, LAYOUTS, check_layout, num_records
+from resnet_noBN.datasets.cifar_data import (
+    DATASETS,
+    LAYOUTS,
+    check_layout,
+    load_split,
+    num_records,
+)
 from resnet_noBN.datasets.input_common import DEFAULT_TFDS_DIR
+
+# ImageNet's facts that its config records (datasets.imagenet_input reads them from here: this
+# module imports no TensorFlow)
+IMAGENET_TFDS_NAME = "imagenet2012"
+IMAGENET_TRAIN_EXAMPLES = 1_281_167
+IMAGENET_EVAL_EXAMPLES = 50_000
+IMAGENET_NORMALIZATIONS = ("per_image", "mean_std")
+IMAGENET_SHUFFLE_BUFFER = 10_000  # JPEG records (~110 kB each: ~1.1 GB per worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +63,15 @@ class DataConfig:
             "the original cifar_data.py (36x36), 4 as He et al. (40x40), 0 for none."
         },
     )
+    jpeg_quality: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Re-encode every image (train and test) as a JPEG of this quality with 4:2:0 "
+            "chroma when read, in the data set's own order: the lossy copies the project's "
+            "earlier figures used (q75), for measuring what they cost. Default: the pixels "
+            "as read."
+        },
+    )
     cifar100_layout: str = dataclasses.field(
         default="official",
         metadata={
@@ -65,6 +89,14 @@ class DataConfig:
         check_choices(self)
         check_at_least(self, ("pad",), 0, ">= 0")
         check_layout(self.dataset, self.cifar100_layout)
+        if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 95:
+            raise ValueError(f"--jpeg_quality must be in 1..95 (Pillow's), got {self.jpeg_quality}")
+
+    def read_split(self, split: str):
+        """``split`` of a --data_path as this config reads it (``cifar_data.load_split``)."""
+        return load_split(
+            self.dataset, split, self.data_path, self.cifar100_layout, self.jpeg_quality
+        )
 
     def record(self) -> dict:
         """What config.json records: the fields (--data_path made absolute), and the counts of
@@ -74,4 +106,66 @@ class DataConfig:
             "data_path": self.data_path and os.path.abspath(self.data_path),
             "train_examples": num_records(self.dataset, self.data_path, "train"),
             "test_examples": num_records(self.dataset, self.data_path, "test"),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageNetData:
+    """What an ImageNet run reads (``launch/imagenet.py``'s data flags; ``datasets.
+    imagenet_input`` reads it): TFRecord shards or tensorflow-datasets, the label offset of the
+    shards, the input normalisation, the shuffle buffer."""
+
+    data_path: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "may_change": True,
+            "help": "Folder of TFRecord shards train-NNNNN-of-MMMMM / validation-NNNNN-of-MMMMM "
+            "(image/encoded JPEG, image/class/label int64). Default: read tfds imagenet2012 "
+            "from --data_dir.",
+        },
+    )
+    data_dir: str = dataclasses.field(
+        default=str(DEFAULT_TFDS_DIR),
+        metadata={
+            "may_change": True,
+            "help": "tensorflow-datasets directory; an unprepared imagenet2012 is prepared from "
+            "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in "
+            "<data_dir>/downloads/manual/.",
+        },
+    )
+    label_offset: int = dataclasses.field(
+        default=1,
+        metadata={
+            "help": "--data_path only: label = image/class/label - label_offset. 1 for the "
+            "TF-slim / TPU converters (labels 1..1000), 0 for 0-based shards."
+        },
+    )
+    normalization: str = dataclasses.field(
+        default="per_image",
+        metadata={
+            "choices": IMAGENET_NORMALIZATIONS,
+            "help": "per_image: tf.image.per_image_standardization; mean_std: ImageNet RGB "
+            "mean/std.",
+        },
+    )
+    shuffle_buffer: int = dataclasses.field(
+        default=IMAGENET_SHUFFLE_BUFFER,
+        metadata={
+            "may_change": True,
+            "help": "Training records (JPEG bytes) in the shuffle buffer of each worker.",
+        },
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError (one line, naming the flag) for an impossible choice."""
+        check_choices(self)
+        check_at_least(self, ("shuffle_buffer",), 1, ">= 1")
+
+    def record(self) -> dict:
+        """What config.json records: the fields, the data set and both splits' sizes."""
+        return {
+            "dataset": IMAGENET_TFDS_NAME,
+            **dataclasses.asdict(self),
+            "train_examples": IMAGENET_TRAIN_EXAMPLES,
+            "test_examples": IMAGENET_EVAL_EXAMPLES,
         }

@@ -53,6 +53,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from resnet_noBN.configs.errors import DataError
+from resnet_noBN.datasets.data_config import (
+    IMAGENET_NORMALIZATIONS as NORMALIZATIONS,
+)
+from resnet_noBN.datasets.data_config import (
+    IMAGENET_SHUFFLE_BUFFER as SHUFFLE_BUFFER,
+)
+from resnet_noBN.datasets.data_config import (
+    IMAGENET_TFDS_NAME as TFDS_NAME,
+)
 from resnet_noBN.datasets.input_common import (
     DEFAULT_TFDS_DIR,
     check_split,
@@ -60,21 +69,16 @@ from resnet_noBN.datasets.input_common import (
     require_files,
 )
 
-TFDS_NAME = "imagenet2012"
 MANUAL_FILES = ("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar")
 SPLITS = ("train", "validation")
 NUM_CLASSES = 1000
-TRAIN_EXAMPLES = 1_281_167
-EVAL_EXAMPLES = 50_000
 IMAGE_SIZE = 224
 EVAL_RESIZE = 256  # the shorter side before the central IMAGE_SIZE crop, at IMAGE_SIZE = 224
-NORMALIZATIONS = ("per_image", "mean_std")
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3 / 4, 4 / 3)
 LABEL_ERROR = "ImageNet label out of range"  # marks the in-graph label check's error
-SHUFFLE_BUFFER = 10_000  # JPEG records (~110 kB each: ~1.1 GB per worker)
 
 _SHARD = re.compile(r"^(train|validation)-(\d+)-of-(\d+)$")
 _FEATURES = {

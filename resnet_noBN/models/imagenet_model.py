@@ -154,7 +154,7 @@ class ImageNetConfig(NetworkConfig):
 
 
 def build_imagenet_model(
-    cfg: ImageNetConfig = ImageNetConfig(), dtype: str = "float32"
+    cfg: ImageNetConfig = ImageNetConfig(), precision: str = "float32"
 ) -> keras.Model:
     """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3].
 
@@ -164,7 +164,7 @@ def build_imagenet_model(
     ``keras.utils.set_random_seed`` first for a repeatable model.
     """
     cfg.validate()
-    block = Block.of(cfg, dtype)
+    block = Block.of(cfg, precision)
     inputs, x = image_input(cfg.image_size, block)
     x = conv(
         x,
@@ -184,5 +184,7 @@ def build_imagenet_model(
         x, cfg.stem_filters, cfg.stage_units, cfg.stage_widths, cfg.stage_strides, block
     )
     return keras.Model(
-        inputs, pool_and_project(x, block, cfg.num_classes, cfg.head), name="resnet_noBN_imagenet"
+        inputs,
+        pool_and_project(x, block, cfg.num_classes, cfg.head, cfg.head_decay),
+        name="resnet_noBN_imagenet",
     )

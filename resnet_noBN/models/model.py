@@ -9,25 +9,33 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
   convolutional layers" ("This substantially smaller weight initialization helped training").
   ``init`` picks one of the three (:data:`INIT_STDDEVS`).
 * ``_residual`` there is :func:`residual_block` here, with batch norm and the pre-activation
-  ReLU removed: ``x + C2(ReLU(C1(x)))`` (Section 4). The shortcut of a block that changes the
+  ReLU removed: ``x + C2(ReLU(C1(x)))`` (Section 4). ``preactivation`` keeps the original's
+  activations where batch norm stood (:func:`preactivation_body`): ``x + C2(σ(C1(σ(x))))``, the
+  stem's σ shared with the first shortcut, σ before the global pool: the 2016 code with batch
+  norm removed, as the paper says, and nothing else. The shortcut of a block that changes the
   shape is average pooling (kernel = stride) and zero-padding the channels, half on each side,
   exactly as the original; ``shortcut="projection"`` uses a 1x1 convolution instead
   (:data:`SHORTCUTS`).
 * As the original picks ``res_func`` (and Keras applications take a ``block_fn``), a block
   variant is a function chosen by name from :data:`BLOCKS` (``norm``): ``"none"``, the paper's
   :func:`hardt_ma_body`; ``"batch"``, the original unit (BN, ReLU, conv, BN, ReLU, conv,
-  :func:`preactivation_body`), the baseline the paper departs from. ``identity=False`` joins
+  :func:`preactivation_body`), the baseline the paper departs from; ``preactivation`` picks
+  the original unit whatever the norm, with nothing where ``norm="none"`` (the 2016 code with
+  batch norm removed). ``identity=False`` joins
   the same branch without its shortcut (:func:`plain_chain`, a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
   These switches are a :class:`BlockConfig`, all that the block functions read, declared once
   and shared with the ImageNet network (:mod:`models.imagenet_model`), whose config derives
   from it as :class:`ModelConfig` does.
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
-  the paper's last layer is "a fixed random projection", never trained.
+  the paper's last layer is "a fixed random projection", never trained. ``head="original_2016"``
+  is the original's instead: trained, a zero-initialised bias, its kernel uniform of variance
+  1/fan_in (``uniform_unit_scaling_initializer(1.0)``), weight-decayed unless ``head_decay`` is
+  False (the original decays every variable named ``DW``, its kernel among them).
 
-Precision is an argument, not a process-global policy (keras-hub's way): the builders take
-``dtype``, the Keras dtype policy ("float32", or "mixed_bfloat16": bfloat16 compute, float32
-weights; the runtime's ``--precision``), and every layer is built with it, through
+Precision is an argument, not a process-global policy (keras-hub's way): the builders take the
+run's ``--precision`` and build every layer in its Keras dtype policy (``choices.dtype_policy``:
+"float32", or "mixed_bfloat16": bfloat16 compute, float32 weights), through
 :class:`Block`, except those of the residual stream. Only the convolutions and the activation
 between them compute in bfloat16. The residual stream (the adds, the pool/pad shortcuts, the
 global pool, the head) stays float32: at sigma = 1/(k^2 c) a branch adds ~1e-3 of the stream,
@@ -35,7 +43,9 @@ below bfloat16's relative step 2^-8, so a bfloat16 add would round most of each 
 
 Counts (tested): 55 convolutions; 13,538,736 trainable parameters, all of them kernel weights
 (Table 1's "13.5M", the default); 13,546,816 with ``conv_bias``; 13,588,800 with conv biases and
-1x1 projection shortcuts (58 convolutions), the "13.59 million" of the paper's text.
+1x1 projection shortcuts (58 convolutions), the "13.59 million" of the paper's text; the 2016
+code's network (pre-activation, its head: 13,538,736 + 2,570 on CIFAR-10) has as many
+convolutions as Table 1's.
 """
 
 from __future__ import annotations
@@ -48,10 +58,12 @@ import keras
 from keras import ops
 
 from resnet_noBN.configs import presets
-from resnet_noBN.configs.choices import PRECISIONS
+from resnet_noBN.configs.choices import PRECISIONS, dtype_policy
 from resnet_noBN.configs.flag_config import check_choices
 
-HEADS = ("random", "trainable")
+# the last layer: the paper's fixed random projection, the same trained, or the original code's
+# trained fully connected layer with a bias (:func:`projection_head`)
+HEADS = ("random", "trainable", "original_2016")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
 
 
@@ -216,24 +228,38 @@ def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, fi
     return x, conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
 
 
+def no_norm(x, block: Block, name: str):
+    """Nothing: where the original code had batch norm, the paper has none (Section 4)."""
+    return x
+
+
+# What stands where the original code's pre-activation unit normalises, by --norm: nothing (the
+# 2016 code with batch norm removed, --preactivation), or the original's batch norm
+NORMALIZERS = {"none": no_norm, "batch": batch_norm}
+
+
 def preactivation_body(
     x, out_filters: int, strides: int, block: Block, name: str, first: bool = False
 ):
-    """The original code's pre-activation ``_residual``, the baseline the paper departs from:
-    C2(ReLU(BN(C1(ReLU(BN(x)))))). The shortcut starts from x, before the first BN and ReLU,
-    except in the network's first block, from ReLU(BN(x)) (the original's first unit,
-    ``activate_before_residual``)."""
+    """The original code's pre-activation ``_residual``: C2(σ(N(C1(σ(N(x)))))), N its batch norm
+    (``--norm=batch``, the baseline the paper departs from) or nothing (``--preactivation``: the
+    2016 code with batch norm removed, two activations per block where Table 1's text has one).
+    The shortcut starts from x, before the first N and σ, except in the network's first block,
+    from σ(N(x)) (the original's first unit, ``activate_before_residual``: the stem's σ shared by
+    the shortcut and the branch)."""
+    normalize = NORMALIZERS[block.norm]
     stddev = INIT_STDDEVS[block.init](3, out_filters)
-    activated = activation(batch_norm(x, block, f"{name}_bn1"), block, f"{name}_relu0")
+    activated = activation(normalize(x, block, f"{name}_bn1"), block, f"{name}_relu0")
     y = conv(activated, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
-    y = activation(batch_norm(y, block, f"{name}_bn2"), block, f"{name}_relu")
+    y = activation(normalize(y, block, f"{name}_bn2"), block, f"{name}_relu")
     y = conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
     return (activated if first else x), y
 
 
 def preactivation_end(x, block: Block):
-    """The original's ``unit_last``: BN and ReLU after the last pre-activation block."""
-    return activation(batch_norm(x, block, "final_bn"), block, "final_relu")
+    """The original's ``unit_last``: N and σ after the last pre-activation block, before the
+    global pool."""
+    return activation(NORMALIZERS[block.norm](x, block, "final_bn"), block, "final_relu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +277,13 @@ BLOCKS = {
     "none": BlockVariant(hardt_ma_body),
     "batch": BlockVariant(preactivation_body, end=preactivation_end),
 }
+
+
+def block_variant(block: BlockConfig) -> BlockVariant:
+    """The variant a network's switches pick: ``BLOCKS[block.norm]``, or under
+    ``--preactivation`` the original's pre-activation unit (without batch norm where
+    ``--norm=none``)."""
+    return BLOCKS["batch" if block.preactivation else block.norm]
 
 
 def add_shortcut(
@@ -280,10 +313,10 @@ def residual_block(
     name: str,
     activate_before_residual: bool = False,
 ):
-    """One block: the variant ``BLOCKS[block.norm]`` builds the branch F, then
+    """One block: the variant :func:`block_variant` picks builds the branch F, then
     :func:`add_shortcut` gives x + F(x), or (``block.identity`` False) :func:`plain_chain`
     F(x). ``activate_before_residual``: the network's first block (the body's ``first``)."""
-    source, branch = BLOCKS[block.norm].body(
+    source, branch = block_variant(block).body(
         x, out_filters, strides, block, name, activate_before_residual
     )
     join = add_shortcut if block.identity else plain_chain
@@ -351,6 +384,15 @@ class BlockConfig:
             "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
         },
     )
+    preactivation: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "The original 2016 code's activations, its batch norm removed: "
+            "x + C2(σ(C1(σ(x)))) (two per block where Table 1's text has one), the stem's σ "
+            "shared with the first shortcut, σ before the global pool. --norm=batch always has "
+            "them (the original unit)."
+        },
+    )
     data_format: str = dataclasses.field(
         default="channels_last",
         metadata={
@@ -385,6 +427,11 @@ class BlockConfig:
         if not 0 <= self.relu_leakiness < 1:
             raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
         check_choices(self)
+        if self.preactivation and self.norm not in NORMALIZERS:
+            raise ValueError(
+                f"--preactivation is the original code's unit: use it with --norm="
+                f"{' or '.join(NORMALIZERS)}, not --norm={self.norm}"
+            )
 
     def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
         """Raise ValueError for stage widths (after a first conv of ``first_width`` channels)
@@ -410,14 +457,14 @@ class Block(BlockConfig):
     dtype: str = "float32"
 
     @classmethod
-    def of(cls, config, dtype: str = "float32") -> Block:
-        """The block switches of a network's config, built in ``dtype`` (ValueError naming
-        --precision for an unknown policy)."""
-        if dtype not in PRECISIONS:
+    def of(cls, config, precision: str = "float32") -> Block:
+        """The block switches of a network's config, built in the dtype policy of ``precision``
+        (``choices.dtype_policy``; ValueError naming --precision for an unknown one)."""
+        if precision not in PRECISIONS:
             raise ValueError(
-                f"--precision={dtype} is unknown; choose one of {', '.join(PRECISIONS)}"
+                f"--precision={precision} is unknown; choose one of {', '.join(PRECISIONS)}"
             )
-        return cls(**dataclasses.asdict(BlockConfig.of(config)), dtype=dtype)
+        return cls(**dataclasses.asdict(BlockConfig.of(config)), dtype=dtype_policy(precision))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,7 +476,20 @@ class NetworkConfig(BlockConfig):
     num_classes: int = 10
     head: str = dataclasses.field(
         default="random",
-        metadata={"choices": HEADS, "help": "Last layer: fixed random projection or trained."},
+        metadata={
+            "choices": HEADS,
+            "help": "Last layer: random, the paper's fixed random projection; trainable, the same "
+            "trained; original_2016, the original code's trained layer with a zero-initialised "
+            "bias and a uniform kernel of variance 1/fan_in.",
+        },
+    )
+    head_decay: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "help": "Weight decay on a trained head's kernel, as the original code (its variable "
+            "is named DW, like the kernels'); --nohead_decay leaves it undecayed. A fixed head "
+            "is never decayed."
+        },
     )
 
     def validate(self) -> None:
@@ -493,24 +553,37 @@ class ModelConfig(NetworkConfig):
 # --- The network -----------------------------------------------------------------------------
 
 
-def projection_head(x, num_classes: int, trainable: bool):
-    """The last layer: a random projection W x, W ~ N(0, 1/fan_in), no bias.
+def projection_head(x, num_classes: int, head: str = "random", decay: bool = True):
+    """The last layer (``head``, :data:`HEADS`).
 
-    The paper fixes it ("a fixed random projection"; it "slightly improved test error"), but
-    gives no distribution: we take a Gaussian scaled by 1/sqrt(fan_in), which keeps the logits'
-    scale that of the pooled features. With ``trainable=False`` (the default head) the kernel is a
-    non-trainable weight: no optimizer sees it, so training leaves it bit-for-bit unchanged, and it
-    is saved in every checkpoint, so a resumed run keeps the same projection.
+    ``random`` (the paper's): a projection W x, W ~ N(0, 1/fan_in), no bias, never trained. The
+    paper fixes it ("a fixed random projection"; it "slightly improved test error"), but gives no
+    distribution: we take a Gaussian scaled by 1/sqrt(fan_in), which keeps the logits' scale that
+    of the pooled features. Its kernel is a non-trainable weight: no optimizer sees it, so
+    training leaves it bit-for-bit unchanged, and it is saved in every checkpoint, so a resumed
+    run keeps the same projection. ``trainable``: the same layer, trained. ``original_2016``: the
+    original ``_fully_connected``, trained, W uniform in ±sqrt(3/fan_in) (its
+    ``uniform_unit_scaling_initializer(factor=1.0)``: the same variance 1/fan_in) and a bias
+    initialised to zero. ``decay``: whether a trained kernel is weight-decayed
+    (:func:`decayed_weights` reads it from the layer).
     """
     fan_in = x.shape[-1]
-    return keras.layers.Dense(
+    original = head == "original_2016"
+    layer = keras.layers.Dense(
         num_classes,
-        use_bias=False,
-        trainable=trainable,
+        use_bias=original,
+        trainable=head != "random",
         name="projection",
         dtype=STREAM,
-        kernel_initializer=keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in)),
-    )(x)
+        kernel_initializer=(
+            keras.initializers.VarianceScaling(1.0, "fan_in", "uniform")
+            if original
+            else keras.initializers.RandomNormal(stddev=1.0 / math.sqrt(fan_in))
+        ),
+        bias_initializer="zeros",
+    )
+    layer.weight_decay = decay and head != "random"
+    return layer(x)
 
 
 def residual_stages(
@@ -541,18 +614,18 @@ def residual_stages(
     return x
 
 
-def pool_and_project(x, block: Block, num_classes: int, head: str):
+def pool_and_project(x, block: Block, num_classes: int, head: str, head_decay: bool = True):
     """Global average pooling, then the fixed (or, as an ablation, trained) projection.
 
-    First the block variant's ``end``, if it has one (``norm="batch"``: the original's last BN
-    and ReLU, its ``unit_last``)."""
-    end = BLOCKS[block.norm].end
+    First the block variant's ``end``, if it has one (the pre-activation units: the original's
+    last normalisation and activation, its ``unit_last``)."""
+    end = block_variant(block).end
     if end is not None:
         x = end(x, block)
     x = keras.layers.GlobalAveragePooling2D(
         data_format=block.data_format, name="global_pool", dtype=STREAM
     )(x)
-    return projection_head(x, num_classes, trainable=head == "trainable")
+    return projection_head(x, num_classes, head, head_decay)
 
 
 def image_input(size: int, block: Block):
@@ -564,15 +637,15 @@ def image_input(size: int, block: Block):
     return inputs, inputs
 
 
-def build_cifar_model(cfg: ModelConfig = ModelConfig(), dtype: str = "float32") -> keras.Model:
+def build_cifar_model(cfg: ModelConfig = ModelConfig(), precision: str = "float32") -> keras.Model:
     """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images, its
-    layers built in the dtype policy ``dtype`` (the residual stream's in float32).
+    layers built in the dtype policy of ``precision`` (the residual stream's in float32).
 
     Weights are drawn from Keras' global generator: call ``keras.utils.set_random_seed`` first
     for a repeatable model.
     """
     cfg.validate()
-    block = Block.of(cfg, dtype)
+    block = Block.of(cfg, precision)
     inputs, x = image_input(32, block)
     x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), block, name="init_conv")
     x = residual_stages(
@@ -583,13 +656,13 @@ def build_cifar_model(cfg: ModelConfig = ModelConfig(), dtype: str = "float32") 
         cfg.stage_strides,
         block,
     )
-    return keras.Model(
-        inputs, pool_and_project(x, block, cfg.num_classes, cfg.head), name="resnet_noBN_cifar"
-    )
+    logits = pool_and_project(x, block, cfg.num_classes, cfg.head, cfg.head_decay)
+    return keras.Model(inputs, logits, name="resnet_noBN_cifar")
 
 
 def decayed_weights(model: keras.Model) -> list:
-    """The weights under weight decay: every conv kernel, and the head's kernel if trained.
+    """The weights under weight decay: every conv kernel, and the head's kernel if trained and
+    decayed (``head_decay``, :func:`projection_head`).
 
     As the original code's ``_decay``, which decays the variables named ``DW`` (kernels, not
     biases); a fixed head is not a parameter, so it is not decayed.
@@ -597,7 +670,9 @@ def decayed_weights(model: keras.Model) -> list:
     return [
         layer.kernel
         for layer in model.layers
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)) and layer.trainable
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))
+        and layer.trainable
+        and getattr(layer, "weight_decay", True)
     ]
 
 

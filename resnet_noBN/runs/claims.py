@@ -1,12 +1,12 @@
 """The paper's empirical claims as controlled, seeded comparisons (arXiv:1611.04231, Section 4).
 
-Every arm is the paper's CIFAR network (``model.build_cifar_model``) with one change from the
-baseline (the paper's own choices: sigma = 1/(k^2 c), fixed random projection, identity
-shortcuts, ReLU, no biases, no batch norm), trained with the paper's recipe scaled to a budget:
-SGD with momentum 0.9, batch 128, learning rate 0.05 divided by 10 at S/2 and 5S/6 of S steps
-(the paper's 30k and 50k of 60k), weight decay 1e-4. Each (arm, seed) pair is one run in its own
-folder; a seed fixes the weights, the data order and the augmentation, and is shared by all arms,
-so arms differ only by their change.
+Every arm is a named experiment (``configs.experiments``, ``claims_<arm>``): the paper's CIFAR
+network with one change from the baseline (the paper's own choices: sigma = 1/(k^2 c), fixed
+random projection, identity shortcuts, ReLU, no biases, no batch norm), trained with the
+paper's recipe scaled to a budget: SGD with momentum 0.9, batch 128, learning rate 0.05 divided
+by 10 at S/2 and 5S/6 of S steps (the paper's 30k and 50k of 60k), weight decay 1e-4. Each
+(arm, seed) pair is one run in its own folder; a seed fixes the weights, the data order and the
+augmentation, and is shared by all arms, so arms differ only by their change.
 
 ``launch/claims.py`` runs the sweep; this module holds the arms, one run, and the summary (table,
 verdicts, plots), which reads nothing but the runs' files.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 
@@ -25,10 +24,10 @@ import keras
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.models.model import ModelConfig, build_cifar_model
-from resnet_noBN.trainers import run_log
+from resnet_noBN.runs import arm_curves, run_config, setup
+from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trainers.loop import TrainingDiverged
-from resnet_noBN.trainers.recipe import TrainConfig, paper_boundaries
+from resnet_noBN.trainers.recipe import TrainConfig
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
@@ -38,7 +37,8 @@ PLOT_FILE = "claims_curves.png"
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One network of the sweep: the baseline's ModelConfig with ``changes``.
+    """One network of the sweep: the experiment ``claims_<name>`` (``configs.experiments``: the
+    paper's network with one change).
 
     ``claim``: what the paper says about this change (quoted, with its place), or why the arm is
     measured. ``paper_expects_worse``: True where the paper says the baseline is better, None
@@ -46,66 +46,61 @@ class Arm:
     """
 
     name: str
-    changes: dict
     what: str
     claim: str
     paper_expects_worse: bool | None
+
+    @property
+    def experiment(self) -> str:
+        return f"claims_{self.name}"
 
 
 BASELINE = "hardt_ma"
 ARMS = (
     Arm(
         BASELINE,
-        {},
         "the paper's network",
         "baseline: sigma = 1/(k^2 c), fixed random projection, identity shortcuts",
         None,
     ),
     Arm(
         "standard",
-        {"init": "standard"},
         "init sigma = 1/(k sqrt c)",
         '"this substantially smaller weight initialization helped training" (Sec. 4)',
         True,
     ),
     Arm(
         "he",
-        {"init": "he"},
         "init sigma = sqrt(2/(k^2 c)), the original code's",
         "the same claim against the original code's He init",
         True,
     ),
     Arm(
         "trainable_head",
-        {"head": "trainable"},
         "last layer trained",
         'fixed random projection "slightly improved test error" (Sec. 4)',
         True,
     ),
     Arm(
         "no_identity",
-        {"identity": False},
         "no identity shortcuts (a plain chain)",
         "identity matters: the title claim (Sec. 1-2)",
         True,
     ),
     Arm(
         "leaky_relu",
-        {"relu_leakiness": 0.1},
         "leaky ReLU 0.1, the original code's",
         "no claim: the paper uses ReLU",
         None,
     ),
     Arm(
         "conv_bias",
-        {"conv_bias": True},
         "a bias on every convolution",
         "no claim: Table 1 counts kernels only",
         None,
     ),
     Arm(
         "batch_norm",
-        {"norm": "batch", "init": "he"},
         "the original unit: BN, ReLU, conv, BN, ReLU, conv (He init)",
         '"difficult to train a model with batch normalization of this '
         'size without significant overfitting" (Sec. 4)',
@@ -116,17 +111,18 @@ ARM_NAMES = tuple(arm.name for arm in ARMS)
 
 
 def scaled_recipe(cfg: TrainConfig, train_steps: int, eval_every: int | None = None) -> TrainConfig:
-    """``cfg`` for S = ``train_steps`` steps: the learning rate drops at S/2 and 5S/6 (the paper's
-    30k and 50k of 60k, ``recipe.paper_boundaries``), and the run is evaluated and checkpointed
-    every ``eval_every`` steps (default ``cfg.eval_every``), at most S."""
+    """``cfg`` for S = ``train_steps`` steps (its learning rate drops at the paper's 1/2 and 5/6
+    of them, ``TrainConfig.boundary_steps``), evaluated and checkpointed every ``eval_every``
+    steps (default ``cfg.eval_every``), at most S."""
     every = min(eval_every or cfg.eval_every, train_steps)
     return dataclasses.replace(
-        cfg,
-        train_steps=train_steps,
-        lr_boundaries=paper_boundaries(train_steps),
-        eval_every=every,
-        checkpoint_every=every,
+        cfg, train_steps=train_steps, eval_every=every, checkpoint_every=every
     )
+
+
+def sweep_recipe() -> TrainConfig:
+    """The full sweep's recipe: the claims experiments' (the paper's, at their budget)."""
+    return run_config.build(ARMS[0].experiment).recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,17 +132,15 @@ class Sweep:
     sweep, the paper's depth (9 blocks per stage) at a quarter of Table 1's widths."""
 
     model: str = "quarter"
-    recipe: TrainConfig = scaled_recipe(
-        TrainConfig(eval_every=75, log_every=10, max_checkpoints=1), 300
-    )
+    recipe: TrainConfig = dataclasses.field(default_factory=sweep_recipe)
     seeds: int = 3
 
 
 QUICK = Sweep(
     model="small",
     recipe=scaled_recipe(
-        TrainConfig(
-            batch_size=16, eval_every=3, log_every=2, max_checkpoints=1, eval_batch_size=100
+        dataclasses.replace(
+            sweep_recipe(), batch_size=16, eval_every=3, log_every=2, eval_batch_size=100
         ),
         6,
     ),
@@ -154,9 +148,16 @@ QUICK = Sweep(
 )
 
 
-def model_config(arm: Arm, sweep: Sweep, num_classes: int) -> ModelConfig:
-    """The arm's network: the sweep's preset with the arm's changes."""
-    return ModelConfig.preset(sweep.model, num_classes=num_classes, **arm.changes)
+def arm_config(arm: Arm, sweep: Sweep, data: DataConfig, precision: str = "float32") -> RunConfig:
+    """The arm's run: its experiment at the sweep's budget (network preset, recipe), on ``data``,
+    in ``precision``."""
+    return run_config.build(
+        arm.experiment,
+        model=sweep.model,
+        data=dataclasses.asdict(data),
+        recipe=dataclasses.asdict(sweep.recipe),
+        runtime={"precision": precision},
+    )
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:
@@ -173,32 +174,16 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
 
 
 def train_one(
-    arm: Arm,
-    seed: int,
-    sweep: Sweep,
-    model_dir: str,
-    runtime: Runtime,
-    data: DataConfig,
-    num_classes: int,
-    print_fn=print,
+    arm: Arm, seed: int, config: RunConfig, model_dir: str, runtime: Runtime, print_fn=print
 ) -> dict:
-    """Train one (arm, seed) to the end on ``runtime`` (started once, reseeded here), resuming
-    from ``model_dir``'s checkpoint, from ``data``; writes and returns its result. A run whose
-    loss stops being finite is a result (``diverged``), not an error: its curves up to that
-    point stay in ``model_dir``."""
-    backend = registry.current()
+    """Train one (arm, seed) of run config ``config`` to the end on ``runtime`` (started once,
+    reseeded here), resuming from ``model_dir``'s checkpoint; writes and returns its result. A
+    run whose loss stops being finite is a result (``diverged``), not an error: its curves up to
+    that point stay in ``model_dir``."""
     keras.backend.clear_session()
-    runtime = backend.reseed(runtime, seed)
-    cfg = sweep.recipe
-    model_cfg = model_config(arm, sweep, num_classes)
-    trainer = backend.make_trainer(
-        runtime,
-        lambda: build_cifar_model(model_cfg, runtime.precision),
-        cfg,
-        model_dir,
-        title=f"{arm.name}, seed {seed}",
-    )
-    sources = backend.cifar_sources(data, cfg.batch_size, cfg.eval_batch_size, seed)
+    runtime = registry.current().reseed(runtime, seed)
+    trainer = setup.make_trainer(config, runtime, model_dir, title=f"{arm.name}, seed {seed}")
+    sources = setup.Inputs().sources(config, runtime)
     try:
         result = {
             **trainer.train(*sources, print_fn=print_fn),
@@ -304,66 +289,20 @@ def markdown_table(summary: dict, sweep: Sweep) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band(records_by_seed: list[list[dict]], key: str, scale: float):
-    """Steps, and the mean / min / max over the seeds that reached each step."""
-    by_step: dict[int, list[float]] = {}
-    for records in records_by_seed:
-        for r in records:
-            if key in r and math.isfinite(r[key]):
-                by_step.setdefault(r["step"], []).append(scale * r[key])
-    steps = sorted(by_step)
-    return (
-        steps,
-        [statistics.fmean(by_step[s]) for s in steps],
-        [min(by_step[s]) for s in steps],
-        [max(by_step[s]) for s in steps],
-    )
-
-
 def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
-    """Training loss and test error against step, one colour per arm, the seeds' range shaded."""
-    from resnet_noBN import plotting  # matplotlib only where the curves are drawn
-
-    fig, (loss_ax, error_ax) = plotting.figure(ncols=2, width=6.0, height=4.5)
-    for i, arm in enumerate(ARMS):
-        dirs = [run_dir(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
-        dirs = [d for d in dirs if os.path.isdir(d)]
-        if not dirs:
-            continue
-        colour = plotting.colour(i)
-        drawn = False
-        for ax, name, key, scale in (
-            (loss_ax, run_log.TRAIN_FILE, "loss", 1.0),
-            (error_ax, run_log.METRICS_FILE, "test_error", 100.0),
-        ):
-            steps, mean, low, high = _band(
-                [run_log.read_metrics(d, name) for d in dirs], key, scale
-            )
-            if steps:
-                ax.plot(steps, mean, "-", color=colour, label=arm.name)
-                ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
-                drawn = True
-        diverged = [
-            r["final_step"]
-            for seed in range(sweep.seeds)
-            if (r := read_result(output_dir, arm.name, seed)) and r["diverged"]
-        ]
-        if diverged and not drawn:  # no finite point to draw: say so in the legend
-            error_ax.plot(
-                [],
-                [],
-                ":",
-                color=colour,
-                label=f"{arm.name}: diverged (loss NaN) by step {max(diverged)}",
-            )
-    loss_ax.set_ylabel("training loss (cross-entropy + weight decay)")
-    error_ax.set_ylabel("test error (%), whole test split")
-    for ax in (loss_ax, error_ax):
-        ax.set_xlabel(f"step (batch {sweep.recipe.batch_size})")
-        ax.grid(alpha=0.3)
-    error_ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    plotting.save(fig, path)
+    """Training loss and test error against step, one colour per arm, the seeds' range shaded
+    (``arm_curves.plot``)."""
+    arms = {
+        arm.name: [run_dir(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
+        for arm in ARMS
+    }
+    diverged = {}
+    for arm in ARMS:
+        results = [read_result(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
+        steps = [r["final_step"] for r in results if r and r["diverged"]]
+        if steps:
+            diverged[arm.name] = max(steps)
+    arm_curves.plot(arms, path, title, sweep.recipe.batch_size, diverged)
 
 
 def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:

@@ -36,9 +36,9 @@ import numpy as np
 
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import jax_agreed, preemption
+from resnet_noBN.trainers import health, jax_agreed, preemption
 from resnet_noBN.trainers.one_process import OneProcessTrainer
-from resnet_noBN.trainers.recipe import eval_counts, objective
+from resnet_noBN.trainers.recipe import objective, top_classes
 
 # Steps dispatched ahead of the host on a multi-device CPU mesh: half of the 32 computations per
 # device that XLA's CPU client admits before a launch blocks one of its threads (see run_steps).
@@ -76,12 +76,13 @@ class JaxTrainer(OneProcessTrainer):
             trainable, non_trainable, images, training=True
         )
         decay = weight_decay_loss([trainable[i] for i in self._decayed], self.cfg.weight_decay)
-        loss, correct = objective(logits, labels, decay, self.cfg, replicas)
-        return loss, (correct, non_trainable)
+        loss, parts = objective(logits, labels, decay, self.cfg, replicas)
+        return loss, (parts, non_trainable)
 
     def _summed_over_devices(self, trainable, non_trainable, images, labels):
-        """((loss, correct, non-trainable values), gradients) of a batch split over the devices:
-        each device's share computed on it, then gathered (exact) and summed in device order.
+        """((loss, ``recipe.objective``'s parts, non-trainable values), gradients) of a batch
+        split over the devices: each device's share computed on it, then gathered (exact) and
+        summed in device order (the largest |logit|: the devices' largest).
         XLA's all-reduce sums in the order its implementation picks (in one process, Gloo
         between processes on CPUs, NCCL on GPUs), so the bits would depend on how the devices
         are spread over processes; gathered, the sum has one order (2 processes x 2 devices and
@@ -90,11 +91,13 @@ class JaxTrainer(OneProcessTrainer):
         replicas = len(self.devices)
 
         def share(trainable, non_trainable, images, labels):
-            (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+            (loss, (parts, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
                 trainable, non_trainable, images, labels, replicas
             )
             total = functools.partial(_sum_in_order, axis_name="batch")
-            return (total(loss), total(correct), non_trainable), jax.tree.map(total, grads)
+            largest = jax.numpy.max(jax.lax.all_gather(parts[3], "batch"))
+            parts = jax.numpy.concatenate([total(parts[:3]), largest[None]])
+            return (total(loss), parts, non_trainable), jax.tree.map(total, grads)
 
         replicated, split = jax.sharding.PartitionSpec(), jax.sharding.PartitionSpec("batch")
         return jax.shard_map(
@@ -107,28 +110,29 @@ class JaxTrainer(OneProcessTrainer):
 
     def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
-        (new state, ``totals`` + [loss, correct, examples])."""
+        (new state, ``totals`` with this step added: ``health.add_step``)."""
         trainable, non_trainable, optimizer = state
         x, y = stream.training_batch(images, labels, seed, step, batch, pad)
         if len(self.devices) > 1:
             x = jax.lax.with_sharding_constraint(x, self._split)
             y = jax.lax.with_sharding_constraint(y, self._split)
-            (loss, correct, non_trainable), grads = self._summed_over_devices(
+            (loss, parts, non_trainable), grads = self._summed_over_devices(
                 trainable, non_trainable, x, y
             )
         else:
-            (loss, (correct, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+            (loss, (parts, non_trainable)), grads = jax.value_and_grad(self._loss, has_aux=True)(
                 trainable, non_trainable, x, y
             )
+        norm_sq = health.grad_norm_sq(grads)
         trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
-        step_totals = jax.numpy.stack([loss, correct, jax.numpy.float32(batch)])
-        return (trainable, non_trainable, optimizer), totals + step_totals
+        step_totals = health.step_totals(loss, parts, batch, norm_sq)
+        return (trainable, non_trainable, optimizer), health.add_step(totals, step_totals)
 
-    def _eval_batch_fn(self, trainable, non_trainable, images, labels):
+    def _eval_batch_fn(self, trainable, non_trainable, images):
         logits, _ = self.model.stateless_call(
             trainable, non_trainable, stream.standardize(images), training=False
         )
-        return eval_counts(logits, labels, self.top5)
+        return top_classes(logits, self.top5)
 
     # ----------------------------------------------------------------- the backend's part
     def place(self, source) -> dict:
@@ -140,7 +144,7 @@ class JaxTrainer(OneProcessTrainer):
             "pad": source.pad,
         }
 
-    def run_steps(self, data: dict, num_steps: int) -> tuple[float, float, float]:
+    def run_steps(self, data: dict, num_steps: int) -> np.ndarray:
         """``num_steps`` compiled steps dispatched back to back (JAX runs them asynchronously:
         the host waits once, for the call's totals). One compiled step rather than a
         ``fori_loop`` of them: XLA's CPU backend runs a loop body's convolutions tens of times
@@ -159,7 +163,7 @@ class JaxTrainer(OneProcessTrainer):
         seed = np.uint32(data["seed"] % 2**32)
         # placed as the step's own output is, so the step compiles once, not again for its
         # second call in a chunk
-        totals = jax.device_put(np.zeros([3], np.float32), self._replicated)
+        totals = jax.device_put(np.zeros([len(health.CALL_TOTALS)], np.float32), self._replicated)
         cpu_mesh = len(self.devices) > 1 and self.devices[0].platform == "cpu"
         for i in range(num_steps):
             if cpu_mesh and i and i % CPU_STEPS_IN_FLIGHT == 0:
@@ -175,22 +179,22 @@ class JaxTrainer(OneProcessTrainer):
                 data["pad"],
             )
         self._step += num_steps
-        loss_sum, correct, count = (float(v) for v in np.asarray(totals))
-        return loss_sum, correct, count
+        return np.asarray(totals)
 
-    def eval_counts(self, eval_source):
+    def eval_batches(self, eval_source):
         images, labels = eval_source
         trainable, non_trainable, _ = self._values() if self._state is None else self._state
         size = self.cfg.eval_batch_size
         for begin in range(0, len(images), size):
-            yield np.asarray(
-                self._eval_batch(
-                    trainable,
-                    non_trainable,
-                    images[begin : begin + size],
-                    labels[begin : begin + size],
-                )
-            )
+            top = self._eval_batch(trainable, non_trainable, images[begin : begin + size])
+            end = min(begin + size, len(images))
+            yield labels[begin:end], np.asarray(top), np.arange(begin, end)
+
+    def weight_norm(self) -> float:
+        """||W|| over the trainable weights, from the compiled steps' values."""
+        if self._state is None:
+            return super().weight_norm()
+        return float(np.sqrt(health.grad_norm_sq(self._state[0])))
 
     def guard(self, print_fn):
         return preemption.local_guard(

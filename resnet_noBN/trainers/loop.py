@@ -25,7 +25,8 @@ from keras import ops
 
 from resnet_noBN.configs.errors import TimeBudgetReached
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
-from resnet_noBN.trainers import storage
+from resnet_noBN.trainers import health, storage
+from resnet_noBN.trainers.answers import Answers
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
@@ -61,7 +62,8 @@ class TrainLoop:
     A subclass sets ``model``, ``cfg``, ``model_dir``, ``is_chief``, ``top5``, ``log`` and
     :attr:`unreadable` and implements ``step``, :meth:`checkpoints`, :meth:`read_checkpoint`,
     :meth:`save`, :meth:`learning_rate`, :meth:`start`, :meth:`run_steps`,
-    :meth:`eval_counts` and :meth:`guard`; :meth:`agreed`, :meth:`agreed_flag` and
+    :meth:`eval_batches` and :meth:`guard`; :meth:`weight_norm` where the Keras variables are not
+    the weights trained; :meth:`agreed`, :meth:`agreed_flag` and
     :meth:`close` where a job has several workers; :attr:`unwritable` and
     :meth:`remove_partial` where its writes fail otherwise than with an OSError or leave
     temporary files.
@@ -71,6 +73,7 @@ class TrainLoop:
     is_chief, top5 = True, False
     time_budget_s: float | None = None  # stop (checkpoint, TimeBudgetReached) after this long
     _saved_step = None  # the step of the checkpoint save() wrote last
+    _last_scalars = None  # the last call's health, named where the next one diverges
     restored_from = None  # the checkpoint restore() resumed from
 
     # ------------------------------------------------------------ what a backend supplies
@@ -110,13 +113,22 @@ class TrainLoop:
         """What :meth:`run_steps` draws the batches of ``step`` on from."""
         raise NotImplementedError
 
-    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
-        """``num_steps`` updates in one compiled call: (sum of losses, correct, examples)."""
+    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
+        """``num_steps`` updates in one compiled call: its ``health.CALL_TOTALS`` (the sums of
+        the losses, hits and examples, the two terms, the last gradient norm, the largest
+        |logit|)."""
         raise NotImplementedError
 
-    def eval_counts(self, eval_source):
-        """[top-1 correct, (top-5 correct,) examples] of each batch of the split, in turn."""
+    def eval_batches(self, eval_source):
+        """For each batch of the split, in turn: (int labels [B], the predicted classes [B, 1],
+        or the 5 highest [B, 5] with ``top5``, and each image's index in the split [B], or None
+        where the source does not number its images)."""
         raise NotImplementedError
+
+    def weight_norm(self) -> float:
+        """||W|| over the trainable weights (here: the Keras variables)."""
+        weights = self.model.trainable_weights
+        return float(ops.sqrt(sum(ops.sum(ops.square(ops.cast(w, "float32"))) for w in weights)))
 
     def guard(self, print_fn):
         """A context manager giving a handler whose ``run(fn, *args)`` runs one call and, after
@@ -159,14 +171,20 @@ class TrainLoop:
         return paths[-1] if paths else None
 
     def evaluate(self, eval_source, progress: Progress | None = None, print_fn=print) -> dict:
-        """Top-1 (and top-5) error on the whole split, in one pass. ``progress``: the split's
-        batches as the job (an evaluation on its own, ``launch/evaluate.py``): a line when one
-        is owed, with the batches done and the time left (the first batch, which also
-        compiles, not in the rate)."""
+        """Top-1 (and top-5) error on the whole split, in one pass, and ``"answers"``: which
+        images were right and what each was predicted (``answers.Answers``; None where the
+        source does not number its images). ``progress``: the split's batches as the job (an
+        evaluation on its own, ``launch/evaluate.py``): a line when one is owed, with the
+        batches done and the time left (the first batch, which also compiles, not in the
+        rate)."""
         totals = np.zeros(3 if self.top5 else 2, np.int64)
-        t0 = time.perf_counter()
-        for counts in self.eval_counts(eval_source):
-            totals += counts
+        numbered, t0 = [], time.perf_counter()
+        for labels, top, index in self.eval_batches(eval_source):
+            labels = np.asarray(labels).reshape(-1, 1)
+            hits = np.asarray(top) == labels
+            top5 = [hits.any(axis=1).sum()] if self.top5 else []
+            totals += np.array([hits[:, 0].sum(), *top5, len(labels)])
+            numbered.append(None if index is None else (np.asarray(index), hits[:, 0], top[:, 0]))
             if progress is not None:
                 now = time.perf_counter()
                 progress.add(1, now - t0 if progress.done else None)
@@ -176,7 +194,9 @@ class TrainLoop:
                         f"evaluated {progress.done} of {progress.total} batches "
                         f"({int(totals[-1])} images), {progress.text()}"
                     )
-        return errors(totals, self.top5)
+        complete = numbered and all(part is not None for part in numbered)
+        answers = Answers.gathered(numbered) if complete else None
+        return {**errors(totals, self.top5), "answers": answers}
 
     def train(self, train_source, eval_source, print_fn=print, faster: str = "") -> dict:
         """Train to ``cfg.train_steps`` from wherever the checkpoint left off; returns a summary.
@@ -205,13 +225,13 @@ class TrainLoop:
             while step < cfg.train_steps:
                 num_steps = self._call_length(step, steps_per_call)
                 t0 = time.perf_counter()
-                loss_sum, correct, count = handler.run(self.run_steps, iterator, num_steps)
+                totals = handler.run(self.run_steps, iterator, num_steps)
                 seconds = time.perf_counter() - t0
                 step, calls = self.step, calls + 1
                 progress.add(num_steps, seconds if calls > 1 else None)  # the 1st also compiled
                 throughput.add(num_steps * cfg.batch_size, seconds)
                 steps_per_s = progress.rate() or num_steps / seconds  # recent, else this call's
-                scalars = self._scalars(step, num_steps, loss_sum, correct, count, steps_per_s)
+                scalars = self._scalars(step, num_steps, totals, steps_per_s)
                 steps_per_call = self.agreed(
                     max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
                 )
@@ -224,7 +244,9 @@ class TrainLoop:
                 if step % cfg.checkpoint_every == 0 or done:
                     self.save_if_new()
                 if step % cfg.eval_every == 0 or done:
-                    last_eval = self._evaluate_and_log(eval_source, step, scalars, print_fn)
+                    last_eval = self._evaluate_and_log(
+                        eval_source, step, scalars, print_fn, final=done
+                    )
                 if not done and self._out_of_time(run_start):
                     self.save_if_new()
                     raise TimeBudgetReached(
@@ -233,7 +255,7 @@ class TrainLoop:
                         "command to resume"
                     )
         if last_eval is None:  # nothing left to train: report the restored model
-            last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn)
+            last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn, final=True)
         return self._summary(last_eval, time.perf_counter() - run_start, throughput)
 
     def _call_length(self, step: int, steps_per_call: int) -> int:
@@ -302,35 +324,49 @@ class TrainLoop:
             f"{self.model_dir}; rerun the same command to resume"
         )
 
-    def _scalars(self, step, num_steps, loss_sum, correct, count, steps_per_s) -> dict:
-        """The progress scalars of one call (images/s at ``steps_per_s``); TrainingDiverged when
-        the loss is not finite."""
-        loss = loss_sum / num_steps
-        if not math.isfinite(loss):
+    def _scalars(self, step, num_steps, totals, steps_per_s) -> dict:
+        """The progress scalars of one call (``health.scalars`` of its totals, the weight norm,
+        the learning rate and images/s at ``steps_per_s``); TrainingDiverged, naming them and
+        the last healthy record's, when the loss is not finite."""
+        scalars = {**health.scalars(totals, num_steps), "weight_norm": self.weight_norm()}
+        if not math.isfinite(scalars["loss"]):
+            before = self._last_scalars
             raise TrainingDiverged(
-                f"loss is {loss} at step {step}: training diverged; the latest checkpoint "
-                f"({self.latest_checkpoint() or 'none yet'}) is the last "
-                "good one; lower --learning_rate or check the input data"
+                f"loss is {scalars['loss']} at step {step}: training diverged ("
+                f"{health.text(scalars)}"
+                + (f"; at step {before['step']}: {health.text(before)}" if before else "")
+                + f"); the latest checkpoint ({self.latest_checkpoint() or 'none yet'}) is the "
+                "last good one; lower --learning_rate or check the input data"
             )
+        self._last_scalars = {"step": step, **scalars}
         return {
-            "loss": loss,
-            "precision": correct / count,
+            "loss": scalars.pop("loss"),
+            "precision": scalars.pop("precision"),
             "learning_rate": self.learning_rate(),
             "images_per_sec": steps_per_s * self.cfg.batch_size,
+            **scalars,
         }
 
-    def _evaluate_and_log(self, eval_source, step, scalars, print_fn) -> dict:
+    def _evaluate_and_log(self, eval_source, step, scalars, print_fn, final=False) -> dict:
+        """Evaluate, print the test error, and log the evaluation (with its answers; the
+        predicted classes too where ``final``)."""
         result = self.evaluate(eval_source)
+        answers = result.pop("answers")
+        kept = ("loss", "precision", "learning_rate", "images_per_sec")
         record = {
             "step": step,
             **result,
-            **{f"train_{k}" if k in ("loss", "precision") else k: v for k, v in scalars.items()},
+            **{
+                f"train_{k}" if k in ("loss", "precision") else k: scalars[k]
+                for k in kept
+                if k in scalars
+            },
         }
         print_fn(
             f"step {step:>7d}  test error {result['test_error']:.4f} "
             f"({result['test_examples']} images)"
         )
-        self.log.evaluation(record)
+        self.log.evaluation(record, answers, final)
         return record
 
     def _summary(self, last_eval: dict, wall_seconds: float, throughput: _Throughput) -> dict:

@@ -15,6 +15,8 @@ the flag's choices, its check and every loop follow.
 from __future__ import annotations
 
 import dataclasses
+import fractions
+import math
 
 import keras
 from keras import ops
@@ -60,10 +62,24 @@ def adam(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum)
 
 
-def paper_boundaries(train_steps: int) -> tuple[int, ...]:
-    """Where the learning rate drops in a run of S = ``train_steps`` steps with the paper's
-    shape: S/2 and 5S/6, its 30,000 and 50,000 of 60,000 (Section 4)."""
-    return tuple(sorted({max(1, train_steps // 2), max(2, 5 * train_steps // 6)}))
+# Where the paper's learning rate drops, as fractions of the run: its 30,000 and 50,000 of
+# 60,000 steps (Section 4), the same shape at any length (TrainConfig.boundary_steps)
+PAPER_SHAPE = ("1/2", "5/6")
+
+
+def boundary_value(text: str) -> fractions.Fraction:
+    """A --lr_boundaries entry as a number: a fraction of the run (``1/2``, ``0.5``) or a step
+    (``30000``); ValueError naming the flag for anything else."""
+    try:
+        value = fractions.Fraction(str(text).strip())
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is None or value <= 0 or (value >= 1 and value.denominator != 1):
+        raise ValueError(
+            f"--lr_boundaries entries are fractions of --train_steps in (0, 1) (1/2, 0.5) or "
+            f"steps >= 1, got '{text}'"
+        )
+    return value
 
 
 # name -> fn(logits, labels, cfg): float32 per-example losses [B]
@@ -92,9 +108,13 @@ class TrainConfig:
     learning_rate: float = dataclasses.field(
         default=0.05, metadata={"help": "Initial learning rate."}
     )
-    lr_boundaries: tuple[int, ...] = dataclasses.field(
-        default=paper_boundaries(60_000),
-        metadata={"help": "Steps at which the learning rate is multiplied by --lr_decay."},
+    lr_boundaries: tuple[str, ...] = dataclasses.field(
+        default=PAPER_SHAPE,
+        metadata={
+            "help": "Where the learning rate is multiplied by --lr_decay: fractions of "
+            "--train_steps (1/2,5/6, the paper's 30,000 and 50,000 of 60,000, at any length; "
+            "0.5 works too) or steps (30000,50000)."
+        },
     )
     lr_decay: float = dataclasses.field(
         default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
@@ -189,12 +209,50 @@ class TrainConfig:
         check_choices(self)
         if not 0 < self.lr_decay <= 1:
             raise ValueError(f"--lr_decay must be in (0, 1], got {self.lr_decay}")
-        bounds = self.lr_boundaries
-        if any(b <= 0 for b in bounds) or any(b >= a for b, a in zip(bounds, bounds[1:])):
+        values = [boundary_value(b) for b in self.lr_boundaries]
+        if len({v < 1 for v in values}) > 1 or any(b >= a for b, a in zip(values, values[1:])):
             raise ValueError(
-                f"--lr_boundaries must be positive and strictly increasing, got "
-                f"{','.join(map(str, bounds))}"
+                "--lr_boundaries must be strictly increasing, all fractions of --train_steps or "
+                f"all steps, got {','.join(self.lr_boundaries)}"
             )
+
+    def __post_init__(self):
+        # entries as text: "1/2" stays exact; a step given as a number reads back as its digits
+        object.__setattr__(self, "lr_boundaries", tuple(str(b) for b in self.lr_boundaries))
+
+    def boundary_steps(self) -> tuple[int, ...]:
+        """The steps at which the learning rate drops in this run: each fraction f of
+        ``train_steps`` S at floor(f S) (at least 1), each step as given; what the schedule uses
+        and config.json records. The one place a run's boundaries are computed."""
+        steps = set()
+        for value in map(boundary_value, self.lr_boundaries):
+            steps.add(int(value) if value >= 1 else max(1, math.floor(value * self.train_steps)))
+        return tuple(sorted(steps))
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageNetRecipe(TrainConfig):
+    """The ImageNet recipe (arXiv:1611.04231, Section 4): :class:`TrainConfig` with the learning
+    rate decayed exponentially (:func:`exponential_learning_rate_schedule`) every
+    ``epochs_per_decay`` epochs instead of at boundaries."""
+
+    lr_boundaries: tuple[str, ...] = dataclasses.field(
+        default=(),
+        metadata={"help": "Not used by the ImageNet recipe: set --lr_decay, --epochs_per_decay."},
+    )
+    epochs_per_decay: float = dataclasses.field(
+        default=2.0, metadata={"help": "Epochs between learning-rate decays by --lr_decay."}
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.lr_boundaries:
+            raise ValueError(
+                "--lr_boundaries is not used by the ImageNet recipe (exponential decay): set "
+                "--lr_decay and --epochs_per_decay instead"
+            )
+        if not self.epochs_per_decay > 0:
+            raise ValueError(f"--epochs_per_decay must be positive, got {self.epochs_per_decay}")
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.LearningRateSchedule:
@@ -205,10 +263,11 @@ def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.Learn
     after ``step > boundary``, hence the boundaries minus one. The optimizer evaluates it at its
     ``iterations`` counter, which the checkpoint saves, so a resumed run continues the schedule.
     """
-    values = [cfg.learning_rate * cfg.lr_decay**i for i in range(len(cfg.lr_boundaries) + 1)]
-    return keras.optimizers.schedules.PiecewiseConstantDecay(
-        [b - 1 for b in cfg.lr_boundaries], values
-    )
+    boundaries = cfg.boundary_steps()
+    values = [cfg.learning_rate * cfg.lr_decay**i for i in range(len(boundaries) + 1)]
+    if not boundaries:  # a constant rate (PiecewiseConstantDecay needs a boundary)
+        return keras.optimizers.schedules.PiecewiseConstantDecay([2**62], values * 2)
+    return keras.optimizers.schedules.PiecewiseConstantDecay([b - 1 for b in boundaries], values)
 
 
 def exponential_learning_rate_schedule(
@@ -238,31 +297,39 @@ def make_optimizer(cfg: TrainConfig, schedule=None) -> keras.optimizers.Optimize
 
 
 def objective(logits, labels, decay, cfg: TrainConfig, replicas: int = 1):
-    """(loss, correct) of one replica's share of a batch.
+    """(loss, parts) of one replica's share of a batch.
 
     loss = Σ per-example ``cfg.loss`` (``LOSSES``) / the global batch ``cfg.batch_size`` +
     ``decay`` / ``replicas``: summed over the replicas (the all-reduce of the gradients), that is
     the mean loss over the global batch plus the decay once, whatever the number of replicas
-    (what TF's ``compute_average_loss`` and ``scale_regularization_loss`` do). ``logits`` are cast
-    to float32; ``correct`` counts arg max hits (float32).
+    (what TF's ``compute_average_loss`` and ``scale_regularization_loss`` do). ``parts``
+    (float32, for the run's health, ``trainers.health``): [arg max hits, the cross-entropy term,
+    the decay term (each this replica's share: they sum over the replicas), the largest |logit|].
+    ``logits`` are cast to float32.
     """
     logits = ops.cast(logits, "float32")
     per_example = LOSSES[cfg.loss](logits, labels, cfg)
-    loss = ops.sum(per_example) / cfg.batch_size + decay / replicas
+    cross_entropy = ops.sum(per_example) / cfg.batch_size
+    decay_share = ops.cast(decay, "float32") / replicas
     hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), ops.cast(labels, "int32"))
-    return loss, ops.sum(ops.cast(hits, "float32"))
+    parts = ops.stack(
+        [
+            ops.sum(ops.cast(hits, "float32")),
+            cross_entropy,
+            decay_share,
+            ops.max(ops.abs(logits)),
+        ]
+    )
+    return cross_entropy + decay_share, parts
 
 
-def eval_counts(logits, labels, top5: bool = False):
-    """[top-1 correct, (top-5 correct,) examples] (int32) of a batch.
+def top_classes(logits, top5: bool = False):
+    """The predicted class of each example, [B, 1] (int32), or its 5 highest, [B, 5].
 
     A prediction is the arg max of the logits, ties going to the lower class index (as the
-    original's ``tf.argmax``; ``top_k`` puts equal values' lower index first on TensorFlow and
-    JAX alike). ``in_top_k`` would count every tied class as predicted, so a network whose logits
-    are all equal (a plain chain whose signal vanished) would score 100%.
+    original's ``tf.argmax``; ``top_k`` puts equal values' lower index first on TensorFlow, JAX
+    and PyTorch alike). ``in_top_k`` would count every tied class as predicted, so a network whose
+    logits are all equal (a plain chain whose signal vanished) would score 100%.
     """
-    ks = (1, 5) if top5 else (1,)
-    _, top = ops.top_k(ops.cast(logits, "float32"), k=ks[-1])
-    labels = ops.cast(labels, "int32")[:, None]
-    hits = [ops.sum(ops.cast(ops.any(ops.equal(top[:, :k], labels), axis=1), "int32")) for k in ks]
-    return ops.stack(hits + [ops.cast(ops.shape(labels)[0], "int32")])
+    _, top = ops.top_k(ops.cast(logits, "float32"), k=5 if top5 else 1)
+    return ops.cast(top, "int32")

@@ -3,8 +3,11 @@
 * TensorBoard summaries: ``<model_dir>/train`` (loss, learning rate, train precision, images/s)
   and ``<model_dir>/eval`` (test error and precision), as the original ``resnet_main.py`` wrote.
 * ``<model_dir>/metrics.jsonl``: one JSON object per evaluation on the whole test split.
-* ``<model_dir>/train.jsonl``: one JSON object per progress line (step, loss, precision,
-  learning rate, images/s): the training-loss curve.
+* ``<model_dir>/train.jsonl``: one JSON object per progress record (step, loss, precision,
+  learning rate, images/s, and the run's health: the cross-entropy and weight-decay terms, the
+  gradient and weight norms, the largest |logit|; ``trainers.health``): the training curves.
+* ``<model_dir>/answers.jsonl``: which test images each evaluation got right, and the final
+  evaluation's predicted classes (``trainers.answers``).
 * ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
   redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
 
@@ -25,6 +28,7 @@ import threading
 from tensorboard.summary import Writer
 
 from resnet_noBN.trainers import storage
+from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers
 
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.jsonl"
@@ -138,8 +142,10 @@ class RunLog:
                 json.dumps({"step": step, **scalars, **(more or {})}),
             )
 
-    def evaluation(self, record: dict) -> None:
-        """One evaluation: TensorBoard, a line of ``metrics.jsonl``, the redrawn PNG."""
+    def evaluation(self, record: dict, answers: Answers | None = None, final: bool = False) -> None:
+        """One evaluation: TensorBoard, a line of ``metrics.jsonl`` and of ``answers.jsonl``
+        (where the evaluation numbered its images; the predicted classes too where ``final``),
+        the redrawn PNG."""
         if not self.enabled:
             return
         with self._writing(f"the evaluation of step {record['step']} ({METRICS_FILE}, eval/)"):
@@ -148,6 +154,10 @@ class RunLog:
                 record["step"],
                 {k: v for k, v in record.items() if k in ("test_error", "test_precision")},
             )
+            if answers is not None:
+                storage.append_line(
+                    os.path.join(self.model_dir, ANSWERS_FILE), answers.line(record["step"], final)
+                )
             storage.append_line(os.path.join(self.model_dir, METRICS_FILE), json.dumps(record))
             plot_error_curve(
                 read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title

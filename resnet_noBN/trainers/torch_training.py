@@ -17,13 +17,15 @@ The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and trai
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from keras import ops
 
 from resnet_noBN.datasets import stream
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.trainers import health
 from resnet_noBN.trainers.one_process import OneProcessTrainer
-from resnet_noBN.trainers.recipe import eval_counts, objective
+from resnet_noBN.trainers.recipe import objective, top_classes
 
 
 class TorchTrainer(OneProcessTrainer):
@@ -35,18 +37,20 @@ class TorchTrainer(OneProcessTrainer):
 
     def _train_step(self, images, labels, seed: int, step: int, pad: int):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
-        [loss, correct, examples] as a tensor on the device."""
+        its ``health.step_totals``, a tensor on the device."""
         batch = self.cfg.batch_size
         x, y = stream.training_batch(images, labels, seed, step, batch, pad)
         logits = self.model(x, training=True)
         decay = weight_decay_loss(self._decayed, self.cfg.weight_decay)
-        loss, correct = objective(logits, y, decay, self.cfg)
+        loss, parts = objective(logits, y, decay, self.cfg)
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         variables = self.model.trainable_variables
+        grads = [v.value.grad for v in variables]
         with torch.no_grad():
-            self.optimizer.apply([v.value.grad for v in variables], variables)
-        return torch.stack([loss.detach(), correct, torch.tensor(float(batch), device=loss.device)])
+            norm_sq = health.grad_norm_sq(grads)
+            self.optimizer.apply(grads, variables)
+            return health.step_totals(loss.detach(), parts.detach(), batch, norm_sq)
 
     # ----------------------------------------------------------------- the backend's part
     def place(self, source) -> dict:
@@ -57,22 +61,23 @@ class TorchTrainer(OneProcessTrainer):
             "pad": source.pad,
         }
 
-    def run_steps(self, data: dict, num_steps: int) -> tuple[float, float, float]:
+    def run_steps(self, data: dict, num_steps: int) -> np.ndarray:
         """``num_steps`` eager steps back to back; the host reads their totals once."""
-        totals = 0
+        totals = health.zeros()
         for i in range(num_steps):
-            totals = totals + self._train_step(
+            step = self._train_step(
                 data["images"], data["labels"], data["seed"], self._step + i, data["pad"]
             )
+            totals = health.add_step(totals, step)
         self._step += num_steps
-        loss_sum, correct, count = (float(v) for v in totals.cpu().numpy())
-        return loss_sum, correct, count
+        return totals.cpu().numpy()
 
-    def eval_counts(self, eval_source):
+    def eval_batches(self, eval_source):
         images, labels = eval_source
         size = self.cfg.eval_batch_size
         with torch.no_grad():
             for begin in range(0, len(images), size):
                 x = stream.standardize(ops.convert_to_tensor(images[begin : begin + size]))
-                y = ops.convert_to_tensor(labels[begin : begin + size])
-                yield ops.convert_to_numpy(eval_counts(self.model(x, training=False), y, self.top5))
+                top = top_classes(self.model(x, training=False), self.top5)
+                end = min(begin + size, len(images))
+                yield labels[begin:end], ops.convert_to_numpy(top), np.arange(begin, end)

@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import peers, preemption
+from resnet_noBN.trainers import health, peers, preemption
 from resnet_noBN.trainers.loop import TrainLoop
-from resnet_noBN.trainers.recipe import TrainConfig, eval_counts, make_optimizer, objective
+from resnet_noBN.trainers.recipe import TrainConfig, make_optimizer, objective, top_classes
 from resnet_noBN.trainers.run_log import RunLog
 
 
@@ -99,10 +99,11 @@ class Trainer(TrainLoop):
         return int(self.optimizer.iterations.numpy())
 
     def _loss_and_grads_fn(self, images, labels):
-        """Forward and backward pass on this replica's share of the global batch."""
+        """Forward and backward pass on this replica's share of the global batch: (loss,
+        ``recipe.objective``'s parts, examples), gradients."""
         with tf.GradientTape() as tape:
             logits = self.model(images, training=True)
-            loss, correct = objective(
+            loss, parts = objective(
                 logits,
                 labels,
                 weight_decay_loss(self._decayed, self.cfg.weight_decay),
@@ -110,38 +111,60 @@ class Trainer(TrainLoop):
                 self.strategy.num_replicas_in_sync,
             )
         grads = tape.gradient(loss, self.model.trainable_variables)
-        return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)]), grads
+        return (loss, parts, tf.cast(tf.size(labels), tf.float32)), grads
+
+    def _grad_norm_sq(self, grads):
+        """||g||^2 of the global batch's gradient: of the gradients summed over the replicas
+        (an all-reduce of its own where there are several; the optimizer sums them again for
+        its update, as it always does)."""
+        if self.strategy.num_replicas_in_sync > 1:
+            grads = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
+            )
+        return health.grad_norm_sq(grads)
 
     def _replica_step(self, images, labels):
-        """One update: gradients (XLA-compiled if asked), then the all-reducing optimizer."""
-        totals, grads = self._loss_and_grads(images, labels)
+        """One update: gradients (XLA-compiled if asked), then the all-reducing optimizer; this
+        replica's ``health.step_totals``."""
+        (loss, parts, count), grads = self._loss_and_grads(images, labels)
+        norm_sq = self._grad_norm_sq(grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return totals
+        return health.step_totals(loss, parts, count, norm_sq)
 
     def _run_steps_fn(self, iterator, num_steps):
-        """``num_steps`` updates in a graph loop: [sum of step losses, correct, examples]."""
-        totals = tf.zeros([3])
+        """``num_steps`` updates in a graph loop: their ``health.CALL_TOTALS``. A step's vector
+        is summed over the replicas, but its gradient norm (the same on each: their mean) and its
+        largest |logit| (their largest, gathered: tf.distribute reduces by sums and means)."""
+        totals = health.zeros()
         for _ in tf.range(num_steps):
             per_replica = self.strategy.run(self._replica_step, args=next(iterator))
-            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            summed = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            mean = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+            every = tf.reshape(self.strategy.gather(per_replica, axis=0), [-1, totals.shape[0]])
+            largest = tf.reduce_max(every[:, -1])
+            step = tf.concat([summed[: health.SUMMED], mean[health.SUMMED : -1], [largest]], 0)
+            totals = health.add_step(totals, step)
         return totals
 
-    def _replica_eval(self, images, labels):
-        """``recipe.eval_counts`` on this replica's share of a batch. The last, partial batch of a
-        split leaves some replicas an empty share, and TF 2.21's oneDNN conv2d returns a wrong
-        shape for an empty batch: such a share counts zeros."""
-        return tf.cond(
+    def _replica_eval(self, images, labels, index=None):
+        """(labels, ``recipe.top_classes``, the images' indices in the split; -1 where the
+        source does not number them) of this replica's share of a batch. The last, partial
+        batch of a split leaves some replicas an empty share, and TF 2.21's oneDNN conv2d returns
+        a wrong shape for an empty batch: such a share predicts nothing."""
+        k = 5 if self.top5 else 1
+        top = tf.cond(
             tf.size(labels) > 0,
-            lambda: tf.cast(
-                eval_counts(self.model(images, training=False), labels, self.top5), tf.int64
-            ),
-            lambda: tf.zeros([3 if self.top5 else 2], tf.int64),
+            lambda: top_classes(self.model(images, training=False), self.top5),
+            lambda: tf.zeros([0, k], tf.int32),
         )
+        if index is None:
+            index = -tf.ones_like(labels, tf.int64)
+        return tf.cast(labels, tf.int32), top, tf.cast(index, tf.int64)
 
     def _eval_batch_fn(self, batch):
-        """:meth:`_replica_eval` of one distributed batch, summed over replicas."""
+        """:meth:`_replica_eval` of one distributed batch, every replica's gathered."""
         per_replica = self.strategy.run(self._replica_eval, args=batch)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return tuple(self.strategy.gather(part, axis=0) for part in per_replica)
 
     # ----------------------------------------------------------------- the backend's part
     unreadable = (tf.errors.OpError, ValueError, IndexError)
@@ -156,9 +179,9 @@ class Trainer(TrainLoop):
     def learning_rate(self) -> float:
         return float(self.optimizer.learning_rate.numpy())
 
-    def eval_counts(self, dataset_fn: Callable):
+    def eval_batches(self, dataset_fn: Callable):
         for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
-            yield self._eval_batch(batch).numpy()
+            yield numbered(*self._eval_batch(batch))
 
     def start(self, train_fn: Callable, step: int):
         return self.distribute(lambda context: train_fn(context, start_step=step))
@@ -167,11 +190,8 @@ class Trainer(TrainLoop):
         """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds."""
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
-    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
-        loss_sum, correct, count = (
-            float(v) for v in self._run_steps(iterator, tf.constant(num_steps)).numpy()
-        )
-        return loss_sum, correct, count
+    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
+        return self._run_steps(iterator, tf.constant(num_steps)).numpy()
 
     def save(self) -> None:
         """Write a checkpoint at the current step (every worker must call it: it is collective).
@@ -227,9 +247,9 @@ class ParameterServerTrainer(Trainer):
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         self._local_eval = tf.function(self._replica_eval)
 
-    def eval_counts(self, dataset_fn: Callable):
-        for images, labels in dataset_fn(tf.distribute.InputContext()):
-            yield self._local_eval(images, labels).numpy()
+    def eval_batches(self, dataset_fn: Callable):
+        for batch in dataset_fn(tf.distribute.InputContext()):
+            yield numbered(*self._local_eval(*batch))
 
     def distribute(self, dataset_fn: Callable):
         """One input pipeline per worker."""
@@ -239,17 +259,23 @@ class ParameterServerTrainer(Trainer):
             )
         )
 
-    def run_steps(self, iterator, num_steps: int) -> tuple[float, float, float]:
+    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
         results = [
             self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
             for _ in range(num_steps)
         ]
         self.coordinator.join()
-        loss_sum, correct, count = (float(v) for v in np.sum([r.fetch() for r in results], 0))
-        return loss_sum, correct, count
+        return health.combine_calls([r.fetch() for r in results])
 
     def agreed(self, steps: int) -> int:
         return steps  # only the chief runs the loop
+
+
+def numbered(labels, top, index):
+    """An evaluated batch as ``TrainLoop.eval_batches`` yields it: numpy, the index None where
+    the source did not number its images."""
+    index = index.numpy()
+    return labels.numpy(), top.numpy(), None if (index < 0).any() else index
 
 
 def scratch_dir_name(model_dir: str, task: str) -> str:

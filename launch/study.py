@@ -1,0 +1,166 @@
+"""Run a study: a baseline experiment and arms that each change one thing from it, every arm
+from several seeds at one budget, several runs side by side, then the table of what each change
+does to the final, best and original-2016 figures (resnet_noBN/runs/study.py).
+
+    python launch/study.py --study=table2 --data_path=/data/cifar-10-batches-bin \\
+        --model=small --train_steps=8000 --seeds=3 --output_dir=results/table2_small
+    python launch/study.py --study=table2 --arms=cifar10_paper,cifar10_leaky --model=quarter \\
+        --seeds=2 --data_path=... --output_dir=results/table2_quarter
+
+Each (arm, seed) is one ``launch/cifar.py`` run (``--experiment=ARM`` at the budget) in
+``<output_dir>/runs/<arm>-seed<k>``, its output in ``launch.log`` there; ``--parallel`` of them
+at a time, the cores shared between them. Interrupted (SIGTERM, SIGINT: each run saves a
+checkpoint), the same command resumes: a finished run is kept, an unfinished one resumes. After
+each run: ``study.md`` (the table), ``study.json`` and ``study_curves.png``, and a line with the
+runs done, the time left and the finish. Ends with one line of JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+from resnet_noBN.configs import experiments, presets
+from resnet_noBN.configs.errors import PREEMPTED_EXIT
+from resnet_noBN.progress import Progress
+from resnet_noBN.runs import folder_claim, study
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
+flags.DEFINE_list("arms", None, "Its arms to run (default: all; the baseline always runs).")
+flags.DEFINE_enum("model", "small", list(presets.MODELS), "The network preset of every run.")
+flags.DEFINE_integer("train_steps", 8000, "Steps per run (lr drops at 1/2 and 5/6 of them).")
+flags.DEFINE_integer("eval_every", 500, "Evaluate (whole test split), log and checkpoint every N.")
+flags.DEFINE_integer("seeds", 3, "Seeds per arm.")
+flags.DEFINE_integer("parallel", 2, "Runs side by side.")
+flags.DEFINE_string("data_path", None, "The data every run reads (launch/cifar.py --data_path).")
+flags.DEFINE_list("run_flags", [], "More flags of every run (e.g. --precision=true_float32).")
+flags.DEFINE_string("output_dir", "results/table2", "Where the runs, table and curves go.")
+
+
+def arms() -> tuple[str, ...]:
+    every = experiments.STUDIES[FLAGS.study]
+    unknown = sorted(set(FLAGS.arms or ()) - set(every))
+    if unknown:
+        sys.exit(
+            f"error: --arms: {', '.join(unknown)} is not an arm of {FLAGS.study}; choose from "
+            f"{','.join(every)}"
+        )
+    return tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
+
+
+def header(budget: study.Budget) -> str:
+    command = "python launch/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
+        "unknown CPU",
+    )
+    return (
+        f"# Study {FLAGS.study}: {budget.model} network, {budget.train_steps} steps, "
+        f"{budget.seeds} seeds\n\nTest error (%) on the whole test split (final, best over "
+        f"evaluations every {budget.eval_every} steps), and the original 2016 code's figure "
+        "(the best precision over 5,000-image windows: resnet_noBN/runs/original_eval.py), "
+        "mean ± sd over the seeds. "
+        f"Machine: {cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs side by "
+        f"side. Date: {datetime.date.today().isoformat()}.\nCommand: `{command}`\n"
+    )
+
+
+def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Popen:
+    folder = study.run_dir(FLAGS.output_dir, arm, seed)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "launch.log"), "a") as log:
+        return subprocess.Popen(
+            study.command(FLAGS.output_dir, arm, seed, budget, threads), stdout=log, stderr=log
+        )
+
+
+def outcome(arm: str, seed: int, proc: subprocess.Popen) -> str:
+    """A run that ended: its result written (its last line of JSON, or its divergence), in
+    words; where it failed otherwise, why (its log)."""
+    with open(os.path.join(study.run_dir(FLAGS.output_dir, arm, seed), "launch.log")) as f:
+        lines = [line for line in f if line.startswith("{")]
+    if proc.returncode == 0 and lines:
+        result = json.loads(lines[-1])
+        study.write_result(FLAGS.output_dir, arm, seed, result)
+        return f"test error {100 * result['test_error']:.2f}%"
+    if proc.returncode == 1:
+        step = max((r["step"] for r in _metrics(arm, seed)), default=0)
+        study.write_result(FLAGS.output_dir, arm, seed, {"diverged": True, "final_step": step})
+        return f"diverged after step {step}"
+    return f"stopped with exit {proc.returncode} (see its launch.log); rerun to resume it"
+
+
+def _metrics(arm, seed):
+    from resnet_noBN.trainers.run_log import read_metrics
+
+    return read_metrics(study.run_dir(FLAGS.output_dir, arm, seed))
+
+
+def main(argv):
+    budget = study.Budget(
+        FLAGS.model,
+        FLAGS.train_steps,
+        FLAGS.eval_every,
+        FLAGS.seeds,
+        tuple(FLAGS.run_flags) + ((f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()),
+    )
+    arm_names = arms()
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    folder_claim.claim(FLAGS.output_dir, "--output_dir")
+    todo = [r for r in study.runs(arm_names, budget) if not study.finished(FLAGS.output_dir, *r)]
+    total = len(study.runs(arm_names, budget))
+    print(
+        f"study {FLAGS.study}: {total} runs ({len(arm_names)} arms x {budget.seeds} seeds), "
+        f"{total - len(todo)} already finished; {FLAGS.parallel} side by side",
+        flush=True,
+    )
+    tf_threads = study.threads_each(FLAGS.parallel)
+    threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
+    running, progress, stopping = {}, Progress(len(todo), every_units=1), []
+
+    def stop(signum, frame):
+        stopping.append(signum)
+        for proc, _ in running.values():
+            proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    done = 0
+    while todo or running:
+        while todo and len(running) < FLAGS.parallel and not stopping:
+            arm, seed = todo.pop(0)
+            running[(arm, seed)] = (start(arm, seed, budget, threads), time.perf_counter())
+            print(f"started {arm}, seed {seed}", flush=True)
+        time.sleep(1)
+        for key, (proc, began) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[key]
+            said = outcome(*key, proc)
+            done += 1
+            progress.add(1, time.perf_counter() - began)
+            print(
+                f"[{done}/{done + len(todo) + len(running)}] {key[0]}, seed {key[1]}: {said}; "
+                f"{progress.text()}",
+                flush=True,
+            )
+            study.write_report(FLAGS.output_dir, arm_names, budget, header(budget))
+        if stopping and not running:
+            print("study stopped: rerun the same command to resume", flush=True)
+            sys.exit(PREEMPTED_EXIT)
+    summary = study.write_report(FLAGS.output_dir, arm_names, budget, header(budget))
+    print(study.markdown_table(summary, arm_names, budget), flush=True)
+    print(json.dumps({"output_dir": FLAGS.output_dir, "runs": total, "arms": summary}), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

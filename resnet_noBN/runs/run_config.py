@@ -1,0 +1,283 @@
+"""One run, one config: :class:`RunConfig` is the single thing a training run is built from and
+the thing its ``config.json`` is, written whole and read back whole (for a resume, an
+evaluation, a study's table).
+
+A run config nests the four configs of a run, each declared once with its flags:
+
+    network   the architecture: ``models.model.ModelConfig`` (CIFAR, Table 1 by default) or
+              ``models.imagenet_model.ImageNetConfig``
+    data      what is read: ``datasets.data_config.DataConfig`` (CIFAR) or ``ImageNetData``
+    recipe    how it is trained: ``trainers.recipe.TrainConfig`` (ImageNet: ``ImageNetRecipe``)
+    runtime   where and how it computes: ``configs.runtime_config.RuntimeConfig`` (the one place
+              the precision lives)
+
+and the name of the experiment it was built from (``configs.experiments``). A launcher builds
+it from an experiment and the flags given (:func:`from_flags`: an experiment's values stand in
+for the defaults of the flags not given), a study or the claims from an experiment and a budget
+(:func:`build`), an evaluation from a run's ``config.json`` (:func:`from_record`).
+
+``config.json`` (:meth:`RunConfig.record`) keeps the sections older versions wrote, so an old
+run folder resumes and evaluates: ``network``, ``recipe`` (the schedule's boundaries as steps),
+``data`` (with the splits' counts), ``backend``, ``seed``, and ``runtime``: the run config's
+runtime and where it computed (``Backend.report``), never compared on resume. Older records are
+flat, or hold the precision in ``recipe``: :func:`from_record` reads each (``runs.record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from absl import flags
+
+from resnet_noBN.configs import experiments, presets
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.experiments import Experiment
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags, validated
+from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.datasets.data_config import DataConfig, ImageNetData
+from resnet_noBN.models.imagenet_model import ImageNetConfig
+from resnet_noBN.models.model import BlockConfig, ModelConfig, NetworkConfig
+from resnet_noBN.runs import record
+from resnet_noBN.trainers.recipe import ImageNetRecipe, TrainConfig
+
+flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
+FLAGS = flags.FLAGS
+
+# The classes of each launcher's sections: (network, data, recipe)
+CLASSES = {
+    "cifar": (ModelConfig, DataConfig, TrainConfig),
+    "imagenet": (ImageNetConfig, ImageNetData, ImageNetRecipe),
+}
+# the network fields a launcher derives and never takes from a flag
+DERIVED = {
+    "cifar": ("num_classes", "stage_strides"),
+    "imagenet": ("num_classes", "stem_kernel", "data_format"),
+}
+# What a resumed run may change: the fields declared "may_change" (runs.record)
+FREE_ON_RESUME = record.may_change(
+    BlockConfig, TrainConfig, RuntimeConfig, DataConfig, ImageNetData
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A whole run: its network, data, recipe and runtime, and the experiment it came from."""
+
+    network: NetworkConfig
+    data: DataConfig | ImageNetData
+    recipe: TrainConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    experiment: str | None = None
+
+    @property
+    def launcher(self) -> str:
+        return "imagenet" if isinstance(self.network, ImageNetConfig) else "cifar"
+
+    def replace(self, **sections) -> RunConfig:
+        """This run with whole sections replaced (``recipe=...``), validated."""
+        return validated_run(dataclasses.replace(self, **sections))
+
+    def changed(self, section: str, **fields) -> RunConfig:
+        """This run with ``fields`` of one section changed, validated (InputError)."""
+        return self.replace(**{section: dataclasses.replace(getattr(self, section), **fields)})
+
+    def sections(self) -> dict:
+        """The run config alone, as ``config.json`` holds it (the schedule's boundaries as this
+        run's steps), without the data's counts, the backend, the seed or the host."""
+        recipe = {
+            **dataclasses.asdict(self.recipe),
+            "lr_boundaries": list(self.recipe.boundary_steps()),
+            # the objective's r * sum ||W||^2 / 2 puts r * W on the gradient (the 2016 code's
+            # 0.0002 * tf.nn.l2_loss(W) is r = 2e-4)
+            "weight_decay_gradient": f"{self.recipe.weight_decay:g} * W",
+        }
+        return {
+            "experiment": self.experiment,
+            "network": dataclasses.asdict(self.network),
+            "recipe": recipe,
+            "data": dataclasses.asdict(self.data),
+            "runtime": dataclasses.asdict(self.runtime),
+        }
+
+    def record(self, backend: str, seed: int, host: dict | None = None) -> dict:
+        """What ``config.json`` holds: each section whole (the recipe's boundaries as the steps
+        of this run, and the coefficient its weight decay puts on the gradient), the data's
+        counts, the backend, the seed and the runtime, with where it computed (``host``)."""
+        sections = self.sections()
+        return {
+            **sections,
+            "data": self.data.record(),
+            record.BACKEND_KEY: backend,
+            record.SEED_KEY: seed,
+            record.RUNTIME_KEY: {**sections["runtime"], "seed": seed, **(host or {})},
+        }
+
+
+def validated_run(run: RunConfig) -> RunConfig:
+    """``run`` with every section validated (InputError, one line, naming the flag)."""
+    for section in (run.network, run.data, run.recipe, run.runtime):
+        validated(section)
+    return run
+
+
+def build(
+    name: str | Experiment, model: str | None = None, launcher: str | None = None, **sections
+) -> RunConfig:
+    """The run of experiment ``name`` (``configs.experiments``), with the network preset
+    ``model`` in place of its own, and ``sections``' changes by field (``recipe={...}``) over
+    its own; InputError for an unknown name or field or a bad value."""
+    try:
+        exp = name if isinstance(name, Experiment) else experiments.named(name, launcher or "cifar")
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    network_cls, data_cls, recipe_cls = CLASSES[exp.launcher]
+    merged = {
+        key: {**getattr(exp, key), **sections.get(key, {})}
+        for key in ("network", "data", "recipe", "runtime")
+    }
+    try:
+        data = data_cls(**merged["data"])
+        network = _network(network_cls, model or exp.model, merged["network"], data)
+        run = RunConfig(
+            network,
+            data,
+            recipe_cls(**merged["recipe"]),
+            RuntimeConfig(**merged["runtime"]),
+            exp.name,
+        )
+    except TypeError as e:  # a field no section has
+        raise InputError(f"experiment {exp.name}: {e}") from None
+    return validated_run(run)
+
+
+def _network(cls, model: str, changes: dict, data) -> NetworkConfig:
+    """The network of a run: for CIFAR the preset ``model`` with ``changes`` and the data set's
+    classes; for ImageNet its config with ``changes``."""
+    if cls is ModelConfig:
+        classes = cifar_data.num_classes(data.dataset)
+        return ModelConfig.preset(model, **{**changes, "num_classes": classes})
+    return cls(**changes)
+
+
+# ------------------------------------------------------------------------------ the flags
+def define(launcher: str) -> None:
+    """The flags of a launcher's run config: --experiment, --model (CIFAR), every field of its
+    four sections (their defaults the default experiment's, which ``--help`` shows), and
+    --scale_lr. Call it at the launcher's import."""
+    default = experiments.EXPERIMENTS[experiments.DEFAULTS[launcher]]
+    ours = [n for n, e in experiments.EXPERIMENTS.items() if e.launcher == launcher]
+    flags.DEFINE_string(
+        "experiment",
+        default.name,
+        f"The experiment to run (resnet_noBN/configs/experiments.py: {', '.join(ours)}); every "
+        "flag given beside it overrides its value.",
+    )
+    base = build(default)
+    if launcher == "cifar":
+        flags.DEFINE_enum(
+            "model",
+            None,
+            list(presets.MODELS),
+            "The architecture to start from (resnet_noBN/configs/presets.py): paper (Table 1), "
+            "quarter (its widths / 4: the CPU long runs), small (1 block per stage: tests); "
+            "default: the experiment's. The model flags given on the command line override it.",
+        )
+    define_flags(base.network, exclude=DERIVED[launcher])
+    define_flags(base.data)
+    define_flags(base.recipe)
+    flags.DEFINE_bool(
+        "scale_lr",
+        False,
+        f"Linear scaling rule: multiply --learning_rate by --batch_size / "
+        f"{base.recipe.batch_size} (the paper's batch), for a larger global batch. "
+        "--train_steps and step --lr_boundaries are not rescaled.",
+    )
+    define_flags(RuntimeConfig)
+
+
+def from_flags(launcher: str) -> RunConfig:
+    """The run the command line describes: --experiment's, each flag given replacing its value
+    (--model its network preset), --scale_lr applied; InputError for a bad value."""
+    try:
+        exp = experiments.named(FLAGS.experiment, launcher)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    base = build(exp, FLAGS["model"].value if launcher == "cifar" else None)
+    data = config_from_flags(type(base.data), base=base.data)
+    network = base.network
+    if launcher == "cifar":
+        network = dataclasses.replace(network, num_classes=cifar_data.num_classes(data.dataset))
+    derived = {
+        name: getattr(network, name) for name in DERIVED[launcher] if _is_field(network, name)
+    }
+    network = config_from_flags(type(network), base=network, **derived)
+    recipe = config_from_flags(type(base.recipe), base=base.recipe)
+    if FLAGS.scale_lr:
+        recipe = dataclasses.replace(
+            recipe, learning_rate=recipe.learning_rate * recipe.batch_size / base.recipe.batch_size
+        )
+    runtime = config_from_flags(RuntimeConfig, base=base.runtime)
+    return validated_run(RunConfig(network, data, recipe, runtime, exp.name))
+
+
+def _is_field(config, name: str) -> bool:
+    return name in {f.name for f in dataclasses.fields(config)}
+
+
+# ------------------------------------------------------------------------------ config.json
+def from_record(saved: dict) -> RunConfig:
+    """The run a ``config.json`` of any version records (lists back to tuples; a field an older
+    record lacks takes today's default, as for a resume; the precision from its runtime, or from
+    its recipe where older runs kept it). InputError where it is no run's record."""
+    network_section = record.section(saved, "network")
+    launcher = "imagenet" if "stage_units" in network_section else "cifar"
+    network_cls, data_cls, recipe_cls = CLASSES[launcher]
+    recipe = _fields(recipe_cls, record.section(saved, "recipe"))
+    runtime_section = {**saved.get(record.RUNTIME_KEY, {})}
+    precision = runtime_section.get("precision") or record.section(saved, "recipe").get("precision")
+    runtime = _fields(RuntimeConfig, {**runtime_section, "precision": precision or "float32"})
+    try:
+        data = data_cls(**_fields(data_cls, record.section(saved, "data")))
+        network = network_cls(**_fields(network_cls, network_section))
+        run = RunConfig(
+            network,
+            data,
+            recipe_cls(**recipe),
+            RuntimeConfig(**runtime),
+            saved.get("experiment"),
+        )
+    except TypeError as e:
+        raise InputError(f"config.json records no run this version reads ({e})") from None
+    return run
+
+
+def _fields(cls, section: dict) -> dict:
+    """The keys of ``section`` that are fields of ``cls`` (a derived field kept only where it is
+    one of ``cls``'s init arguments), lists as tuples."""
+    types = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    return {
+        key: tuple(value) if isinstance(value, list) and "tuple" in str(types[key]) else value
+        for key, value in section.items()
+        if key in names
+    }
+
+
+def checked_record(
+    run: RunConfig, model_dir: str, backend: str, seed: int, host: dict | None = None
+) -> dict:
+    """``run.record(...)``, refused (InputError, naming each field) where ``model_dir`` holds a
+    run this one cannot resume. A key an older config.json lacks stands for today's default
+    where it is a switch added since: the network's fields, the recipe's optimizer, loss and
+    label smoothing, the data's CIFAR-100 layout and JPEG quality."""
+    saved = run.record(backend, seed, host)
+    defaults = type(run.recipe)()
+    absent = {
+        "network": dataclasses.asdict(type(run.network)()),
+        "recipe": {k: getattr(defaults, k) for k in ("optimizer", "loss", "label_smoothing")},
+        "data": {k: v for k, v in dataclasses.asdict(type(run.data)()).items()},
+    }
+    record.check_resumable(model_dir, saved, absent, FREE_ON_RESUME)
+    return saved

@@ -1,0 +1,140 @@
+"""One run set up, the same way for every launcher, the claims' runs and an evaluation, in the
+order that keeps a bad input from writing anything (the original ``resnet_main.py``'s start,
+made safe to resume):
+
+1. the runtime started from the run config (``Backend.start``: the flags the backend cannot
+   take refused, the devices or strategy, the batches checked against them, the seed: the
+   config's, or the one ``config.json`` recorded where the run resumes, or drawn);
+2. the data prepared and checked once (``Inputs.prepare``), before anything is written;
+3. the folder claimed (one run per folder), the record checked against the run it holds and
+   written (``run_config.checked_record``), the banner printed;
+4. the sources and the trainer built.
+
+What differs between launchers is the data (:class:`Inputs`: CIFAR's here, ImageNet's in its
+launcher) and the trainer's schedule and top-5; :func:`start` takes those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+
+from resnet_noBN.backends import registry
+from resnet_noBN.backends.base import Runtime
+from resnet_noBN.models.imagenet_model import build_imagenet_model
+from resnet_noBN.models.model import build_cifar_model
+from resnet_noBN.runs import folder_claim, record, run_config
+from resnet_noBN.runs.run_config import RunConfig
+from resnet_noBN.trainers.loop import TrainLoop
+
+ORIGINAL_2016_WARNING = (
+    "warning: --cifar100_layout=original_2016 reads CIFAR-100 as the original 2016 code did: "
+    "every image shifted one byte, its fine label in the first red pixel (a label leak); use it "
+    "only to measure that bug"
+)
+
+
+@dataclasses.dataclass
+class Run:
+    """A run set up: its config and folder, the runtime, the trainer and its two sources."""
+
+    config: RunConfig
+    model_dir: str
+    runtime: Runtime
+    trainer: TrainLoop
+    train_source: object
+    eval_source: object
+
+
+class Inputs:
+    """A launcher's data: :meth:`prepare` fetches or checks it (DataError, one line, before
+    anything is written), :meth:`sources` builds the trainer's two sources, :attr:`label` names
+    it in the banner. CIFAR's, here, through the backend."""
+
+    def prepare(self, config: RunConfig, runtime: Runtime) -> None:
+        registry.current().prepare_data(config.data)
+
+    def sources(self, config: RunConfig, runtime: Runtime) -> tuple[object, object]:
+        recipe = config.recipe
+        return registry.current().cifar_sources(
+            config.data, recipe.batch_size, recipe.eval_batch_size, runtime.seed
+        )
+
+    def label(self, config: RunConfig) -> str:
+        return config.data.dataset
+
+
+def start_runtime(config: RunConfig, model_dir: str | None = None) -> Runtime:
+    """The runtime of ``config`` started by the backend in use (``Backend.start``), its global
+    batches checked to split over the replicas. The seed: the config's; else, resuming, the
+    one ``model_dir``'s config.json recorded (so a rerun continues the same data order); else
+    drawn at random."""
+    seed = config.runtime.seed
+    if seed is None and model_dir is not None:
+        seed = record.read_config(model_dir).get(record.SEED_KEY)
+    recipe = config.recipe
+    sizes = {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}
+    return registry.current().start(config.runtime, sizes, seed)
+
+
+def build_model(config: RunConfig) -> Callable:
+    """What builds the run's network, in its precision (the trainer calls it in its scope)."""
+    build = build_imagenet_model if config.launcher == "imagenet" else build_cifar_model
+    return lambda: build(config.network, config.runtime.precision)
+
+
+def make_trainer(
+    config: RunConfig, runtime: Runtime, model_dir: str, title: str = "", **kwargs
+) -> TrainLoop:
+    """The backend's trainer of ``config`` on ``runtime`` (``kwargs``: the schedule, top5)."""
+    return registry.current().make_trainer(
+        runtime,
+        build_model(config),
+        config.recipe,
+        model_dir,
+        jit_compile=config.runtime.jit_compile,
+        time_budget_s=config.runtime.time_budget_s,
+        title=title,
+        **kwargs,
+    )
+
+
+def begin(config: RunConfig, runtime: Runtime, model_dir: str, label: str) -> dict:
+    """The chief records the run in ``model_dir`` (refused where the folder holds another:
+    ``run_config.checked_record``), with where it computes (``Backend.report``); every task
+    prints where it runs. Returns the record."""
+    backend = registry.current()
+    host = backend.report(runtime, config.runtime.strategy)
+    saved = run_config.checked_record(config, model_dir, backend.name, runtime.seed, host)
+    if runtime.is_chief:
+        record.record_config(model_dir, saved)
+    print(
+        f"{label}: {backend.name} backend, {runtime.replicas} replica(s) x "
+        f"{runtime.input_pipelines} input pipeline(s), global batch {config.recipe.batch_size}, "
+        f"seed {runtime.seed}, model_dir {model_dir}",
+        flush=True,
+    )
+    isa = ", ".join(host["cpu_isa"]) or "extensions unknown"
+    print(f"{backend.where(host)}; CPU {isa}", flush=True)
+    return saved
+
+
+def start(
+    config: RunConfig, model_dir: str, inputs: Inputs | None = None, title: str = "", **kwargs
+) -> Run:
+    """A whole run set up in ``model_dir`` (the module's order), ready to train: the runtime,
+    the data checked, the folder claimed for the rest of the process (``runs.folder_claim``:
+    exit 2 where another run holds it), the record written, the sources and the trainer
+    (``kwargs``: its schedule, top5). Nothing is written before the inputs are checked."""
+    inputs = inputs or Inputs()
+    runtime = start_runtime(config, model_dir)
+    inputs.prepare(config, runtime)
+    if runtime.is_chief:  # the whole job's claim: other tasks write nothing there
+        folder_claim.claim(model_dir)
+    begin(config, runtime, model_dir, inputs.label(config))
+    if getattr(config.data, "cifar100_layout", "official") == "original_2016":
+        print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)
+    train_source, eval_source = inputs.sources(config, runtime)
+    trainer = make_trainer(config, runtime, model_dir, title, **kwargs)
+    return Run(config, model_dir, runtime, trainer, train_source, eval_source)

@@ -1,0 +1,208 @@
+"""A study: a baseline experiment and arms that each change one thing from it
+(``configs.experiments.STUDIES``), trained from several seeds at one budget, each (arm, seed) a
+run of ``launch/cifar.py`` in its own folder, and a table of what each change does to every
+figure a reader may compare with the paper's: the whole-test final and best errors and the
+original 2016 code's figure (``runs.original_eval``), with the seed-to-seed spread.
+
+``launch/study.py`` runs one (several runs side by side, resuming where it stopped); this module
+holds the plan (:class:`Budget`, :func:`runs`, :func:`command`) and the summary, which reads
+nothing but the runs' folders: ``result.json`` (the run's last line of JSON, or its divergence),
+``answers.jsonl`` and the logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+
+from resnet_noBN.configs import experiments
+from resnet_noBN.runs import arm_curves, original_eval
+from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
+from resnet_noBN.trainers.recipe import TrainConfig
+
+RESULT_FILE = "result.json"
+TABLE_FILE = "study.md"
+SUMMARY_FILE = "study.json"
+PLOT_FILE = "study_curves.png"
+FIGURES = (
+    ("final_error", "final"),
+    ("best_error", "best (over evaluations)"),
+    ("original_2016_error", "2016 figure, one window each"),
+    ("original_2016_either_window_error", "2016 figure, either window"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What every run of a study shares: the network preset, the steps, how often it is
+    evaluated (and logged, and checkpointed), the seeds, and the flags given to every run (the
+    data, the precision...)."""
+
+    model: str = "small"
+    train_steps: int = 8000
+    eval_every: int = 500
+    seeds: int = 3
+    flags: tuple[str, ...] = ()
+
+
+def run_dir(output_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(output_dir, "runs", f"{arm}-seed{seed}")
+
+
+def runs(arms: tuple[str, ...], budget: Budget) -> list[tuple[str, int]]:
+    """(arm, seed) of every run, every arm's seed 0 first (the table fills evenly)."""
+    return [(arm, seed) for seed in range(budget.seeds) for arm in arms]
+
+
+def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int | None) -> list:
+    """The ``launch/cifar.py`` command of one run: its experiment at the budget, seeded, in its
+    folder; ``threads``: TensorFlow's intra-op threads (runs side by side share the cores)."""
+    every = min(budget.eval_every, budget.train_steps)
+    return [
+        sys.executable,
+        os.path.join(os.path.dirname(__file__), "..", "..", "launch", "cifar.py"),
+        f"--experiment={arm}",
+        f"--model={budget.model}",
+        f"--train_steps={budget.train_steps}",
+        f"--eval_every={every}",
+        f"--checkpoint_every={every}",
+        f"--log_every={every}",
+        "--max_checkpoints=2",
+        f"--seed={seed}",
+        f"--model_dir={run_dir(output_dir, arm, seed)}",
+        *([f"--intra_op_threads={threads}"] if threads else []),
+        *budget.flags,
+    ]
+
+
+def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
+    """The finished run's result (None while it has not finished)."""
+    path = os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_result(output_dir: str, arm: str, seed: int, result: dict) -> None:
+    with open(os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE), "w") as f:
+        json.dump(result, f, indent=2)
+
+
+def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
+    """A finished run's figures (%, ``original_eval.figures``), or ``{"diverged": step}``."""
+    result = read_result(output_dir, arm, seed)
+    if result is None:
+        return None
+    if result.get("diverged"):
+        return {"diverged": result.get("final_step")}
+    path = os.path.join(run_dir(output_dir, arm, seed), ANSWERS_FILE)
+    return original_eval.figures(read_answers(path))
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "mean": statistics.fmean(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else None,
+        "values": values,
+    }
+
+
+def summarize(output_dir: str, arms: tuple[str, ...], budget: Budget) -> dict:
+    """Per arm: its finished seeds' figures (mean, sd over seeds, each seed's), the diverged
+    seeds, and each figure's gap to the baseline (the first arm) with whether it exceeds the
+    spread (|gap| > the two sd's summed; None with one seed)."""
+    summary = {}
+    for arm in arms:
+        found = [f for seed in range(budget.seeds) if (f := run_figures(output_dir, arm, seed))]
+        finished = [f for f in found if "diverged" not in f]
+        if not found:
+            continue
+        entry = {
+            "about": experiments.EXPERIMENTS[arm].about,
+            "seeds": len(found),
+            "diverged": [f["diverged"] for f in found if "diverged" in f],
+        }
+        for key, _ in FIGURES:
+            if finished:
+                entry[key] = _spread([f[key] for f in finished])
+        summary[arm] = entry
+    base = summary.get(arms[0])
+    for arm, entry in summary.items():
+        for key, _ in FIGURES:
+            if arm == arms[0] or not base or key not in entry or key not in base:
+                continue
+            gap = entry[key]["mean"] - base[key]["mean"]
+            sds = (entry[key]["sd"], base[key]["sd"])
+            entry[key]["gap"] = gap
+            entry[key]["exceeds_spread"] = None if None in sds else abs(gap) > sum(sds)
+    return summary
+
+
+def _cell(figure: dict | None) -> str:
+    if figure is None:
+        return "-"
+    sd = "" if figure["sd"] is None else f" ± {figure['sd']:.2f}"
+    return f"{figure['mean']:.2f}{sd}"
+
+
+def _gap(figure: dict | None) -> str:
+    if figure is None or "gap" not in figure:
+        return "baseline" if figure is not None else "-"
+    mark = {True: " (> spread)", False: " (within spread)", None: ""}[figure["exceeds_spread"]]
+    return f"{figure['gap']:+.2f}{mark}"
+
+
+def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
+    """One row per arm: the figures (% test error, mean ± sd over seeds) and the gaps of the
+    final and of the 2016 figure to the baseline."""
+    head = " | ".join(label for _, label in FIGURES)
+    lines = [
+        f"| experiment | what it changes | seeds | {head} | final − baseline (pp) "
+        "| 2016 figure − baseline (pp) |",
+        "| --- | --- | --- |" + " --- |" * (len(FIGURES) + 2),
+    ]
+    for arm in arms:
+        if arm not in summary:
+            continue
+        s = summary[arm]
+        diverged = f" ({len(s['diverged'])} diverged)" if s["diverged"] else ""
+        cells = " | ".join(_cell(s.get(key)) for key, _ in FIGURES)
+        lines.append(
+            f"| `{arm}` | {s['about']} | {s['seeds']}/{budget.seeds}{diverged} | {cells} | "
+            f"{_gap(s.get('final_error'))} | {_gap(s.get('original_2016_error'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
+    """``study.md`` (``header`` and the table), ``study.json`` and the curves' PNG, from the runs
+    finished so far; returns the summary."""
+    summary = summarize(output_dir, arms, budget)
+    with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
+        f.write(header + "\n" + markdown_table(summary, arms, budget))
+    with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+    folders = {a: [run_dir(output_dir, a, s) for s in range(budget.seeds)] for a in arms}
+    diverged = {a: max(e["diverged"]) for a, e in summary.items() if e["diverged"]}
+    arm_curves.plot(
+        folders,
+        os.path.join(output_dir, PLOT_FILE),
+        f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds",
+        batch_size=TrainConfig().batch_size,
+        diverged=diverged,
+    )
+    return summary
+
+
+def finished(output_dir: str, arm: str, seed: int) -> bool:
+    return read_result(output_dir, arm, seed) is not None
+
+
+def threads_each(parallel: int) -> int:
+    """The cores each of ``parallel`` runs side by side gets (at least one)."""
+    return max(1, math.floor(len(os.sched_getaffinity(0)) / parallel))

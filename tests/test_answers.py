@@ -1,0 +1,151 @@
+"""trainers.answers, runs.original_eval and launch/figures.py: which test images each evaluation
+got right, kept in the run's folder, and the figures computed from them: the whole-test final
+and best, and the original 2016 code's best over 5,000-image windows; trainers.health's totals
+of a compiled call."""
+
+import json
+
+import launchers
+import numpy as np
+import pytest
+
+from resnet_noBN.runs.original_eval import figures, window_starts
+from resnet_noBN.trainers import health
+from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, Evaluation, read_answers
+
+
+def correct_bits(first_half: int, second_half: int) -> np.ndarray:
+    """10,000 answers: ``first_half`` of images 0..4,999 right, ``second_half`` of the rest."""
+    bits = np.zeros(10_000, bool)
+    bits[:first_half] = True
+    bits[5_000 : 5_000 + second_half] = True
+    return bits
+
+
+def test_answers_are_gathered_in_the_splits_order_and_read_back():
+    rng = np.random.default_rng(0)
+    correct, predicted = rng.random(10) < 0.5, rng.integers(0, 100, 10)
+    order = rng.permutation(10)  # the batches of replicas and pipelines come in any order
+    parts = [
+        (order[i : i + 4], correct[order[i : i + 4]], predicted[order[i : i + 4]])
+        for i in (0, 4, 8)
+    ]
+    answers = Answers.gathered(parts)
+    assert np.array_equal(answers.correct, correct)
+    assert np.array_equal(answers.predicted, predicted)
+    assert Answers.gathered([(np.array([0, 0, 1]), correct[:3], predicted[:3])]) is None
+    assert Answers.gathered([(np.array([1, 2]), correct[:2], predicted[:2])]) is None
+
+
+def test_a_run_keeps_a_line_per_evaluation_and_its_final_predictions(tmp_path):
+    answers = Answers(np.array([True, False, True]), np.array([3, 7, 300]))
+    path = tmp_path / ANSWERS_FILE
+    path.write_text(
+        answers.line(5, final=False)
+        + "\n"
+        + Answers(~answers.correct, answers.predicted).line(10, final=False)
+        + "\n"
+        + answers.line(10, final=True)  # a resumed run evaluates step 10 again: the later wins
+        + "\n"
+    )
+    read = read_answers(path)
+    assert [e.step for e in read] == [5, 10]
+    assert np.array_equal(read[0].correct, answers.correct) and read[0].predicted is None
+    assert np.array_equal(read[1].correct, answers.correct)
+    assert read[1].predicted.tolist() == [3, 7, 300]  # uint16 where a class is past 255
+    assert json.loads(path.read_text().splitlines()[2])["predicted_dtype"] == "uint16"
+    assert read_answers(tmp_path / "absent.jsonl") == []
+
+
+def test_the_original_windows_cycle_through_the_test_split():
+    assert window_starts(10_000) == [0, 5_000]
+    assert window_starts(1_017) == [0]
+    assert window_starts(12_000) == [
+        0,
+        5_000,
+        10_000,
+        3_000,
+        8_000,
+        1_000,
+        6_000,
+        11_000,
+        4_000,
+        9_000,
+        2_000,
+        7_000,
+    ]
+
+
+def test_the_figures_of_a_run_whose_answers_are_known():
+    """Three evaluations; the original code's figure is the best of one window each (the first
+    half, then the second, then the first again) and the best of either window each."""
+    evaluations = [
+        Evaluation(500, correct_bits(4_000, 3_000), None),  # halves 80%, 60%: whole 70%
+        Evaluation(1000, correct_bits(3_000, 4_500), None),  # 60%, 90%: whole 75%
+        Evaluation(1500, correct_bits(3_600, 3_500), None),  # 72%, 70%: whole 71%
+    ]
+    result = figures(evaluations)
+    assert result == {
+        "evaluations": 3,
+        "test_examples": 10_000,
+        "final_step": 1500,
+        "final_error": pytest.approx(29.0),
+        "best_error": pytest.approx(25.0),
+        "best_step": 1000,
+        # one window each: 80% (first half at 500), 90% (second half at 1000), 72% (first at 1500)
+        "original_2016_error": pytest.approx(10.0),
+        "original_2016_step": 1000,
+        "original_2016_either_window_error": pytest.approx(10.0),
+        "original_2016_either_window_step": 1000,
+    }
+    # a second half that is good only where the first evaluation reads the first half
+    one_each = figures(evaluations[:1] + [Evaluation(1000, correct_bits(4_600, 1_000), None)])
+    assert one_each["original_2016_error"] == pytest.approx(20.0)  # 80% (first), 20% (second)
+    assert one_each["original_2016_either_window_error"] == pytest.approx(8.0)  # 92%
+    assert figures([]) == {}
+
+
+def test_the_figures_command_reads_a_run_folder(tmp_path):
+    lines = [
+        Answers(correct_bits(4_000, 3_000), np.zeros(10_000, int)).line(500, final=False),
+        Answers(correct_bits(3_000, 4_500), np.zeros(10_000, int)).line(1000, final=True),
+    ]
+    (tmp_path / ANSWERS_FILE).write_text("\n".join(lines) + "\n")
+    proc = launchers.run("launch/figures.py", f"--model_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert (result["final_error"], result["best_error"]) == (25.0, 25.0)
+    assert result["original_2016_error"] == pytest.approx(10.0)
+    missing = launchers.run("launch/figures.py", f"--model_dir={tmp_path / 'none'}")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'none' / ANSWERS_FILE} does not exist: the run kept no answers (a run "
+        "from before them, or not a run's folder); write them with launch/evaluate.py "
+        f"--every_checkpoint --answers_to={tmp_path / 'none' / ANSWERS_FILE}"
+    ]
+
+
+def test_a_calls_health_sums_its_steps_keeps_the_last_gradient_and_the_largest_logit():
+    # two steps of loss 2.5 (cross-entropy 2.4 + decay 0.1), 10 of 16 right, |g| 3 then 4
+    first = health.step_totals(2.5, np.array([10.0, 2.4, 0.1, 7.0]), 16, 9.0)
+    second = health.step_totals(2.5, np.array([10.0, 2.4, 0.1, 5.0]), 16, 16.0)
+    totals = np.asarray(health.add_step(health.add_step(health.zeros(), first), second))
+    np.testing.assert_allclose(totals, [5.0, 20.0, 32.0, 4.8, 0.2, 16.0, 7.0], rtol=1e-6)
+    values = health.scalars(totals, 2)
+    assert values == pytest.approx(
+        {
+            "loss": 2.5,
+            "precision": 20 / 32,
+            "cross_entropy": 2.4,
+            "weight_decay": 0.1,
+            "grad_norm": 4.0,
+            "max_abs_logit": 7.0,
+        }
+    )
+    # one-step calls of the parameter-server trainer, combined as one call
+    np.testing.assert_allclose(
+        health.combine_calls([np.asarray(first), np.asarray(second)]), totals
+    )
+    assert health.text({**values, "weight_norm": 12.0}) == (
+        "cross_entropy 2.4, weight_decay 0.1, weight_norm 12, grad_norm 4, max_abs_logit 7"
+    )

@@ -1,0 +1,150 @@
+"""configs.experiments and runs.run_config: every experiment this project runs, by name, builds
+its whole run config; the learning rate's drops follow the run's length from one place; a
+launcher runs an experiment with any field overridden by its flag."""
+
+import dataclasses
+import json
+
+import launchers
+import pytest
+
+from resnet_noBN.configs import experiments
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.models.imagenet_model import ImageNetConfig
+from resnet_noBN.models.model import ModelConfig
+from resnet_noBN.runs import run_config
+from resnet_noBN.trainers.recipe import TrainConfig
+
+NAMES = [
+    "cifar10_paper",
+    "cifar100_paper",
+    "imagenet_paper",
+    "demo",
+    "cifar10_jpeg_q75",
+    "cifar10_leaky",
+    "cifar10_wd_2016",
+    "cifar10_preactivation",
+    "cifar10_trained_head_2016",
+    "cifar10_original_2016",
+    "cifar10_original_2016_wd",
+    "cifar10_13_59m",
+    "cifar100_true_float32",
+    "cifar100_lr0.02",
+    "cifar100_leaky_lr0.02",
+    "cifar100_2016_reader_lr0.02",
+    "cifar100_original_2016",
+    "cifar10_quarter",
+    "cifar100_quarter",
+    "cifar100_quarter_2016_reader",
+    "claims_hardt_ma",
+    "claims_standard",
+    "claims_he",
+    "claims_trainable_head",
+    "claims_no_identity",
+    "claims_leaky_relu",
+    "claims_conv_bias",
+    "claims_batch_norm",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_experiment_builds_its_whole_run(name):
+    exp = experiments.EXPERIMENTS[name]
+    run = run_config.build(name, launcher=exp.launcher)
+    assert run.experiment == name and run.launcher == exp.launcher
+    network_cls = ImageNetConfig if exp.launcher == "imagenet" else ModelConfig
+    assert type(run.network) is network_cls
+    for section in ("network", "data", "recipe", "runtime"):
+        for field, value in getattr(exp, section).items():
+            assert getattr(getattr(run, section), field) == value, (name, section, field)
+    record = run.record("tensorflow", 0)
+    assert record["experiment"] == name and record["recipe"]["lr_boundaries"] == list(
+        run.recipe.boundary_steps()
+    )
+
+
+def test_the_experiments_are_the_ones_listed():
+    assert list(experiments.EXPERIMENTS) == NAMES
+    for arms in experiments.STUDIES.values():
+        assert set(arms) <= set(NAMES)
+
+
+def test_the_runs_the_paper_reports_are_the_papers():
+    cifar10, cifar100 = run_config.build("cifar10_paper"), run_config.build("cifar100_paper")
+    assert cifar10.network == ModelConfig() and cifar10.recipe == TrainConfig()
+    assert cifar100.network == ModelConfig(num_classes=100)
+    assert cifar10.recipe.boundary_steps() == (30_000, 50_000)
+    imagenet = run_config.build("imagenet_paper", launcher="imagenet").recipe
+    assert (imagenet.learning_rate, imagenet.lr_decay, imagenet.batch_size) == (0.1, 0.94, 256)
+    assert imagenet.train_steps == 700_000 and imagenet.boundary_steps() == ()
+
+
+def test_the_2016_code_as_named_choices():
+    """The 2016 code with batch norm removed: leaky 0.1, its activations, its head; and with its
+    weight decay, 2e-4 * W on the gradient, recorded as such."""
+    network = run_config.build("cifar10_original_2016").network
+    assert (network.relu_leakiness, network.preactivation, network.head) == (
+        0.1,
+        True,
+        "original_2016",
+    )
+    assert (network.init, network.stage_widths, network.head_decay) == (
+        "hardt_ma",
+        (64, 128, 256),
+        True,
+    )
+    with_decay = run_config.build("cifar10_original_2016_wd")
+    assert with_decay.network == network and with_decay.recipe.weight_decay == 2e-4
+    assert with_decay.record("tensorflow", 0)["recipe"]["weight_decay_gradient"] == "0.0002 * W"
+
+
+@pytest.mark.parametrize(
+    "steps, boundaries, expected",
+    [
+        (60_000, ("1/2", "5/6"), (30_000, 50_000)),
+        (8_000, ("1/2", "5/6"), (4_000, 6_666)),
+        (300, ("1/2", "5/6"), (150, 250)),
+        (2, ("1/2", "5/6"), (1,)),
+        (8_000, ("0.5",), (4_000,)),
+        (8_000, (4_000, 6_667), (4_000, 6_667)),
+    ],
+)
+def test_the_learning_rate_drops_follow_the_run(steps, boundaries, expected):
+    recipe = TrainConfig(train_steps=steps, lr_boundaries=boundaries)
+    recipe.validate()
+    assert recipe.boundary_steps() == expected
+
+
+def test_a_budget_and_a_network_preset_apply_over_an_experiment():
+    run = run_config.build("claims_batch_norm", model="small", recipe={"train_steps": 6})
+    assert run.network == ModelConfig.preset("small", norm="batch", init="he")
+    assert (run.recipe.train_steps, run.recipe.boundary_steps()) == (6, (3, 5))
+    with pytest.raises(InputError, match="--experiment=nope is not an experiment of launch/cifar"):
+        run_config.build("nope")
+    with pytest.raises(InputError, match="--learning_rate must be positive"):
+        run_config.build("demo", recipe={"learning_rate": -1.0})
+
+
+def test_the_launcher_runs_an_experiment_with_its_flags_over_it():
+    proc = launchers.run(
+        "launch/cifar.py",
+        "--experiment=cifar10_original_2016_wd",
+        "--model=small",
+        "--train_steps=800",
+        "--relu_leakiness=0.2",
+        "--print_config",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = json.loads(proc.stdout)
+    run = run_config.build("cifar10_original_2016_wd", model="small")
+    expected = dataclasses.replace(
+        run, network=dataclasses.replace(run.network, relu_leakiness=0.2)
+    ).changed("recipe", train_steps=800)
+    assert printed == json.loads(json.dumps(expected.sections()))
+    assert printed["recipe"]["lr_boundaries"] == [400, 666]
+    bad = launchers.run("launch/cifar.py", "--experiment=imagenet_paper", "--print_config")
+    assert bad.returncode == 2
+    last = bad.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: --experiment=imagenet_paper is not an experiment of launch/cifar"
+    )
