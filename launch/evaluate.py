@@ -17,18 +17,18 @@ a run that predates them (launch/figures.py).
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import json
 import os
 
 from absl import flags
 
+from resnet_noBN.host import storage
 from resnet_noBN.runs import cli
 from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
-from resnet_noBN.trainers import storage
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and checkpoints).")

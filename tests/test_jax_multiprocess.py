@@ -351,7 +351,7 @@ def test_the_job_is_read_from_tf_config_or_slurm(monkeypatch, free_port):
     """The coordinator is the chief (else worker 0), the process id the task's place after it;
     parameter servers are refused in one line; SLURM: the step's first node, tasks and rank."""
     from resnet_noBN.backends import jax_job
-    from resnet_noBN.backends.cluster import ClusterError
+    from resnet_noBN.host.cluster import ClusterError
 
     chief, worker = f"127.0.0.1:{free_port()}", "10.0.0.2:2222"
     config = {"cluster": {"chief": [chief], "worker": ["10.0.0.1:2222", worker]}}
