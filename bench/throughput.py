@@ -280,7 +280,9 @@ def training_data(args, folder: Path) -> tuple[str, str]:
         data_path, source = args.data_path, "--data_path"
     else:
         data_path = str(folder / "cifar-10-batches-bin")
-        cifar_data.write_random(data_path, "cifar10", records_per_file=256)
+        # a test file of at least one evaluation batch: evaluation drops a partial one
+        per_file = max(256, args.eval_batch_size)
+        cifar_data.write_random(data_path, "cifar10", records_per_file=per_file)
         source = "random records (no --data_path)"
     cifar_data.check_data_path("cifar10", data_path)
     return data_path, source
