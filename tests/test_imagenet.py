@@ -22,6 +22,7 @@ from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.imagenet_input import DataError
 from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.models.model import param_counts
+from resnet_noBN.trainers import health
 from resnet_noBN.trainers.recipe import TrainConfig, exponential_learning_rate_schedule
 from resnet_noBN.trainers.training import Trainer
 
@@ -443,8 +444,10 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
             shuffle_buffer=8,
         )
 
-    loss_sum, correct, count = trainer.run_steps(trainer.distribute(dataset_fn("train", 4)), 2)
-    assert math.isfinite(loss_sum) and loss_sum > 0 and count == 8
+    totals = trainer.run_steps(trainer.distribute(dataset_fn("train", 4)), 2)
+    sums = dict(zip(health.CALL_TOTALS, totals))
+    assert math.isfinite(sums["loss"]) and sums["loss"] > 0 and sums["examples"] == 8
+    assert 0 <= sums["correct"] <= 8 and sums["grad_norm_sq"] > 0
     assert trainer.step == 2
     np.testing.assert_array_equal(trainer.model.get_layer("projection").kernel.numpy(), head)
     result = trainer.evaluate(dataset_fn("validation", 4))
