@@ -7,6 +7,10 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
   configs   plain declarations: the flags' choices, the named architectures, the one-line
             errors and exit codes, the runtime's and the data's config dataclasses, and the
             flags made from them. No Keras, TensorFlow or JAX.
+  lease     a lent GPU machine driven call by call: the plan (named experiments in the order
+            that decides the most), the exact data carried in parts under each call's 64 MiB,
+            the detached supervisor, what comes back (README.md there). Standard library and
+            ``configs`` only: it runs on the GPU machine before anything is unpacked.
   plotting  the matplotlib set-up of every plot (a module).
   progress  a long job's recent rate, time left and finish on the local clock (a module).
   models    the CIFAR network (Table 1) and the ImageNet ResNet-34, their block variants.
@@ -25,6 +29,7 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
 
 LAYERS = (
     "configs",
+    "lease",
     "plotting",
     "progress",
     "models",
