@@ -61,6 +61,13 @@ def _start(args):
         raise SystemExit(f"error: {e}") from None
 
 
+def _float32_as_tf32() -> bool:
+    """Whether the backend runs float32 convolutions and matmuls as TF32 where the GPU has it
+    (--precision=float32), read back from its library (``Backend.float32_math``); not under
+    true_float32."""
+    return registry.current().float32_math() == "tf32"
+
+
 def _trainer(runtime, args, model_dir: str):
     """The launchers' trainer of the benchmarked network and recipe, on one device, writing no
     run log (a non-chief's)."""
@@ -107,10 +114,7 @@ class TensorFlowEngine:
             if gpus
             else None
         )
-        # float32 convs and matmuls run as TF32 on Ampere and newer unless turned off
-        self.float32_as_tf32 = (
-            bool(gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
-        )
+        self.float32_as_tf32 = bool(gpus) and _float32_as_tf32()
         self.input = "pipeline" if not args.synthetic else "synthetic (one cached batch)"
 
     def _dataset(self, data_path: str, split: str, batch_size: int, **kwargs):
@@ -217,12 +221,7 @@ class JaxEngine(_SplitsEngine):
         first = runtime.devices[0]
         self.device = "gpu" if first.platform == "gpu" else "cpu"
         self.gpu_name = first.device_kind if self.device == "gpu" else None
-        # XLA runs float32 convs and matmuls as TF32 on Ampere and newer at its default
-        # precision (jax_default_matmul_precision unset)
-        self.float32_as_tf32 = self.device == "gpu" and jax.config.jax_default_matmul_precision in (
-            None,
-            "default",
-        )
+        self.float32_as_tf32 = self.device == "gpu" and _float32_as_tf32()
         self.input = "on the device, inside the step"
 
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
@@ -265,8 +264,7 @@ class TorchEngine(_SplitsEngine):
         cuda = torch.cuda.is_available()
         self.device = "gpu" if cuda else "cpu"
         self.gpu_name = torch.cuda.get_device_name(0) if cuda else None
-        # cuDNN runs float32 convolutions as TF32 on Ampere and newer unless turned off
-        self.float32_as_tf32 = cuda and torch.backends.cudnn.allow_tf32
+        self.float32_as_tf32 = cuda and _float32_as_tf32()
         self.input = "on the device, each eager step"
 
     def _synchronize(self):

@@ -198,7 +198,7 @@ def measure_mfu(args, dev: dict, flops: dict, measured: dict) -> dict:
     if dev["device"] == "cpu" and result["mfu"] and result["mfu"] > 1:
         say(
             "note: MFU > 1 against the stated peak: the cores run above the clock it assumes "
-            "(boost); pass --cpu_clock_ghz with the real clock (bench/README.md)"
+            "(boost); pass --cpu_clock_ghz with the real clock (docs/speed.md)"
         )
     return result
 

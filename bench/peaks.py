@@ -2,7 +2,7 @@
 NVIDIA's dense data-sheet figures for GPUs (``GPU_PEAKS``), and for a CPU the stated peak, cores x
 FLOP/cycle x clock, the FLOP/cycle from its microarchitecture (``cpu_flops_per_cycle``).
 
-Plain Python (``resnet_noBN.backends.cpu`` reads /proc/cpuinfo without Keras): the PyTorch twin
+Plain Python (``resnet_noBN.host.cpu`` reads /proc/cpuinfo without Keras): the PyTorch twin
 (``torch_twin.py``) holds its step against the same peaks.
 """
 
@@ -12,12 +12,10 @@ import os
 import re
 import subprocess
 
-from resnet_noBN.configs.choices import PRECISIONS
-
-# The arithmetic the convolutions of each Keras precision run in: the peak a run is held against
-# (on a GPU that runs float32 as TF32, the TF32 peak: ``peak_precision``) and the PyTorch twin's
-# --precision (torch.autocast to it).
-COMPUTE_PRECISIONS = {precision: precision.removeprefix("mixed_") for precision in PRECISIONS}
+# The arithmetic the convolutions of each --precision run in: the peak a run is held against
+# (on a GPU that runs float32 as TF32, the TF32 peak: ``peak_precision``; true_float32 never
+# does) and the PyTorch twin's --precision (torch.autocast to it).
+COMPUTE_PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "true_float32": "float32"}
 
 # Dense peak FLOP/s by GPU name (first substring match wins), from NVIDIA's data sheets
 # (without sparsity). "float32" is the non-tensor-core rate; TF runs float32 convs and matmuls
@@ -41,9 +39,9 @@ def peak_precision(compute: str, float32_as_tf32: bool) -> str:
 
 def cpu_info() -> dict:
     """vendor, family, model, flags, name and clock (MHz) of this CPU: the reading of
-    /proc/cpuinfo by ``resnet_noBN.backends.cpu``, with lscpu's max clock where the kernel
+    /proc/cpuinfo by ``resnet_noBN.host.cpu``, with lscpu's max clock where the kernel
     exposes one."""
-    from resnet_noBN.backends import cpu
+    from resnet_noBN.host import cpu
 
     fields = cpu.cpu_fields()
     info = {

@@ -271,7 +271,7 @@ def set_environment(args) -> None:
     if args.onednn is not None:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = args.onednn
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet_noBN.backends import cpu
+    from resnet_noBN.host import cpu
 
     cpu.default_onednn()
 
@@ -279,7 +279,7 @@ def set_environment(args) -> None:
 def describe_device(args, eng) -> dict:
     """device ("cpu" or "gpu"), device_name, cores, and the peak FLOP/s at peak_precision (bf16
     for mixed_bfloat16, tf32 for float32 on a GPU that runs float32 as TF32)."""
-    from resnet_noBN.backends import cpu
+    from resnet_noBN.host import cpu
 
     precision = peak_precision(COMPUTE_PRECISIONS[args.precision], eng.float32_as_tf32)
     name = eng.gpu_name or cpu.cpu_name()
@@ -301,7 +301,9 @@ def training_data(args, folder: Path) -> tuple[str, str]:
         data_path, source = args.data_path, "--data_path"
     else:
         data_path = str(folder / "cifar-10-batches-bin")
-        cifar_data.write_random(data_path, "cifar10", records_per_file=256)
+        # a test file of at least one evaluation batch: evaluation drops a partial one
+        per_file = max(256, args.eval_batch_size)
+        cifar_data.write_random(data_path, "cifar10", records_per_file=per_file)
         source = "random records (no --data_path)"
     cifar_data.check_data_path("cifar10", data_path)
     return data_path, source
@@ -329,7 +331,8 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     """What was measured, where and how (the start of the JSON), printed as two lines."""
     import keras
 
-    from resnet_noBN.backends import cpu, registry
+    from resnet_noBN.backends import registry
+    from resnet_noBN.host import cpu
     from resnet_noBN.models.model import ModelConfig
 
     tensorflow = eng.name == "tensorflow"

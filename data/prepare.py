@@ -8,7 +8,7 @@ internet, --manual_dir names a folder holding the official archive under its off
 (cifar-10-binary.tar.gz / cifar-100-binary.tar.gz, https://www.cs.toronto.edu/~kriz/cifar.html):
 tfds takes it from there instead of downloading it, and still checks its checksum.
 Prints one line with what was prepared and where; an error prints one line `error: ...` on
-stderr and exits with status 2. See data/README.md.
+stderr and exits with status 2. See docs/data.md.
 """
 
 from __future__ import annotations

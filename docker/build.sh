@@ -3,7 +3,7 @@
 # (python:3.11-slim-bookworm) cannot be pulled: an air-gapped machine, or a registry mirror that
 # lacks it. Then a stand-in base is built from Debian bookworm's packages (mmdebstrap: Debian's
 # python3.11 in a venv at /usr/local, so /usr/local/bin/python and pip are where the official
-# image has them) and the Dockerfile runs unchanged on it. See docker/README.md, "Building".
+# image has them) and the Dockerfile runs unchanged on it. See docs/containers.md, "Building without Docker Hub".
 #
 #   docker/build.sh                          # GPU image resnet-nobn (tensorflow[and-cuda])
 #   docker/build.sh --cpu -t resnet-nobn:cpu # CPU-only TensorFlow: ~1/5 of the size, no GPU

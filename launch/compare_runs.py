@@ -11,9 +11,9 @@ Reads each run's metrics.jsonl (a run still going shows its evaluations so far);
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import json
 

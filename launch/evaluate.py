@@ -24,9 +24,9 @@ predictions in a run's answers file (the GPU's, image by image).
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import json
 import os
@@ -35,9 +35,9 @@ import numpy as np
 from absl import flags
 
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.host import storage
 from resnet_noBN.runs import cli
 from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
-from resnet_noBN.trainers import storage
 from resnet_noBN.trainers.answers import final_predictions
 
 FLAGS = flags.FLAGS

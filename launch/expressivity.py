@@ -30,9 +30,9 @@ Bad input or data that break the lemma's preconditions: 'error: ...' on stderr, 
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import os
 

@@ -16,9 +16,9 @@ line of JSON.
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 from resnet_noBN.backends import registry
 

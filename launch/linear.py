@@ -25,9 +25,9 @@ Writes linear.json and the plots to --output_dir; ends with one line of JSON (th
 
 from __future__ import annotations
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (backends/cpu.py)
+cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import json
 import os

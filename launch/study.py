@@ -50,10 +50,12 @@ def arms() -> tuple[str, ...]:
     every = experiments.STUDIES[FLAGS.study]
     unknown = sorted(set(FLAGS.arms or ()) - set(every))
     if unknown:
-        sys.exit(
+        print(
             f"error: --arms: {', '.join(unknown)} is not an arm of {FLAGS.study}; choose from "
-            f"{','.join(every)}"
+            f"{','.join(every)}",
+            file=sys.stderr,
         )
+        sys.exit(2)
     return tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
 
 

@@ -4,32 +4,36 @@ TensorFlow 2 / Keras 3.
 Subpackages, lowest first (:data:`LAYERS`): a module imports from its own layer or the ones
 before it, never from a later one (tests/test_layers.py walks every import to check it):
 
-  configs   plain declarations: the flags' choices, the named architectures, the one-line
-            errors and exit codes, the runtime's and the data's config dataclasses, and the
-            flags made from them. No Keras, TensorFlow or JAX.
+  configs   plain declarations: the flags' choices, the named architectures, the named
+            experiments, the one-line errors and exit codes, the runtime's config dataclass, and
+            the flags made from them. No Keras, TensorFlow or JAX.
   lease     a lent GPU machine driven call by call: the plan (named experiments in the order
             that decides the most), the exact data carried in parts under each call's 64 MiB,
             the detached supervisor, what comes back (README.md there). Standard library and
             ``configs`` only: it runs on the GPU machine before anything is unpacked.
+  host      the facts of the machine a run computes on: its CPU, its cluster, the signals that
+            stop it, its peers, its storage.
   plotting  the matplotlib set-up of every plot (a module).
   progress  a long job's recent rate, time left and finish on the local clock (a module).
   models    the CIFAR network (Table 1) and the ImageNet ResNet-34, their block variants.
   datasets  CIFAR and ImageNet read from files, the training stream, the tf.data pipelines.
   theory    Sections 2 and 3 of the paper, computed and checked.
-  trainers  the training loop (``TrainLoop``), the recipe, the TensorFlow and JAX trainers,
-            preemption, the run log.
+  trainers  the training loop (``TrainLoop``), the recipe, the TensorFlow, JAX and PyTorch
+            trainers, the run's health, its answers, the run log.
   backends  one object per Keras backend (``backends.registry.current()``): the runtime
             started, the trainer and the data sources built, the flags it cannot take refused.
-  runs      the command-line surface and whole jobs: flags, exit codes, one run per folder,
-            the claims sweep, evaluating a finished run.
+  runs      whole runs and the command-line surface: the run config and its flags, one run
+            setup, exit codes, one run per folder, the claims sweep, studies, a finished run
+            evaluated again and its figures.
 
 ``launch/`` (the entry points) and ``bench/`` stand above them all. Every entry point calls
-``backends.cpu.default_onednn()`` first, before anything loads TensorFlow.
+``host.cpu.default_onednn()`` first, before anything loads TensorFlow.
 """
 
 LAYERS = (
     "configs",
     "lease",
+    "host",
     "plotting",
     "progress",
     "models",

@@ -63,6 +63,29 @@ def no_network(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def one_line():
+    """check(excinfo, *fragments): the error's message is ONE line holding every fragment (what
+    bad input gets: ``configs.errors``)."""
+
+    def check(excinfo, *fragments):
+        message = str(excinfo.value)
+        assert "\n" not in message, message
+        for fragment in fragments:
+            assert fragment in message, (fragment, message)
+
+    return check
+
+
+@pytest.fixture(scope="module")
+def cifar_bin(request, tmp_path_factory, write_cifar):
+    """A folder ``cifar-10-batches-bin`` of random CIFAR-10 records in the official binary
+    layout, once per test module: the module's ``CIFAR_RECORDS`` records a file (default 16)."""
+    folder = tmp_path_factory.mktemp("data") / "cifar-10-batches-bin"
+    write_cifar(folder, "cifar10", getattr(request.module, "CIFAR_RECORDS", 16))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def write_cifar():
     """write(folder, dataset, records_per_file): `cifar_data.write_random`, random records in
     the official binary layout; returns {split: (uint8 images [N, 32, 32, 3], int labels [N])}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from resnet_noBN.configs.choices import PRECISIONS
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
 
@@ -100,7 +101,12 @@ def test_time_each_times_every_call_and_returns_the_last_result():
 
 
 def test_peak_precision_of_each_keras_precision():
-    assert peaks.COMPUTE_PRECISIONS == {"float32": "float32", "mixed_bfloat16": "bfloat16"}
+    assert peaks.COMPUTE_PRECISIONS == {
+        "float32": "float32",
+        "mixed_bfloat16": "bfloat16",
+        "true_float32": "float32",
+    }
+    assert set(peaks.COMPUTE_PRECISIONS) == set(PRECISIONS)  # every --precision has its peak
     assert peaks.peak_precision("float32", float32_as_tf32=True) == "tf32"
     assert peaks.peak_precision("float32", float32_as_tf32=False) == "float32"
     assert peaks.peak_precision("bfloat16", float32_as_tf32=True) == "bfloat16"
@@ -368,3 +374,22 @@ def test_torch_twin_inits_are_the_models(twin):
     for name, stddev in INIT_STDDEVS.items():
         for k, c in ((3, 16), (3, 64), (1, 256)):
             assert twin.STDDEVS[name](k, c) == pytest.approx(stddev(k, c), rel=1e-12)
+
+
+def test_the_health_cost_benchmark_times_the_trainer_with_and_without_it():
+    """bench/health_cost.py: the trainer with the run's health against the same without its
+    gradient and weight norms, pair by pair (correctness only: each pair's ratio of the two
+    s/step, the median last)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "health_cost.py"), "--model=small", "--pairs=2", "--chunk=1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["pair 1", "pair 2"]
+    result = json.loads(lines[-1])
+    assert (result["model"], result["chunk"], len(result["ratios"])) == ("small", 1, 2)
+    assert result["median_ratio"] == pytest.approx(np.median(result["ratios"]), abs=1e-4)

@@ -16,14 +16,6 @@ from resnet_noBN.datasets import cifar_data, image_folder
 REPO = Path(__file__).resolve().parents[1]
 
 
-def one_line(excinfo, *fragments):
-    """The DataError's message is one line holding every fragment."""
-    message = str(excinfo.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-
-
 def raw_records(path: Path, record_bytes: int) -> np.ndarray:
     return np.frombuffer(path.read_bytes(), np.uint8).reshape(-1, record_bytes)
 
@@ -102,7 +94,7 @@ def test_original_2016_layout_is_the_original_readers_slice(cifar100):
     np.testing.assert_array_equal(cifar_data.original_2016_shift(correct, labels), expected)
 
 
-def test_layout_split_and_dataset_errors(cifar10):
+def test_layout_split_and_dataset_errors(cifar10, one_line):
     root, _ = cifar10
     with pytest.raises(DataError) as e:
         cifar_data.load_split("cifar10", "test", root, layout="original_2016")
@@ -124,7 +116,7 @@ def test_layout_split_and_dataset_errors(cifar10):
     assert cifar_data.num_classes("cifar10") == 10 and cifar_data.num_classes("cifar100") == 100
 
 
-def test_binary_data_path_errors(cifar10):
+def test_binary_data_path_errors(cifar10, one_line):
     root, _ = cifar10
     folder = root / "cifar-10-batches-bin"
     expected = [str(folder / f"data_batch_{i}.bin") for i in range(1, 6)]
@@ -152,7 +144,7 @@ def test_binary_data_path_errors(cifar10):
     one_line(e, "data_batch_3.bin is 0 bytes")
 
 
-def test_image_folder_errors(tmp_path, write_image_tree):
+def test_image_folder_errors(tmp_path, write_image_tree, one_line):
     write_image_tree(tmp_path, "cifar10", 2)
     target = tmp_path / "train" / "dog" / "0001.png"
     target.write_bytes(b"not an image at all")
@@ -192,7 +184,9 @@ def test_image_folder_errors(tmp_path, write_image_tree):
     one_line(e, "lacks test/")
 
 
-def test_the_first_bad_image_in_file_order_is_named(tmp_path, write_image_tree, monkeypatch):
+def test_the_first_bad_image_in_file_order_is_named(
+    tmp_path, write_image_tree, monkeypatch, one_line
+):
     """Decoded by several threads, one file per chunk: the error is still the first bad file."""
     monkeypatch.setattr(image_folder, "_DECODE_CHUNK", 1)
     write_image_tree(tmp_path, "cifar10", 3)

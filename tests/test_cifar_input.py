@@ -12,14 +12,6 @@ from resnet_noBN.datasets.cifar_input import DataError
 pytestmark = pytest.mark.usefixtures("no_network")
 
 
-def one_line(excinfo, *fragments):
-    """The DataError's message is one line holding every fragment."""
-    message = str(excinfo.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-
-
 def arrays(dataset):
     """Every element of an (image, label) dataset, as two stacked numpy arrays."""
     images, labels = zip(*dataset.as_numpy_iterator())
@@ -39,7 +31,7 @@ def cifar10(tmp_path, write_cifar):
     return tmp_path, written
 
 
-def test_num_classes_and_unknown_dataset():
+def test_num_classes_and_unknown_dataset(one_line):
     assert cifar_input.num_classes("cifar10") == 10
     assert cifar_input.num_classes("cifar100") == 100
     with pytest.raises(DataError) as e:
@@ -88,7 +80,7 @@ def test_original_2016_layout_is_the_original_readers_slice(tmp_path, write_cifa
     np.testing.assert_array_equal(shifted[:, 1:, 1:], planes[:, 1:, :-1])
 
 
-def test_original_2016_layout_is_for_cifar100_only(cifar10):
+def test_original_2016_layout_is_for_cifar100_only(cifar10, one_line):
     root, _ = cifar10
     with pytest.raises(DataError) as e:
         cifar_input.read_records("cifar10", "test", data_path=root, layout="original_2016")
@@ -108,7 +100,7 @@ def test_check_data_path_accepts_the_folder_or_its_parent(cifar10):
     assert cifar_input.check_data_path("cifar10", folder) == expected
 
 
-def test_data_path_errors(cifar10):
+def test_data_path_errors(cifar10, one_line):
     root, _ = cifar10
     folder = root / "cifar-10-batches-bin"
     with pytest.raises(DataError) as e:
@@ -285,7 +277,7 @@ def test_tfds_reading_with_mock_data(tmp_path, dataset, monkeypatch):
     assert all(np.isfinite(b[0]).all() for b in evaluation)
 
 
-def test_tfds_download_offline_is_a_one_line_data_error(tmp_path):
+def test_tfds_download_offline_is_a_one_line_data_error(tmp_path, one_line):
     with pytest.raises(DataError) as e:
         cifar_input.build_dataset("cifar10", "train", 8, data_dir=tmp_path)
     one_line(

@@ -5,6 +5,7 @@ import json
 import launchers
 import pytest
 
+from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import claims
 
 
@@ -166,30 +167,34 @@ def test_a_diverged_seed_counts_as_chance_and_verdicts_weigh_the_spread():
 
 def test_the_budgeted_recipe_keeps_the_papers_proportions():
     cfg = claims.Sweep().recipe
-    assert cfg.train_steps == 300 and cfg.lr_boundaries == (150, 250)  # 30k, 50k of 60k
+    assert cfg.train_steps == 300 and cfg.boundary_steps() == (150, 250)  # 30k, 50k of 60k
     assert (cfg.batch_size, cfg.learning_rate, cfg.momentum, cfg.weight_decay) == (
         128,
         0.05,
         0.9,
         1e-4,
     )
-    model = claims.model_config(claims.ARMS[-1], claims.Sweep(), 10)
+    data = DataConfig()
+    model = claims.arm_config(claims.ARMS[-1], claims.Sweep(), data).network
     assert (model.num_residual_units, model.stage_widths, model.norm, model.init) == (
         9,
         (16, 32, 64),
         "batch",
         "he",
     )
-    assert claims.QUICK.recipe.lr_boundaries == (3, 5)
-    assert claims.model_config(claims.ARMS[0], claims.QUICK, 10).num_residual_units == 1
-    assert claims.scaled_recipe(cfg, 60_000).lr_boundaries == (30_000, 50_000)
+    # each arm is its named experiment at the sweep's budget
+    for arm in claims.ARMS:
+        assert claims.arm_config(arm, claims.Sweep(), data).experiment == f"claims_{arm.name}"
+    assert claims.QUICK.recipe.boundary_steps() == (3, 5)
+    assert claims.arm_config(claims.ARMS[0], claims.QUICK, data).network.num_residual_units == 1
+    assert claims.scaled_recipe(cfg, 60_000).boundary_steps() == (30_000, 50_000)
     assert (
         claims.scaled_recipe(cfg, 40).eval_every
         == claims.scaled_recipe(cfg, 40).checkpoint_every
         == 40
     )
     gpu = claims.scaled_recipe(cfg, 20_000, eval_every=2_000)
-    assert (gpu.lr_boundaries, gpu.eval_every, gpu.checkpoint_every) == (
+    assert (gpu.boundary_steps(), gpu.eval_every, gpu.checkpoint_every) == (
         (10_000, 16_666),
         2_000,
         2_000,

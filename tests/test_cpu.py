@@ -1,4 +1,4 @@
-"""backends.cpu: oneDNN on by default on x86, the user's setting kept, the bf16 warning."""
+"""host.cpu: oneDNN on by default on x86, the user's setting kept, the bf16 warning."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 
 ZEN3 = {"sse2", "avx", "avx2", "fma"}  # AVX2 only: TensorFlow alone leaves oneDNN off
 ZEN4 = ZEN3 | {"avx512f", "avx512_vnni", "avx512_bf16"}
@@ -74,7 +74,7 @@ def _report(env_value):
     if env_value is not None:
         env[cpu.ENV] = env_value
     code = (
-        "import json, os, resnet_noBN.backends.cpu as c; c.default_onednn(); import tensorflow; "
+        "import json, os, resnet_noBN.host.cpu as c; c.default_onednn(); import tensorflow; "
         "print(json.dumps({**c.runtime_report(), 'env': os.environ.get(c.ENV)}))"
     )
     proc = subprocess.run(

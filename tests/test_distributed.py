@@ -17,10 +17,12 @@ import pytest
 import tensorflow as tf
 from launchers import REPO
 
-from resnet_noBN.backends import cluster, distribute
+from resnet_noBN.backends import distribute
 from resnet_noBN.configs.errors import PEER_LOST_EXIT
+from resnet_noBN.host import cluster
 from resnet_noBN.trainers.training import scratch_dir_name
 
+CIFAR_RECORDS = 32  # a file, in the cifar_bin fixture (conftest.py)
 SMALL = [
     "--model=small",
     "--batch_size=16",
@@ -28,13 +30,6 @@ SMALL = [
     "--log_every=5",
     "--seed=1",
 ]
-
-
-@pytest.fixture(scope="module")
-def cifar_bin(tmp_path_factory, write_cifar):
-    folder = tmp_path_factory.mktemp("cifar-10-batches-bin")
-    write_cifar(folder, "cifar10", 32)
-    return folder
 
 
 def job_env(tmp_path):

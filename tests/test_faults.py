@@ -21,9 +21,10 @@ import pytest
 
 from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached
 from resnet_noBN.datasets import cifar_data
+from resnet_noBN.host import storage
 from resnet_noBN.runs import folder_claim, record
-from resnet_noBN.trainers import storage
 
+CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
 SMALL = [
     "--model=small",
     "--batch_size=8",
@@ -51,13 +52,6 @@ def cifar(backend: str, *args):
 
 def last_line(proc) -> str:
     return proc.stderr.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def cifar_bin(tmp_path_factory, write_cifar):
-    folder = tmp_path_factory.mktemp("data") / "cifar-10-batches-bin"
-    write_cifar(folder, "cifar10", 8)
-    return folder
 
 
 @pytest.fixture(scope="module")

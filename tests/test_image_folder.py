@@ -64,14 +64,9 @@ def test_training_batches_from_a_tree(tmp_path, write_image_tree):
     np.testing.assert_allclose(tf.reduce_mean(images, axis=[1, 2, 3]), 0, atol=1e-4)
 
 
-def one_line(excinfo, *fragments):
-    message = str(excinfo.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-
-
-def test_missing_split_unknown_and_missing_classes_empty_class(tmp_path, write_image_tree):
+def test_missing_split_unknown_and_missing_classes_empty_class(
+    tmp_path, write_image_tree, one_line
+):
     write_image_tree(tmp_path, "cifar10", 1)
     (tmp_path / "test" / "cat" / "0000.png").unlink()
     with pytest.raises(DataError) as e:
@@ -95,7 +90,7 @@ def test_missing_split_unknown_and_missing_classes_empty_class(tmp_path, write_i
 @pytest.mark.parametrize(
     "bad, why", [(b"not an image at all", "not a readable JPEG or PNG"), ("small", "not 32x32")]
 )
-def test_a_bad_image_is_named(tmp_path, write_image_tree, bad, why):
+def test_a_bad_image_is_named(tmp_path, write_image_tree, bad, why, one_line):
     write_image_tree(tmp_path, "cifar10", 2)
     target = tmp_path / "train" / "dog" / "0001.png"
     if bad == "small":

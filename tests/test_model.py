@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN.backends import cpu
+from resnet_noBN.host import cpu
 from resnet_noBN.models import model
 from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.models.model import (

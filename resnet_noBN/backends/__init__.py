@@ -2,7 +2,6 @@
 it starts the runtime (devices or ``tf.distribute`` strategy, threads, precision, the global
 seed), refuses the flags it cannot take, builds the trainer and the data sources, reports the
 devices, and says which launchers it serves. ``base`` holds the interface and the ``Runtime``;
-``tensorflow_backend`` (with ``distribute``, ``speed``), ``jax_backend`` and ``torch_backend``
-(with ``splits_in_memory``) implement it;
-``cpu`` holds the host CPU's facts. They may import every layer below (``configs`` ..
-``trainers``); this ``__init__`` imports nothing, so ``backends.cpu`` loads before TensorFlow."""
+``tensorflow_backend`` (with ``distribute``, ``speed``), ``jax_backend`` (with ``jax_job``) and
+``torch_backend`` (with ``splits_in_memory``) implement it; the host's own facts are
+``resnet_noBN.host``'s. They may import every layer below (``configs`` .. ``trainers``)."""

@@ -19,11 +19,11 @@ import sys
 
 import keras
 
-from resnet_noBN.backends import cpu
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.host import cpu
 
 LAUNCHERS = ("cifar", "claims", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
 

@@ -14,7 +14,7 @@
 
 The cluster comes from ``TF_CONFIG`` (``--cluster_resolver=tf_config``, as Kubernetes, Docker
 compose and ``launch/local_cluster.py`` set it) or from SLURM's variables
-(``--cluster_resolver=slurm``). It is validated (``backends.cluster``) before any TensorFlow op
+(``--cluster_resolver=slurm``). It is validated (``host.cluster``) before any TensorFlow op
 runs: collective ops must be configured first, and a bad cluster gets a one-line error, not a
 hang.
 ``tensorflow_backend.TensorFlowBackend.start`` does all that a launcher needs before it builds
@@ -27,9 +27,9 @@ import os
 
 import tensorflow as tf
 
-from resnet_noBN.backends.cluster import ClusterError, check_port_free, parse_tf_config
 from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
-from resnet_noBN.trainers import peers
+from resnet_noBN.host import peers
+from resnet_noBN.host.cluster import ClusterError, check_port_free, parse_tf_config
 
 
 class _CpuSlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
@@ -73,7 +73,7 @@ def _has_nvidia_smi() -> bool:
 def make_strategy(name: str, resolver: str = "tf_config", peer_timeout_s: float = 60.0):
     """(the strategy called ``name``, its cluster resolver or None); call it before any other
     TensorFlow op. A task of a multi-worker or parameter-server job ends within about
-    ``peer_timeout_s`` of another task dying or hanging (``trainers.peers``).
+    ``peer_timeout_s`` of another task dying or hanging (``host.peers``).
 
     Under ``parameter_server`` a worker or ps task never returns from here: it serves the
     chief until the job is stopped.
@@ -111,7 +111,7 @@ def make_strategy(name: str, resolver: str = "tf_config", peer_timeout_s: float 
 
 def _serve(cluster_resolver, peer_timeout_s: float) -> None:
     """Run this worker's or parameter server's TF server until the job is stopped, or until
-    the chief, once it answered, has not answered for ``peer_timeout_s`` (``trainers.peers``:
+    the chief, once it answered, has not answered for ``peer_timeout_s`` (``host.peers``:
     one line, exit 5)."""
     print(f"{cluster_resolver.task_type} {cluster_resolver.task_id}: serving the chief", flush=True)
     server = tf.distribute.Server(

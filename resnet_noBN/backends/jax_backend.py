@@ -16,11 +16,11 @@ import numpy as np
 
 from resnet_noBN.backends import jax_job
 from resnet_noBN.backends.base import LAUNCHERS, Runtime
-from resnet_noBN.backends.cluster import ClusterError
 from resnet_noBN.backends.splits_in_memory import SplitsInMemory
 from resnet_noBN.configs.choices import JAX_STRATEGIES
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
+from resnet_noBN.host.cluster import ClusterError
 from resnet_noBN.trainers import jax_agreed
 from resnet_noBN.trainers.jax_training import JaxTrainer
 

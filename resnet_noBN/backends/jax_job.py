@@ -44,8 +44,8 @@ import time
 
 import jax
 
-from resnet_noBN.backends.cluster import ClusterError, check_port_free, parse_tf_config
 from resnet_noBN.configs.errors import PEER_LOST_EXIT
+from resnet_noBN.host.cluster import ClusterError, check_port_free, parse_tf_config
 
 ALIVE_KEY = "resnet_noBN/alive/"  # + process id: the counter a process advances while it lives
 # The words of a collective or coordination call that failed because a peer is gone (Gloo on

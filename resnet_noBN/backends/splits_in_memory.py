@@ -23,7 +23,7 @@ class SplitsInMemory(Backend):
         ``keras.utils.set_random_seed`` (to seed tf.random for tf.data) and tensorboard's
         summary writer (for tf.io.gfile; it falls back to its own stub without TensorFlow).
         That import cost a short run about 1.8 s and 470 MB on JAX and on PyTorch alike, and
-        printed TensorFlow's CUDA probing (bench/README.md, "Start-up"); the tests run these
+        printed TensorFlow's CUDA probing (docs/speed.md, "Start-up"); the tests run these
         backends the same way."""
         sys.modules.setdefault("tensorflow", None)
         return super().start(cfg, batch_sizes, seed)
@@ -32,7 +32,7 @@ class SplitsInMemory(Backend):
         """DataError: tensorflow-datasets needs TensorFlow."""
         raise DataError(
             f"reading tensorflow-datasets needs TensorFlow: on the {self.name} backend pass "
-            "--data_path (the official binary files or an image folder; see data/README.md)"
+            "--data_path (the official binary files or an image folder; see docs/data.md)"
         )
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from resnet_noBN.backends import cpu, distribute, speed
+from resnet_noBN.backends import distribute, speed
 from resnet_noBN.backends.base import Backend, Runtime
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import TIME_BUDGET_ERROR, RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.trainers import peers
+from resnet_noBN.host import cpu, peers
 from resnet_noBN.trainers.training import ParameterServerTrainer, Trainer
 
 
@@ -56,7 +56,7 @@ class TensorFlowBackend(Backend):
         return distribute.chief_seed(runtime.strategy, seed, runtime.is_chief)
 
     def end_if_peer_lost(self, error: BaseException) -> None:
-        """A lost peer of a multi-worker job (``trainers.peers``): one line, exit 5."""
+        """A lost peer of a multi-worker job (``host.peers``): one line, exit 5."""
         line = peers.lost_peer(error)
         if line is not None:
             peers.end(line)

@@ -53,7 +53,7 @@ class DataConfig:
         default=str(DEFAULT_TFDS_DIR),
         metadata={
             "may_change": True,
-            "help": "tensorflow-datasets directory (see data/README.md).",
+            "help": "tensorflow-datasets directory (see docs/data.md).",
         },
     )
     pad: int = dataclasses.field(
@@ -79,7 +79,7 @@ class DataConfig:
             "help": "How a CIFAR-100 record is read: official (the fine label, then the pixels "
             "from byte 2), or original_2016: as the original cifar_data.py before its July 2017 "
             "fix, the pixels from byte 1, so the fine label is the first red pixel of every "
-            "image (a label leak; see data/README.md). For measuring what that did to the "
+            "image (a label leak; see docs/data.md). For measuring what that did to the "
             "paper's figure, not for use.",
         },
     )

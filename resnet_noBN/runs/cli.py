@@ -23,7 +23,7 @@ import sys
 
 from absl import app, flags, logging
 
-from resnet_noBN.backends import cpu, registry
+from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs.errors import (
     PREEMPTED_EXIT,
@@ -33,6 +33,7 @@ from resnet_noBN.configs.errors import (
     Preempted,
     StorageError,
 )
+from resnet_noBN.host import cpu
 from resnet_noBN.models.model import param_counts
 from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged
 

@@ -30,7 +30,7 @@ import socket
 import sys
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.trainers import storage
+from resnet_noBN.host import storage
 
 LOCK_FILE = "run.lock"
 # flock's errors where the file system cannot lock: the run goes on unclaimed, with a warning

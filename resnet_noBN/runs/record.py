@@ -33,7 +33,8 @@ import json
 import os
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.trainers import loop, storage
+from resnet_noBN.host import storage
+from resnet_noBN.trainers import loop
 
 CONFIG_FILE = "config.json"
 SECTIONS = ("network", "recipe", "data")

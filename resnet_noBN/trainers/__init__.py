@@ -3,5 +3,6 @@ the newest readable checkpoint, the evaluation totals), the paper's recipe (``re
 optimizers, schedules, ``TrainConfig``), the TensorFlow trainer (``training``, any
 ``tf.distribute`` strategy), the JAX trainer (``jax_training``) and the PyTorch trainer
 (``torch_training``), what those two share (``one_process``: the model, the npz checkpoints,
-the guard), the preemption guards and the run log. They may import ``configs``, ``plotting``,
-``models`` and ``datasets``; no trainer is chosen here (``backends`` does)."""
+the guard), the run's health (``health``), its answers (``answers``) and the run log. They may
+import ``configs``, ``host``, ``plotting``, ``models`` and ``datasets``; no trainer is chosen here
+(``backends`` does)."""

@@ -35,8 +35,9 @@ import keras
 import numpy as np
 
 from resnet_noBN.datasets import stream
+from resnet_noBN.host import preemption
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
-from resnet_noBN.trainers import health, jax_agreed, preemption
+from resnet_noBN.trainers import health, jax_agreed
 from resnet_noBN.trainers.one_process import OneProcessTrainer
 from resnet_noBN.trainers.recipe import objective, top_classes
 

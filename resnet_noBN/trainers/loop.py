@@ -24,8 +24,9 @@ import numpy as np
 from keras import ops
 
 from resnet_noBN.configs.errors import TimeBudgetReached
+from resnet_noBN.host import storage
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
-from resnet_noBN.trainers import health, storage
+from resnet_noBN.trainers import health
 from resnet_noBN.trainers.answers import Answers
 
 # Steps per compiled call are chosen so that a call lasts about this long: a preemption signal is

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 
 from resnet_noBN.configs.errors import DataError
-from resnet_noBN.trainers import preemption, storage
+from resnet_noBN.host import preemption, storage
 from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
 from resnet_noBN.trainers.recipe import TrainConfig, learning_rate_schedule, make_optimizer
 from resnet_noBN.trainers.run_log import RunLog

@@ -27,7 +27,7 @@ import threading
 
 from tensorboard.summary import Writer
 
-from resnet_noBN.trainers import storage
+from resnet_noBN.host import storage
 from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers
 
 METRICS_FILE = "metrics.jsonl"

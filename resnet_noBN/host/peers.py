@@ -27,7 +27,7 @@ Either way the line is ``error: worker 0 (chief) stopped answering for 62 s (...
 job to resume from <checkpoint>`` and the process ends with ``os._exit`` (interpreter shutdown
 would wait on the lost peer), its output flushed first. What the run wrote is whole:
 checkpoints, logs and config.json are replaced atomically or appended whole
-(``trainers.storage``).
+(``host.storage``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""launch/study.py and runs.study: a baseline and its one-change arms, each from its seeds, run
+side by side as launch/cifar.py runs, resumed where they stopped, summed up in a table of the
+final, best and original-2016 figures with the seed spread."""
+
+import json
+
+import launchers
+import numpy as np
+import pytest
+
+from resnet_noBN.runs import study
+from resnet_noBN.trainers.answers import read_answers
+
+CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
+
+
+def run_study(cifar_bin, output_dir, *more):
+    return launchers.run(
+        "launch/study.py",
+        "--study=table2",
+        "--arms=cifar10_leaky",
+        "--model=small",
+        "--train_steps=4",
+        "--eval_every=2",
+        "--seeds=1",
+        "--parallel=2",
+        f"--data_path={cifar_bin}",
+        "--run_flags=--batch_size=8,--eval_batch_size=16",
+        f"--output_dir={output_dir}",
+        *more,
+        timeout=600,
+    )
+
+
+def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_bin, tmp_path):
+    out = tmp_path / "study"
+    proc = run_study(cifar_bin, out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 runs (2 arms x 1 seeds), 0 already finished; 2 side by side" in proc.stdout
+    for arm in ("cifar10_paper", "cifar10_leaky"):
+        folder = out / "runs" / f"{arm}-seed0"
+        config = json.loads((folder / "config.json").read_text())
+        assert config["experiment"] == arm and config["seed"] == 0
+        assert config["recipe"]["lr_boundaries"] == [2, 3]  # 1/2 and 5/6 of 4 steps
+        assert config["network"]["relu_leakiness"] == (0.1 if arm == "cifar10_leaky" else 0.0)
+        result = json.loads((folder / "result.json").read_text())
+        answers = read_answers(folder / "answers.jsonl")
+        assert [a.step for a in answers] == [2, 4] and len(answers[-1].correct) == 8
+        assert result["test_error"] == pytest.approx(1 - np.mean(answers[-1].correct))
+    summary = json.loads((out / study.SUMMARY_FILE).read_text())
+    assert list(summary["arms"]) == ["cifar10_paper", "cifar10_leaky"]
+    leaky = summary["arms"]["cifar10_leaky"]
+    base = summary["arms"]["cifar10_paper"]
+    assert leaky["final_error"]["gap"] == pytest.approx(
+        leaky["final_error"]["mean"] - base["final_error"]["mean"]
+    )
+    assert leaky["final_error"]["exceeds_spread"] is None  # one seed: no spread
+    table = (out / study.TABLE_FILE).read_text().splitlines()
+    assert sum(line.startswith("| `cifar10_") for line in table) == 2
+    assert (out / study.PLOT_FILE).stat().st_size > 0
+    again = run_study(cifar_bin, out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "2 runs (2 arms x 1 seeds), 2 already finished" in again.stdout
+    assert "started" not in again.stdout
+
+
+def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
+    proc = run_study(cifar_bin, tmp_path / "study", "--arms=cifar10_nope")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --arms: cifar10_nope is not an arm of table2; choose from "
+        "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_original_2016,"
+        "cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,cifar10_13_59m"
+    )
+    assert not (tmp_path / "study").exists()
