@@ -29,6 +29,7 @@ registry.serving("imagenet")
 from absl import flags
 
 from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.input_common import per_replica_dataset
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.runs import cli, run_config, setup
@@ -95,7 +96,7 @@ def main(argv):
     recipe = config.recipe
     schedule = exponential_learning_rate_schedule(
         recipe.batch_size,
-        imagenet_input.TRAIN_EXAMPLES,
+        IMAGENET_TRAIN_EXAMPLES,
         recipe.learning_rate,
         recipe.lr_decay,
         recipe.epochs_per_decay,

@@ -1,6 +1,7 @@
 """Test-session set-up shared by every test module."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,20 @@ def one_line():
             assert fragment in message, (fragment, message)
 
     return check
+
+
+@pytest.fixture(scope="session")
+def wait_for():
+    """wait_for(predicate, what, timeout=300): poll ``predicate`` every 0.5 s until it holds;
+    fail naming ``what`` after ``timeout`` seconds (a job's state, a line in its log)."""
+
+    def wait(predicate, what, timeout=300):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.5)
+
+    return wait
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads((out / "runs/hardt_ma-seed0/config.json").read_text())
-    assert config["recipe"]["precision"] == "mixed_bfloat16"
+    assert config["runtime"]["precision"] == "mixed_bfloat16"
     assert ", 1 seeds per arm, mixed_bfloat16; " in (out / claims.TABLE_FILE).read_text()
     arm = json.loads(proc.stdout.strip().splitlines()[-1])["arms"]["hardt_ma"]
     assert arm["diverged"] == 1 and arm["mean"] == pytest.approx(90.0)

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -146,13 +145,6 @@ def run_image(engine, image, data, runs, *flags):
 
 def final(output: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
-
-
-def wait_for(predicate, what, timeout=300):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +385,7 @@ def test_compose_job_trains_both_workers_to_the_same_weights(compose_straight):
     assert (runs / "cifar10-2workers" / "ckpt-150.index").is_file()
 
 
-def test_compose_stop_saves_on_both_workers_and_up_resumes(job, compose_straight):
+def test_compose_stop_saves_on_both_workers_and_up_resumes(job, compose_straight, wait_for):
     """`compose stop` mid-run: both workers save the same step and exit 3; `compose up` again
     resumes both there and ends with the weights of the job that ran straight through."""
     stopped, runs = job("stopped", STOPPABLE)

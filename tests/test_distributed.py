@@ -133,6 +133,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
     assert "2 replica(s) x 2 input pipeline(s)" in proc.stdout
     # the chief's files only: one checkpoint series, one metrics file; no leftover temp dirs
     assert sorted(p.name for p in model_dir.iterdir()) == [
+        "answers.jsonl",  # the last evaluation's answer per test image
         "checkpoint",
         "ckpt-10.data-00000-of-00001",
         "ckpt-10.index",

@@ -18,6 +18,7 @@ import tensorflow_datasets as tfds
 from launchers import REPO
 
 from resnet_noBN.datasets import imagenet_input
+from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.imagenet_input import DataError
 from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
 from resnet_noBN.models.model import param_counts
@@ -222,7 +223,7 @@ def test_every_block_switch_reaches_the_imagenet_blocks():
 
 def test_learning_rate_schedule():
     """0.1 x 0.94 every 2 epochs; an epoch is 1,281,167 / 256 steps; decay_steps = 10,009."""
-    schedule = exponential_learning_rate_schedule(256, imagenet_input.TRAIN_EXAMPLES)
+    schedule = exponential_learning_rate_schedule(256, IMAGENET_TRAIN_EXAMPLES)
     assert schedule.decay_steps == 10_009
     for step, lr in [
         (0, 0.1),
@@ -232,9 +233,7 @@ def test_learning_rate_schedule():
         (700_000, 0.1 * 0.94**69),
     ]:
         assert float(schedule(step)) == pytest.approx(lr, rel=1e-5)
-    assert (
-        exponential_learning_rate_schedule(512, imagenet_input.TRAIN_EXAMPLES).decay_steps == 5_004
-    )
+    assert exponential_learning_rate_schedule(512, IMAGENET_TRAIN_EXAMPLES).decay_steps == 5_004
 
 
 # ----------------------------------------------------------------------------- preprocessing

@@ -111,11 +111,21 @@ def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tm
     assert again.network == network and again.data == DataConfig(pad=4)
     assert again.recipe == dataclasses.replace(recipe, lr_boundaries=("30000", "50000"))
     assert again.recipe.boundary_steps() == recipe.boundary_steps() == (30_000, 50_000)
-    # more or fewer steps move the paper's 1/2 and 5/6 with them: refused; as steps, accepted
+    # more or fewer steps: the drops stay fractions of the length the run started with
+    shorter = RunConfig(network, DataConfig(pad=4), dataclasses.replace(recipe, train_steps=1))
+    kept = run_config.resumed(shorter, str(tmp_path))
+    assert kept.recipe.schedule_steps == 60_000
+    assert kept.recipe.boundary_steps() == (30_000, 50_000)
+    resume(str(tmp_path), network, kept.recipe, DataConfig(pad=4))
+    assert run_config.resumed(shorter, str(tmp_path / "new")) == shorter
+    # moved on purpose (--schedule_steps): refused; as steps, accepted
+    moved = dataclasses.replace(recipe, train_steps=1, schedule_steps=2)
+    assert (
+        run_config.resumed(RunConfig(network, DataConfig(pad=4), moved), str(tmp_path)).recipe
+        == moved
+    )
     with pytest.raises(InputError, match=r"lr_boundaries=\[30000, 50000\] there, \[1\] now"):
-        resume(
-            str(tmp_path), network, dataclasses.replace(recipe, train_steps=1), DataConfig(pad=4)
-        )
+        resume(str(tmp_path), network, moved, DataConfig(pad=4))
     as_steps = dataclasses.replace(recipe, train_steps=1, lr_boundaries=(30_000, 50_000))
     resume(str(tmp_path), network, as_steps, DataConfig(pad=4))
     for recipe_change, data, field in (
@@ -130,6 +140,7 @@ def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tm
 def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
     assert run_config.FREE_ON_RESUME == {
         "train_steps",
+        "schedule_steps",
         "eval_every",
         "checkpoint_every",
         "log_every",

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -111,13 +110,6 @@ def job_state(env, job) -> str:
     return re.search(r"JobState=(\S+)", text).group(1)
 
 
-def wait_for(predicate, what, timeout=240):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def results(log: pathlib.Path) -> list[dict]:
     return [
         json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"dataset"')
@@ -125,7 +117,7 @@ def results(log: pathlib.Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(slurm):
+def uninterrupted(slurm, wait_for):
     """The log and state of the job run straight through."""
     env, data = slurm
     job, log = submit(env, "plain", data)
@@ -143,7 +135,9 @@ def test_the_sbatch_script_trains_two_workers_to_the_same_weights(uninterrupted)
     assert "2 replica(s) x 2 input pipeline(s)" in log.read_text()
 
 
-def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slurm, uninterrupted):
+def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(
+    slurm, uninterrupted, wait_for
+):
     """Both tasks get SIGTERM, agree on a step and save it; the requeued job resumes there and
     ends with the weights of the job that ran straight through, to the bit."""
     env, data = slurm
@@ -179,7 +173,7 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(slu
     assert "Traceback" not in text
 
 
-def test_the_sbatch_script_runs_a_jax_job_equal_to_one_process(slurm, tmp_path):
+def test_the_sbatch_script_runs_a_jax_job_equal_to_one_process(slurm, tmp_path, wait_for):
     """KERAS_BACKEND=jax: the same script forms a JAX job from the step's variables (2 tasks of
     2 forced CPU devices); both tasks end with the weights of one process of 4 devices, to the
     bit, and only task 0 writes the folder."""

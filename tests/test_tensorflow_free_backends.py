@@ -19,7 +19,6 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN.backends import registry
-from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data, cifar_input, stream
 from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
 from resnet_noBN.runs import run_config
@@ -147,12 +146,12 @@ def test_the_networks_count_alike_on_tensorflow_and_its_precision_is_read_back()
         net = build_cifar_model(run_config.build(name).network)
         assert [*param_counts(net).values(), len(net.layers)] == counts, name
     backend = registry.current()
-    try:
-        backend.start(RuntimeConfig(precision="true_float32"), {"batch_size": 1}, 0)
+    try:  # what Backend.start does with --precision (the threads are set once per process)
+        backend.set_float32_math(True)
         assert backend.float32_math() == "true_float32"
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     finally:
-        backend.start(RuntimeConfig(), {"batch_size": 1}, 0)
+        backend.set_float32_math(False)
     assert backend.float32_math() == "tf32"
 
 
@@ -335,7 +334,7 @@ def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
     result = final_json(out)
     assert result["final_step"] == 4 and result["test_examples"] == 8
     config = json.loads((tmp_path / "bf16" / "config.json").read_text())
-    assert config["recipe"]["precision"] == "mixed_bfloat16" and config["backend"] == "torch"
+    assert config["runtime"]["precision"] == "mixed_bfloat16" and config["backend"] == "torch"
 
     nan = launch(
         [*common, "--train_steps=8", "--learning_rate=1e12", f"--model_dir={tmp_path / 'nan'}"],
@@ -344,5 +343,8 @@ def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
     out, _ = nan.communicate(timeout=300)
     assert nan.returncode == 1, out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("error: loss is ") and "training diverged; the latest checkpoint" in last
+    assert last.startswith("error: loss is ") and "training diverged (" in last
+    assert "; the latest checkpoint (none yet) is the last good one" in last
+    for health in ("cross_entropy", "weight_decay", "weight_norm", "grad_norm", "max_abs_logit"):
+        assert f"{health} " in last, (health, last)  # the run's health when it diverged
     assert "Traceback" not in out

@@ -41,6 +41,11 @@ def window_precision(correct: np.ndarray, start: int, size: int = WINDOW) -> flo
     return float(np.mean(correct[index]))
 
 
+def _percent(fraction: float) -> float:
+    """A fraction of the test images as a percentage, to a hundredth of an image in 10,000."""
+    return round(100.0 * fraction, 4)
+
+
 def window_starts(n: int, size: int = WINDOW) -> list[int]:
     """Where the successive windows of the cycle through ``n`` test images start, until they
     repeat (CIFAR's 10,000: 0 and 5,000); one window (0) where it holds the whole set."""
@@ -59,7 +64,7 @@ def figures(evaluations: list[Evaluation]) -> dict:
     steps where each was reached. Empty where there is no evaluation."""
     if not evaluations:
         return {}
-    whole = [100.0 * (1 - float(np.mean(e.correct))) for e in evaluations]
+    whole = [_percent(1 - float(np.mean(e.correct))) for e in evaluations]
     steps = [e.step for e in evaluations]
     n = len(evaluations[0].correct)
     starts = window_starts(n)
@@ -74,8 +79,8 @@ def figures(evaluations: list[Evaluation]) -> dict:
         "final_error": whole[-1],
         "best_error": whole[best],
         "best_step": steps[best],
-        "original_2016_error": 100.0 * (1 - max(one_each)),
+        "original_2016_error": _percent(1 - max(one_each)),
         "original_2016_step": steps[int(np.argmax(one_each))],
-        "original_2016_either_window_error": 100.0 * (1 - max(either)),
+        "original_2016_either_window_error": _percent(1 - max(either)),
         "original_2016_either_window_step": steps[int(np.argmax(either))],
     }

@@ -265,6 +265,22 @@ def _fields(cls, section: dict) -> dict:
     }
 
 
+def resumed(run: RunConfig, model_dir: str) -> RunConfig:
+    """``run`` as it resumes the run ``model_dir`` holds: where its learning-rate drops are
+    fractions and no --schedule_steps is given, they stay fractions of the length the run
+    started with (its ``schedule_steps``, or ``train_steps``), so a longer --train_steps
+    extends the run at its last rate, as a drop at a fixed step always did. Unchanged for a new
+    folder."""
+    saved = record.read_config(model_dir)
+    if not saved or run.recipe.schedule_steps or not run.recipe.relative():
+        return run
+    before = record.section(saved, "recipe")
+    length = before.get("schedule_steps") or before.get("train_steps")
+    if not length or length == run.recipe.train_steps:
+        return run
+    return run.changed("recipe", schedule_steps=length)
+
+
 def checked_record(
     run: RunConfig, model_dir: str, backend: str, seed: int, host: dict | None = None
 ) -> dict:

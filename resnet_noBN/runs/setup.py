@@ -128,6 +128,7 @@ def start(
     exit 2 where another run holds it), the record written, the sources and the trainer
     (``kwargs``: its schedule, top5). Nothing is written before the inputs are checked."""
     inputs = inputs or Inputs()
+    config = run_config.resumed(config, model_dir)
     runtime = start_runtime(config, model_dir)
     inputs.prepare(config, runtime)
     if runtime.is_chief:  # the whole job's claim: other tasks write nothing there

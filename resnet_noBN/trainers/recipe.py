@@ -116,6 +116,15 @@ class TrainConfig:
             "0.5 works too) or steps (30000,50000)."
         },
     )
+    schedule_steps: int = dataclasses.field(
+        default=0,
+        metadata={
+            "may_change": True,
+            "help": "The run length fractional --lr_boundaries are fractions of: 0 for "
+            "--train_steps. A resumed run keeps the length it started with, so a longer "
+            "--train_steps extends it at its last rate.",
+        },
+    )
     lr_decay: float = dataclasses.field(
         default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
     )
@@ -198,6 +207,8 @@ class TrainConfig:
         check_at_least(self, counts, 1, "positive")
         if self.log_every_s < 0:
             raise ValueError(f"--log_every_s must be >= 0, got {self.log_every_s:g}")
+        if self.schedule_steps < 0:
+            raise ValueError(f"--schedule_steps must be >= 0, got {self.schedule_steps}")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.momentum < 1:
@@ -221,13 +232,18 @@ class TrainConfig:
         object.__setattr__(self, "lr_boundaries", tuple(str(b) for b in self.lr_boundaries))
 
     def boundary_steps(self) -> tuple[int, ...]:
-        """The steps at which the learning rate drops in this run: each fraction f of
-        ``train_steps`` S at floor(f S) (at least 1), each step as given; what the schedule uses
-        and config.json records. The one place a run's boundaries are computed."""
-        steps = set()
+        """The steps at which the learning rate drops in this run: each fraction f of the run's
+        length S (``schedule_steps``, or ``train_steps``) at floor(f S) (at least 1), each step
+        as given; what the schedule uses and config.json records. The one place a run's
+        boundaries are computed."""
+        length, steps = self.schedule_steps or self.train_steps, set()
         for value in map(boundary_value, self.lr_boundaries):
-            steps.add(int(value) if value >= 1 else max(1, math.floor(value * self.train_steps)))
+            steps.add(int(value) if value >= 1 else max(1, math.floor(value * length)))
         return tuple(sorted(steps))
+
+    def relative(self) -> bool:
+        """Whether the boundaries are fractions of the run (they move with its length)."""
+        return any(boundary_value(b) < 1 for b in self.lr_boundaries)
 
 
 @dataclasses.dataclass(frozen=True)
