@@ -11,6 +11,7 @@ import math
 import resource
 import statistics
 import time
+from pathlib import Path
 
 from flops import keras_model_flops
 from peaks import mfu
@@ -105,7 +106,35 @@ def profile(args, eng, trainer, iterator) -> dict:
         f"profile of {args.profile_steps} steps: {args.profile_dir} "
         f"(tensorboard --logdir {args.profile_dir}, Profile tab)"
     )
-    return {"profile_dir": args.profile_dir}
+    if not args.kernel_summary:
+        return {"profile_dir": args.profile_dir}
+    from kernels import summarize
+
+    try:
+        text, rows = summarize(args.profile_dir, args.profile_steps)
+    except FileNotFoundError as e:  # a profiler that writes no trace viewer file (torch's)
+        say(f"no kernel summary: {e}")
+        return {"profile_dir": args.profile_dir, "kernel_summary": {"error": str(e)}}
+    Path(args.kernel_summary).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.kernel_summary).write_text(text)
+    say(f"top kernels by time in {args.kernel_summary}:\n" + "\n".join(text.splitlines()[:8]))
+    return {
+        "profile_dir": args.profile_dir,
+        "kernel_summary": {"file": args.kernel_summary, "top": [r[:1] + r[2:] for r in rows[:5]]},
+    }
+
+
+def measure_loss(args, trainer, iterator) -> dict:
+    """The training loss of step --loss_at_step, counted from the first (the compile) step, after
+    the first step and the warm-up: two runs of the same flags and --seed train on the same
+    batches from the same weights, so a change that keeps the arithmetic gives the same loss
+    within its rounding (the lease checks a speed-up this way)."""
+    done = 1 + args.warmup
+    if args.loss_at_step > done + 1:
+        trainer.run_steps(iterator, args.loss_at_step - done - 1)
+    loss = float(trainer.run_steps(iterator, 1)[0])
+    say(f"loss of step {args.loss_at_step}: {loss:.5f}")
+    return {"loss_step": args.loss_at_step, "loss_at_step": round(loss, 6)}
 
 
 def measure_evaluation(args, eng, trainer, data_path: str, flops: dict) -> dict:

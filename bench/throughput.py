@@ -17,7 +17,10 @@ training step, forward, backward, weight decay, momentum SGD) on the current dev
 * training seconds/step and images/s: median and spread (p10/p90, min/max) of ``--steps``
   individually timed steps (``trainer.run_steps(it, 1)``) after ``--warmup`` untimed ones, and,
   with ``--chunk_steps K``, one call of K steps (the launcher's way: no host wake-up per step);
-* the first step's time (tracing + compile + one step);
+* the first step's time (tracing + compile + one step); with ``--loss_at_step N``, the training
+  loss of step N (the same for two runs of the same arithmetic: a speed-up's check);
+* with ``--profile_dir``, a profiler trace of ``--profile_steps`` steps, and with
+  ``--kernel_summary FILE`` its top kernels by device time in a text file (``kernels.py``);
 * evaluation images/s (``trainer.evaluate`` over ``--eval_batches`` batches, after one warm-up);
 * the input alone, from ``--data_path`` (the official binary files or an image folder; default:
   random records written to a temporary folder in the official binary layout): TensorFlow's
@@ -67,6 +70,7 @@ from measure import (  # noqa: E402
     measure_evaluation,
     measure_first_step,
     measure_input_pipeline,
+    measure_loss,
     measure_memory,
     measure_mfu,
     measure_training,
@@ -81,7 +85,7 @@ from resnet_noBN.configs.presets import MODELS  # noqa: E402  the architectures,
 
 # the counts each flag must reach: one at least, or none (0: skip that measurement)
 AT_LEAST_ONE = ("batch_size", "steps", "compare_rounds", "eval_batch_size", "profile_steps")
-AT_LEAST_ZERO = ("warmup", "chunk_steps", "eval_batches", "input_batches")
+AT_LEAST_ZERO = ("warmup", "chunk_steps", "eval_batches", "input_batches", "loss_at_step")
 
 
 # --------------------------------------------------------------------------- command line
@@ -116,6 +120,19 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
         "into this folder: TensorBoard's Profile tab shows where the time goes",
     )
     p.add_argument("--profile_steps", type=int, default=3)
+    p.add_argument(
+        "--kernel_summary",
+        default=None,
+        help="with --profile_dir: write the traced steps' top kernels by device time to this "
+        "text file (bench/kernels.py)",
+    )
+    p.add_argument(
+        "--loss_at_step",
+        type=int,
+        default=0,
+        help="report the training loss of this step (from the first, after the warm-up, before "
+        "the timed steps; 0: skip): the same for two runs of the same arithmetic",
+    )
 
 
 def add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -233,6 +250,10 @@ def parse_args(argv=None):
     for name in AT_LEAST_ZERO:
         if getattr(args, name) < 0:
             p.error(f"--{name} must be >= 0")
+    if args.kernel_summary and not args.profile_dir:
+        p.error("--kernel_summary needs --profile_dir")
+    if args.loss_at_step and args.loss_at_step <= 1 + args.warmup:
+        p.error("--loss_at_step must come after the first step and the --warmup steps")
     return args
 
 
@@ -385,6 +406,8 @@ def main(argv=None) -> dict:
         trainer, iterator = eng.trainer(data_path, tmp + "/model")
         result.update(count_model(trainer.model))
         result.update(measure_first_step(args, trainer, iterator))
+        if args.loss_at_step:
+            result.update(measure_loss(args, trainer, iterator))
         training, times = measure_training(args, trainer, iterator, flops)
         result.update(training)
         if args.chunk_steps:

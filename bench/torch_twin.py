@@ -3,6 +3,7 @@
     python bench/torch_twin.py                       # paper model, batch 128, float32, 2 threads
     python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
+    python bench/torch_twin.py --device=cuda --precision=bfloat16 --compile   # torch.compile
 
 The same layers as ``resnet_noBN.models.model.build_cifar_model`` (arXiv:1611.04231, Section 4,
 Table 1): a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c),
@@ -10,8 +11,10 @@ no conv biases unless ``conv_bias``, TF's SAME padding, stride 2 in C1 of stages
 by average pooling (kernel = stride) and zero channels (half on each side), global average pool, and
 a fixed random projection (a buffer, not a parameter). The same recipe step: SGD, momentum 0.9,
 cross-entropy plus ``1e-4 * sum ||W||^2 / 2`` over the conv kernels as an explicit loss term. Eager,
-channels-last (``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random
-batch (compute only, like ``throughput.py --synthetic``).
+or with ``--compile`` the network under ``torch.compile`` (what a PyTorch user would run: the
+first step then holds the compilation, reported apart as ``compile_s``); channels-last
+(``torch.channels_last``), ``torch.set_num_threads``. Inputs are one cached random batch (compute
+only, like ``throughput.py --synthetic``).
 
 Benchmark only: torch is never a dependency of the ``resnet_noBN`` package (bench/requirements.txt).
 Its LAST stdout line is a JSON object, which ``throughput.py --compare_torch`` reads.
@@ -152,19 +155,22 @@ def make_train_step(
     weight_decay: float = 1e-4,
     precision: str = "float32",
     device: str = "cpu",
+    compile: bool = False,
 ):
-    """One recipe step: cross-entropy + weight_decay * sum ||W||^2 / 2, SGD with momentum.
+    """One recipe step: cross-entropy + weight_decay * sum ||W||^2 / 2, SGD with momentum; the
+    network's forward (and so its backward) under ``torch.compile`` where ``compile``.
 
     (torch's SGD momentum, buf = m buf + g, w -= lr buf, equals Keras' v = m v - lr g,
     w += v at a constant learning rate.)
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     decayed = model.decayed_weights()
+    forward = torch.compile(model) if compile else model
 
     def step(images, labels):
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16"):
-            logits = model(images)
+            logits = forward(images)
         loss = F.cross_entropy(logits.float(), labels)
         loss = loss + weight_decay * sum(w.pow(2).sum() for w in decayed) / 2
         loss.backward()
@@ -243,12 +249,13 @@ def run(
     flush_denormal: bool = False,
     seed: int = 0,
     device: str = "cpu",
+    compile: bool = False,
     print_fn=print,
 ) -> dict:
     """Warm-up steps, then ``steps`` individually timed steps; returns the result dict."""
     threads = start_threads(threads, flush_denormal)
     net, images, labels = build(model, batch_size, channels_last, seed, device)
-    step = make_train_step(net, precision=precision, device=device)
+    step = make_train_step(net, precision=precision, device=device, compile=compile)
     first, times, cpu_times, loss = time_training(
         lambda: step(images, labels).item(), warmup, steps
     )
@@ -265,11 +272,14 @@ def run(
         "device": device,
         "threads": threads,
         "channels_last": channels_last,
+        "compiled": compile,
         "flush_denormal": flush_denormal,
         "trainable_params": param_count(net),
         "warmup_steps": warmup,
         "timed_steps": steps,
         "first_step_s": round(first, 4),
+        # torch.compile's tracing and code generation: the first step less a compiled one
+        "compile_s": round(first - stats["median"], 3) if compile else None,
         "train_s_per_step": rounded(stats),
         "train_images_per_s": round(batch_size / stats["median"], 2),
         "train_cpu_s_per_step": round(statistics.median(cpu_times), 4),
@@ -313,6 +323,11 @@ def main(argv=None) -> dict:
         default=False,
         help="torch.set_flush_denormal(True) (TF flushes denormals by default)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="the network under torch.compile (its compilation in the first step: compile_s)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -329,6 +344,7 @@ def main(argv=None) -> dict:
         args.flush_denormal,
         args.seed,
         args.device,
+        args.compile,
     )
     line = json.dumps(result)
     if args.output:

@@ -8,11 +8,18 @@ resnet_noBN/runs/evaluation.py).
         --first_red_pixel=wrong_label
     python launch/evaluate.py --model_dir=runs/c10 --data_path=/data/cifar-10-batches-bin \\
         --every_checkpoint --answers_to=runs/c10/answers.jsonl   # a run from before answers
+    python launch/evaluate.py --model_dir=runs/lease/back/cifar10_paper \\
+        --weights=runs/lease/back/cifar10_paper/weights-60000.npz \\
+        --data_path=/data/cifar-10-batches-bin \\
+        --compare_answers=runs/lease/back/cifar10_paper/answers.jsonl   # a GPU run, here
 
 Runs on the backend the run trained on; prints one line of JSON per checkpoint evaluated. Writes
 nothing into --model_dir but the file --answers_to names (which test images each evaluated
 checkpoint got right, as a run writes them: resnet_noBN/trainers/answers.py), for the figures of
-a run that predates them (launch/figures.py).
+a run that predates them (launch/figures.py). ``--weights`` evaluates a weights file instead of
+the checkpoints (a run's final weights as a GPU lease brings them back, no optimizer state), and
+``--compare_answers`` counts the test images whose predicted class differs from the final
+predictions in a run's answers file (the GPU's, image by image).
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (
 import json
 import os
 
+import numpy as np
 from absl import flags
 
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
 from resnet_noBN.runs import cli
 from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
+from resnet_noBN.trainers.answers import final_predictions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and checkpoints).")
@@ -52,7 +62,30 @@ flags.DEFINE_string(
     "Write each evaluated checkpoint's answers (a line of answers.jsonl; the last with its "
     "predicted classes) into this file, replaced whole.",
 )
+flags.DEFINE_string(
+    "weights",
+    None,
+    "Evaluate this weights file (the model's arrays and the step, as a GPU lease brings a run's "
+    "final weights back) instead of the run's checkpoints.",
+)
+flags.DEFINE_string(
+    "compare_answers",
+    None,
+    "An answers.jsonl (a run's): also count the test images whose predicted class differs from "
+    "its final predictions (predictions_differ).",
+)
 flags.mark_flags_as_required(["model_dir", "data_path"])
+
+
+def differing(path: str, answers) -> int:
+    """How many of ``answers``' predicted classes differ from the final ones in ``path``;
+    InputError where that file holds none or another number of images."""
+    final = final_predictions(path)
+    if final is None:
+        raise InputError(f"--compare_answers {path} holds no final predictions")
+    if answers is None or len(final.predicted) != len(answers.predicted):
+        raise InputError(f"--compare_answers {path} is not of this test split")
+    return int(np.sum(final.predicted != answers.predicted))
 
 
 @cli.exit_codes
@@ -64,8 +97,11 @@ def main(argv):
         FLAGS.first_red_pixel,
         lambda line: print(line, flush=True),
         FLAGS.every_checkpoint,
+        FLAGS.weights,
     ):
         lines.append((result["step"], result.pop("answers")))
+        if FLAGS.compare_answers:
+            result["predictions_differ"] = differing(FLAGS.compare_answers, lines[-1][1])
         print(json.dumps(result), flush=True)
     if FLAGS.answers_to:
         text = "".join(

@@ -252,6 +252,8 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
             "--no-measure_matmul",
             f"--profile_dir={profile}",
             "--profile_steps=1",
+            f"--kernel_summary={tmp_path / 'kernels.txt'}",
+            "--loss_at_step=4",
         ],
         tmp_path,
         keras_backend,
@@ -261,6 +263,11 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
     traces = list(profile.glob(TRACES[keras_backend]))
     assert len(traces) == 1 and traces[0].stat().st_size > 0
     assert result["profile_dir"] == str(profile)
+    assert result["loss_step"] == 4 and np.isfinite(result["loss_at_step"])
+    if keras_backend == "jax":  # its trace viewer file, summed by kernel (bench/kernels.py)
+        summary = (tmp_path / "kernels.txt").read_text().splitlines()
+        assert "1 steps traced" in summary[0] and len(summary) > 3
+        assert result["kernel_summary"]["top"][0][1] > 0  # ms a step of the top kernel
     assert result["model"] == "small" and result["batch_size"] == 8
     assert result["train_s_per_step"]["n"] == 2
     assert (

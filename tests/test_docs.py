@@ -182,10 +182,11 @@ def test_every_command_names_a_script_that_exists_and_flags_it_accepts(absl_erro
 
 
 def _check_knobs(where: str, script: str, env: dict) -> list[str]:
-    """A call of a shell script: no ``LEASE_*`` knob that neither it nor a Python module beside
-    it reads (the lease plan's knobs, bench/lease_plan.py's docstring)."""
+    """A call of a shell script: no ``LEASE_*`` knob that neither it, a Python module beside it
+    nor the lease package reads (the lease's knobs: resnet_noBN/lease/README.md)."""
     path = REPO / script
-    sources = path.read_text() + "".join(p.read_text() for p in path.parent.glob("*.py"))
+    modules = [*path.parent.glob("*.py"), *(REPO / "resnet_noBN" / "lease").glob("*.py")]
+    sources = path.read_text() + "".join(p.read_text() for p in modules)
     return [
         f"{where}: {script}: nothing reads {name}"
         for name in env
@@ -204,7 +205,8 @@ def test_a_flag_the_launcher_does_not_accept_fails_the_check(absl_errors):
     options = argparse_options(REPO / "bench" / "throughput.py")
     assert {"--steps", "--measure_matmul", "--no-measure_matmul"} <= options
     assert "--step" not in options
-    assert _check_knobs("x", "bench/gpu_lease.sh", {"LEASE_RUN": "cifar10"})
+    assert _check_knobs("x", "launch/gpu_lease.sh", {"LEASE_RUN": "cifar10_paper"})
+    assert not _check_knobs("x", "launch/gpu_lease.sh", {"LEASE_RUNS": "cifar10_paper"})
 
 
 def _substitute(text: str, cifar10, tmp_path) -> str:

@@ -1,12 +1,13 @@
-"""bench/gpu_lease.sh as a lent GPU machine runs it: from a copy of the tracked tree, with
-TensorFlow and the installed project unimportable, $OUT empty, the plan detached from the call.
-
-The smoke plan (LEASE_SMOKE=1, shrunk further by its knobs) runs to the end on this CPU on tiny
-JPEG folders the test writes; then the machine is lost (its disk wiped) and a call on the bare
-machine says so and starts over, where the runs no longer fit and the lease goes to a speed try.
+"""The GPU lease (resnet_noBN/lease, launch/gpu_lease.sh) as a lent machine runs it, without a
+GPU: what each call carries against the 64 MiB a call may carry, the plan's runs and order, and
+a whole lease in calls on this CPU (LEASE_SMOKE=1: the small network, 4 steps) from a copy of
+what travels, with TensorFlow and the installed project unimportable, on tiny exact data sets
+the test writes (a lossless pack of CIFAR-10, a tarball of CIFAR-100) carried in parts: a damaged
+part dropped and carried again, a run started while later parts travel, the machine lost between
+two parts and again while a run trains, finished runs not redone, every part and the final
+weights checked by SHA-256, and the weights evaluated again here.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,21 +15,20 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from resnet_noBN.datasets.cifar_data import DATASETS
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.lease import carry, collect, plan
 
-pytest.importorskip("jax")
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"cifar10": ("cifar-10-jpeg", 13), "cifar100": ("cifar-100-jpeg", 2)}  # train/class
 STEPS = 4
 
-# Imported first by every Python of the call (PYTHONPATH): no TensorFlow (as on the GPU machine),
+# Imported first by every Python of a call (PYTHONPATH): no TensorFlow (as on the GPU machine),
 # no editable install of the project (only the copied tree on PYTHONPATH has it); each process
 # that imported the project writes down where from.
 SITECUSTOMIZE = """
@@ -45,270 +45,371 @@ def _where():
         with open({record!r}, "a") as f:
             f.write(sys.modules["resnet_noBN"].__file__ + "\\n")
 """
+# The unpack tool of the test's lossless pack: its "pack" holds the official files as they are
+# (the lease runs whatever tool the pack comes with and checks what it restores).
+UNPACK_TOOL = """import pathlib, shutil, sys
+src, out = map(pathlib.Path, sys.argv[1:])
+for f in src.glob("*.bin"):
+    shutil.copy(f, out / f.name)
+shutil.copy(src / "batches.meta.txt", out)
+"""
 
 
-def write_tarball(carry: Path, dataset: str, per_class: int) -> None:
-    """carry/<folder>.tar.gz: <folder>/{train,test}/<class>/NNNN.jpg, random 32x32 JPEGs."""
-    folder = FOLDERS[dataset][0]
-    rng = np.random.default_rng(0)
-    tree = carry / "tree"
-    for split, n in (("train", per_class), ("test", 1)):
-        for name in DATASETS[dataset].class_names:
-            (tree / folder / split / name).mkdir(parents=True)
-            for i in range(n):
-                pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(tree / folder / split / name / f"{i:04d}.jpg")
-    with tarfile.open(carry / f"{folder}.tar.gz", "w:gz") as tar:
-        tar.add(tree / folder, arcname=folder)
-    shutil.rmtree(tree)
+# ---------------------------------------------------------------- what travels, the runs
 
 
-@pytest.fixture
-def machine(tmp_path):
-    """(repo, call): a copy of the tracked tree with .carry/ holding the two tarballs, and
-    call(n, **env) running `bash bench/gpu_lease.sh` there with $OUT = tmp/out<n>. Every process
-    the calls leave (the detached supervisor and its runs) is killed at the end."""
-    repo = tmp_path / "repo"
-    files = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+def test_each_call_of_the_default_lease_carries_under_64_mib():
+    """The budget: the tree as it is now (tracked and untracked-not-ignored files) within its
+    room, and each call of the default lease (the exact CIFAR-10 pack and CIFAR-100 tarball in
+    parts, the wheels and manifest, the tree) under 64 MiB; the figures printed."""
+    tree = carry.tree_bytes(ROOT)
+    assert tree <= carry.TREE_ROOM, f"the tree is {tree / carry.MiB:.2f} MiB: trim what it holds"
+    assert carry.TREE_ROOM + carry.BASE_ROOM + carry.PART_BYTES == carry.CALL_LIMIT
+    calls = carry.calls(tree, carry.BASE_ROOM, carry.default_parts(["cifar10", "cifar100"]))
+    for i, call in enumerate(calls, 1):
+        print(f"call {i}: {call.line()}")
+        assert call.total <= carry.CALL_LIMIT
+    assert [c.part for c in calls] == [
+        "cifar10-1",
+        "cifar10-2",
+        "cifar100-1",
+        "cifar100-2",
+        "cifar100-3",
+    ]
+    sizes = carry.split_sizes(137_647_064, carry.PART_BYTES)
+    assert len(sizes) == 3 and sum(sizes) == 137_647_064 and max(sizes) - min(sizes) <= 1
+    budget = subprocess.run(
+        ["bash", "launch/gpu_lease.sh", "budget"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert budget.returncode == 0, budget.stderr
+    assert budget.stdout.count(" MiB of 64") == 5
+
+
+def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
+    """The default order, each run's launcher flags at the paper's 60,000 steps (seeds, the
+    true-float32 run stopped past its first decay with the drops where the whole run has them),
+    and the projection: in 900 s of GPU time the first run fits and the second does not; in
+    1,100 s both do."""
+    knobs = plan.Knobs.from_env({})
+    assert [r.name for r in knobs.runs] == list(plan.DEFAULT_RUNS)
+    assert knobs.lease_s == 900 and knobs.datasets() == ["cifar10", "cifar100"]
+    paper, c100 = knobs.run("cifar10_paper-s2"), knobs.run("cifar100_true_float32")
+    assert paper.flags(smoke=False) == [
+        "--experiment=cifar10_paper",
+        "--seed=2",
+        "--precision=mixed_bfloat16",
+    ]
+    assert c100.flags(smoke=False) == [
+        "--experiment=cifar100_true_float32",
+        "--seed=0",
+        "--precision=true_float32",
+        "--train_steps=32000",
+        "--lr_boundaries=30000,50000",
+    ]
+
+    def estimate(run):
+        rate = plan.PRIOR[run.precision]
+        return plan.projection(run, rate, plan.PRIOR["eval"], plan.PRIOR["first_step_s"], knobs)
+
+    assert 420 < estimate(knobs.runs[0]) < 480  # 60,000 steps at 18,861 images/s and the rest
+    left = 900 - 30 - 60  # the start, the first carry calls
+    fits, why = plan.schedule(knobs.runs, left, estimate, knobs.margin_s)
+    assert fits == ["cifar10_paper"] and "cifar10_original_2016_wd" in why
+    fits, _ = plan.schedule(knobs.runs, 1100 - 30 - 60, estimate, knobs.margin_s)
+    assert fits == ["cifar10_paper", "cifar10_original_2016_wd"]  # LEASE_S=1100 holds both
+    bad = subprocess.run(
+        [sys.executable, "-m", "resnet_noBN.lease", "budget"],
+        cwd=ROOT,
+        env={**os.environ, "LEASE_RUNS": "cifar10_paper,imagenet_paper"},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: LEASE_RUNS names 'imagenet")
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_what_comes_back_stays_small():
+    """A launcher's progress lines leave its log (train.jsonl holds them) and a warning repeated
+    at every step is kept once; train.jsonl keeps at most about 200 records; every committed
+    run log is as a lease brings it back; the caller's LEASE_BACK says what came back and
+    round-trips."""
+    log = (
+        "python3 launch/cifar.py ...\n"
+        + "W1124 23:52:59.1 6932 cuda_timer.cc:88] Delay kernel timed out\n" * 3
+        + "".join(
+            f"step   {s:5d}  loss 2.1  precision 0.2  lr 0.05\n" for s in range(100, 501, 100)
+        )
+        + "step     500  test error 0.8000 (10000 images)\n"
+        + '{"final_step": 500}\n'
+    )
+    assert collect.trim_launch_log(log).splitlines() == [
+        "python3 launch/cifar.py ...",
+        "W1124 23:52:59.1 6932 cuda_timer.cc:88] Delay kernel timed out",
+        "(the line above 2 more times)",
+        "step     500  test error 0.8000 (10000 images)",
+        '{"final_step": 500}',
+    ]
+    train = "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(100, 60_001, 100))
+    steps = [json.loads(x)["step"] for x in collect.thin_train_log(train).splitlines()]
+    assert steps == list(range(300, 60_001, 300))  # 200 of the 600 records
+    short = train[: train.index('{"step": 3100')]
+    assert collect.thin_train_log(short) == short  # 30 records: a curve needs them all
+    committed = subprocess.run(
+        ["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    small = {"launch.log": collect.trim_launch_log, "train.jsonl": collect.thin_train_log}
+    for name in committed:
+        path = ROOT / name
+        if path.name in small:
+            text = path.read_text()
+            assert small[path.name](text) == text, f"{name}: trim it as a lease brings it back"
+    back = plan.Back(since=1764100000, starts=2, speed="baseline", items=("a", "a.w1"))
+    assert plan.Back.parse(back.text()) == back
+    command = plan.next_command({"LEASE_RUNS": "cifar10_paper", "LEASE_MACHINE_ID": "x"}, back)
+    assert command == (
+        "LEASE_RUNS=cifar10_paper LEASE_BACK=since:1764100000,starts:2,speed:baseline,"
+        "back:a+a.w1 bash launch/gpu_lease.sh"
+    )
+
+
+# ---------------------------------------------------------------- a whole lease on this CPU
+
+
+def write_data(data: Path) -> None:
+    """DATA_DIR as prepare takes it: a CIFAR-10 lossless pack (its MANIFEST.json with the
+    official files' SHA-256, its unpack tool in tools/) and cifar-100-binary.tar.xz; random
+    records, 150 training and 30 test images each."""
+    pack = data / "cifar-10-lossless"
+    written = cifar_data.write_random(pack, "cifar10", records_per_file=30)
+    assert len(written["train"][0]) == 150
+    files = {
+        f.name: {"sha256": carry.sha256_file(f), "records": 30} for f in sorted(pack.glob("*.bin"))
+    }
+    (pack / "MANIFEST.json").write_text(json.dumps({"files": files}))
+    names = cifar_data.DATASETS["cifar10"].class_names
+    (pack / "batches.meta.txt").write_text("\n".join(names) + "\n")
+    (data / "tools").mkdir()
+    (data / "tools" / carry.UNPACK_TOOL).write_text(UNPACK_TOOL)
+    binary = data / "tmp" / "cifar-100-binary"
+    cifar_data.write_random(binary, "cifar100", records_per_file=150, seed=1)
+    with tarfile.open(data / "cifar-100-binary.tar.xz", "w:xz") as tar:
+        for f in ("train.bin", "test.bin"):
+            tar.add(binary / f, arcname=f"cifar-100-binary/{f}")
+    shutil.rmtree(data / "tmp")
+
+
+def copy_tree(dest: Path) -> None:
+    """What travels of the tree: its tracked files and the untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout.split(b"\0")
-    for name in filter(None, files):
+    for name in filter(None, listed):
         src = ROOT / name.decode()
         if src.is_file():
-            (repo / name.decode()).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, repo / name.decode())
-    for dataset, (_, per_class) in FOLDERS.items():
-        write_tarball(repo / ".carry", dataset, per_class)
-    blocker, record = tmp_path / "blocker", tmp_path / "imported_from.txt"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        SITECUSTOMIZE.format(root=os.path.realpath(ROOT), record=str(record))
-    )
-    marker = uuid.uuid4().hex
-    base = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "PYTHONPATH": str(blocker),
-        "PYTHON": sys.executable,
-        "JAX_PLATFORMS": "cpu",
-        "LEASE_SMOKE": "1",
-        "LEASE_TRAIN_STEPS": str(STEPS),
-        "LEASE_EVAL_EVERY": "2",
-        "LEASE_PROBE": "bf16",
-        "LEASE_WAIT_S": "400",
-        "LEASE_TEST_MACHINE": marker,
-    }
+            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name.decode())
 
-    def call(n: int, **env):
-        out = tmp_path / f"out{n}"
+
+class Lease:
+    """Here (a checkout of the tree, where prepare runs) and there (the machine: a copy of the tree,
+    the carried paths replaced on each call, its ignored files kept until it is lost)."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.here, self.there = tmp, tmp / "here", tmp / "there"
+        copy_tree(self.here)
+        copy_tree(self.there)
+        for git in (["init", "-q"], ["add", "-A"]):  # here is a checkout: prepare counts its tree
+            subprocess.run(["git", *git], cwd=self.here, check=True)
+        blocker, self.record = tmp / "blocker", tmp / "imported_from.txt"
+        blocker.mkdir()
+        (blocker / "sitecustomize.py").write_text(
+            SITECUSTOMIZE.format(root=os.path.realpath(ROOT), record=str(self.record))
+        )
+        self.marker = uuid.uuid4().hex
+        self.env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(tmp),
+            "PYTHONPATH": str(blocker),
+            "PYTHON": sys.executable,
+            "JAX_PLATFORMS": "cpu",
+            "LEASE_TEST_MACHINE": self.marker,
+        }
+        self.outs: list[Path] = []
+
+    def prepare(self, data: Path, **env) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "resnet_noBN.lease", "prepare", str(data)],
+            cwd=self.here,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+        )
+
+    def call(self, carried: list[str], command: str, damage: bool = False):
+        """A call: the carried paths replaced there (a part's copy damaged on the way where
+        asked), ``command`` run there with $OUT empty; (its process, its reply's next carry
+        list and command)."""
+        for path in carried:
+            shutil.rmtree(self.there / path, ignore_errors=True)
+            (self.there / path).parent.mkdir(parents=True, exist_ok=True)
+            if (self.here / path).is_dir():
+                shutil.copytree(self.here / path, self.there / path)
+            else:
+                shutil.copyfile(self.here / path, self.there / path)
+        if damage:
+            with open(self.there / carried[-1], "r+b") as f:
+                f.write(b"\xff")
+        out = self.tmp / f"out{len(self.outs) + 1}"
         out.mkdir()
+        self.outs.append(out)
         proc = subprocess.run(
-            ["bash", "bench/gpu_lease.sh"],
-            cwd=repo,
-            env={**base, "OUT": str(out), **env},
+            ["bash", "-c", command],
+            cwd=self.there,
+            env={**self.env, "OUT": str(out)},
             capture_output=True,
             text=True,
             timeout=540,
         )
-        back = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-        return proc, out, back
+        lines = proc.stdout.splitlines()
+        nexts = [i for i, line in enumerate(lines) if line.startswith("next call")]
+        if not nexts:
+            return proc, None, None
+        carry_list = json.loads(lines[nexts[-1]].split("carrying ")[1].split(" (about")[0])
+        return proc, carry_list, lines[nexts[-1] + 1].strip()
 
-    yield repo, call, record
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"LEASE_TEST_MACHINE={marker}".encode() in environ.read_bytes().split(b"\0"):
-                os.kill(int(environ.parent.name), signal.SIGKILL)
-        except OSError:
-            pass
+    def lose_machine(self) -> None:
+        """The machine goes back: its processes killed, its ignored files gone."""
+        self.kill()
+        shutil.rmtree(self.there / "runs")
+        shutil.rmtree(self.there / ".carry")
 
-
-def test_smoke_plan_runs_detached_to_the_end_and_starts_over_on_a_lost_machine(machine):
-    """First call: starts the plan and returns (exit 3). Second: waits until done (exit 0):
-    both runs at their last step, their metrics.jsonl and test_error.png, status.json and
-    plan.log among at most 8 files, every decision with its projection in plan.log, the project
-    imported from the copy only. Then the machine's disk is wiped: the next call says the
-    machine was lost, starts over; the 100,000-step runs no longer fit, a speed try runs."""
-    repo, call, record = machine
-    first, out1, back1 = call(1, LEASE_FLAGS="--relu_leakiness=0.1")
-    assert first.returncode == 3, first.stdout + first.stderr
-    assert "the lease's first call; starting the plan" in first.stdout
-    assert not json.loads((out1 / "status.json").read_text())["done"]
-
-    second, out2, back2 = call(2)
-    assert second.returncode == 0, second.stdout + second.stderr
-    runs = ("cifar10", "cifar100")
-    assert back2 == sorted(
-        ["status.json", "plan.log", "lease.tar.gz"]
-        + [f"{r}/{f}" for r in runs for f in ("metrics.jsonl", "test_error.png")]
-    )
-    status = json.loads((out2 / "status.json").read_text())
-    assert status["done"] and status["phase"] == "done" and not status["started_over"]
-    assert status["probe"]["bf16"]["images_per_s"] > 0
-    for name in runs:
-        run = status["runs"][name]
-        assert (run["state"], run["step"], run["exit"]) == ("done", STEPS, 0), run
-        assert run["final"]["final_step"] == STEPS and 0 <= run["test_error"] <= 1
-        assert "--seed=0" in run["command"] and "--jit_compile" not in run["command"]
-        assert (
-            f"--train_steps={STEPS} --eval_every=2 --checkpoint_every=2 --lr_boundaries=2,3"
-            in (run["command"])
-        )  # the paper's shape over the plan's steps, whatever LEASE_TRAIN_STEPS
-        assert run["command"].endswith("--model=small --relu_leakiness=0.1")  # LEASE_FLAGS last
-        steps = [json.loads(line)["step"] for line in (out2 / name / "metrics.jsonl").open()]
-        assert steps == [2, 4]
-        assert (out2 / name / "test_error.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    log = (out2 / "plan.log").read_text()
-    assert "with --relu_leakiness=0.1" in log.splitlines()[0]
-    assert "cifar10 alone: projected" in log and "cifar100: done (exit 0)" in log
-    assert second.stdout.splitlines()[-1].split()[:2] == ["cifar100", "done"]
-    imported = set(record.read_text().split())
-    assert imported and all(p.startswith(str(repo)) for p in imported), imported
-
-    # the machine is lost: its disk wiped; the caller carries the last status.json
-    shutil.rmtree(repo / "runs")
-    shutil.copy(out2 / "status.json", repo / ".carry" / "status.json")
-    lost, _, _ = call(3, LEASE_TRAIN_STEPS="100000", LEASE_SPEED_TRIES="1")
-    assert lost.returncode == 3, lost.stdout + lost.stderr
-    assert "the machine was lost" in lost.stdout and "starting the plan over" in lost.stdout
-    last, out4, _ = call(4, LEASE_TRAIN_STEPS="100000", LEASE_SPEED_TRIES="1")
-    assert last.returncode == 0, last.stdout + last.stderr
-    status = json.loads((out4 / "status.json").read_text())
-    assert status["done"] and status["started_over"]
-    assert status["start_s"] == 360  # the lost machine's start and this one's
-    assert [r["state"] for r in status["runs"].values()] == ["skipped", "skipped"]
-    assert "projected" in status["runs"]["cifar10"]["why"]
-    (speed,) = status["speed"]
-    assert speed["try"] == "profile" and speed["images_per_s"] > 0, speed
-
-
-def test_a_later_lease_runs_the_claims_and_the_2016_reader_with_its_leak_probe(machine):
-    """LEASE_RUNS=claims,cifar100_2016 without a probe: the claims (the paper's network, the
-    trained head, batch norm; STEPS // 3 steps each, at least 2) on the CIFAR-10 folder, then
-    CIFAR-100 read as the 2016 reader did at lr 0.02 over 0.8 of the steps, then its leak probe;
-    their files among the 8 brought back, the claims' tables in lease.tar.gz."""
-    _, call, _ = machine
-    env = {"LEASE_RUNS": "claims,cifar100_2016", "LEASE_PROBE": ""}
-    first, _, _ = call(1, **env)
-    assert first.returncode == 3, first.stdout + first.stderr
-    second, out, back = call(2, **env)
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert back == sorted(
-        ["status.json", "plan.log", "lease.tar.gz", "claims/claims_curves.png"]
-        + [f"cifar100_2016/{f}" for f in ("metrics.jsonl", "test_error.png")]
-    )
-    status = json.loads((out / "status.json").read_text())
-    assert status["probe"] == {"pair_pays": False}
-    claims, c2016 = status["runs"]["claims"], status["runs"]["cifar100_2016"]
-    assert (claims["state"], claims["step"], claims["train_steps"]) == ("done", 6, 6), claims
-    assert "launch/claims.py" in claims["command"] and "--model=small" in claims["command"]
-    assert (
-        "--train_steps=2 --eval_every=2 --seeds=1 --arms=trainable_head,batch_norm"
-        in (claims["command"])
-    )
-    assert (claims["final"]["runs"], claims["final"]["ran"]) == (3, 3)
-    assert set(claims["final"]["arms"]) == {"hardt_ma", "trainable_head", "batch_norm"}
-    assert (c2016["state"], c2016["step"], c2016["exit"]) == ("done", 3, 0), c2016
-    assert "--cifar100_layout=original_2016 --learning_rate=0.02" in c2016["command"]
-    assert (
-        "--train_steps=3 --eval_every=2 --checkpoint_every=2 --lr_boundaries=1,2"
-        in (c2016["command"])
-    )
-    steps = [json.loads(line)["step"] for line in (out / "cifar100_2016/metrics.jsonl").open()]
-    assert steps == [2, 3]
-    leak = c2016["leak_probe"]
-    assert (leak["first_red_pixel"], leak["layout"], leak["step"]) == (
-        "wrong_label",
-        "original_2016",
-        3,
-    )
-    assert 0 <= leak["test_error"] <= 1
-    log = (out / "plan.log").read_text()
-    assert "no measured rate" in log and "cifar100_2016 leak probe: {" in log
-    assert "cifar100_2016: leak probe (the first red pixel a wrong label)" in second.stdout
-    with tarfile.open(out / "lease.tar.gz") as tar:
-        names = set(tar.getnames())
-    assert {"claims/claims.md", "claims/runs/batch_norm-seed0/metrics.jsonl"} <= names
-    assert "cifar100_2016/leak_probe.log" in names
+    def kill(self) -> None:
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if f"LEASE_TEST_MACHINE={self.marker}".encode() in environ.read_bytes().split(
+                    b"\0"
+                ):
+                    os.kill(int(environ.parent.name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 @pytest.fixture
-def plan(monkeypatch):
-    """bench/lease_plan.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("lease_plan", ROOT / "bench" / "lease_plan.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "lease_plan", module)  # its dataclasses look it up there
-    spec.loader.exec_module(module)
-    return module
+def lease(tmp_path):
+    pytest.importorskip("jax")
+    lease = Lease(tmp_path)
+    yield lease
+    lease.kill()
 
 
-def test_the_runs_at_the_papers_60000_steps(plan):
-    """The runs' recipes at full size and the data each lease carries."""
-    flags = {name: run.recipe_flags(60_000, 2_000) for name, run in plan.RUNS.items()}
-    assert flags["cifar10"] == flags["cifar100"] == flags["cifar100_leaky"]
-    assert flags["cifar100"] == [
-        "--train_steps=60000",
-        "--eval_every=2000",
-        "--checkpoint_every=2000",
-        "--lr_boundaries=30000,50000",
-    ]
-    assert flags["cifar100_2016"] == [
-        "--train_steps=48000",
-        "--eval_every=2000",
-        "--checkpoint_every=2000",
-        "--lr_boundaries=24000,40000",
-    ]
-    assert flags["claims"] == [
-        "--train_steps=20000",
-        "--eval_every=2000",
-        "--seeds=1",
-        "--arms=trainable_head,batch_norm",
-    ]
-    assert plan.RUNS["claims"].trainings() * plan.RUNS["claims"].steps(60_000) == 60_000
-    folders = plan.data_folders(["cifar100_leaky", "claims", "cifar100_2016", "cifar10"])
-    assert folders == ["cifar-100-jpeg", "cifar-10-jpeg"]
-
-    def tarballs(runs: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "bench/lease_plan.py", "tarballs"],
-            cwd=ROOT,
-            env={**os.environ, "LEASE_RUNS": runs},
-            capture_output=True,
-            text=True,
-        )
-
-    listed = tarballs("claims,cifar100_2016")
-    assert listed.stdout.split() == ["cifar-10-jpeg.tar.gz", "cifar-100-jpeg.tar.gz"]
-    bad = tarballs("cifar10,imagenet")
-    assert bad.returncode == 2 and bad.stderr.strip() == (
-        "error: LEASE_RUNS names ['imagenet']; the runs are "
-        "['cifar10', 'cifar100', 'cifar100_leaky', 'cifar100_2016', 'claims']"
-    )
-
-
-def test_a_failed_run_says_why_in_the_table(capsys, plan):
-    """The launcher's last error line (here a diverged loss) becomes the run's ``why``, printed
-    under the table; without one, the last line of its output."""
-    diverged = (
-        "step    7400  loss 2.1071\n"
-        "error: loss is nan at step 7500: training diverged; the latest checkpoint "
-        "(runs/lease/cifar100/ckpt-6000.npz) is the last good one\n"
-        "W1124 a warning after it\n"
-    )
-    assert plan.failure_line(diverged).startswith("error: loss is nan at step 7500")
-    assert plan.failure_line("Traceback\n  KeyError: 'x'\n\n") == "KeyError: 'x'"
-    assert plan.failure_line("") == "no output"
-    run = {"train_steps": 60000, "step": 7400, "images_per_s": 19063.0, "test_error": 0.5219}
-    status = {
-        "done": True,
-        "phase": "done",
-        "started_at": 0.0,
-        "start_s": 180.0,
-        "lease_s": 1800.0,
-        "probe": {},
-        "speed": [],
-        "runs": {"cifar100": {**run, "state": "failed", "why": plan.failure_line(diverged)}},
+def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(lease, tmp_path):
+    """Prepared with 400 kB parts: CIFAR-10's pack in 2, CIFAR-100's tarball in 3. Each call
+    takes its part in (a damaged one dropped and asked for again) and names the next. The
+    machine is lost between two parts: the next call says so and asks for the part that went
+    with it; the first run starts once CIFAR-10 is restored while CIFAR-100 travels. The machine
+    is lost again while the second run trains, after the first run's results and weights came
+    back: the first run is not redone and CIFAR-10 is not carried again. The last call brings
+    the second run back (exit 0). Here the weights are joined, checked by SHA-256 and evaluated
+    again on this CPU."""
+    data = tmp_path / "data"
+    write_data(data)
+    knobs = {
+        "LEASE_SMOKE": "1",
+        "LEASE_TRAIN_STEPS": str(STEPS),
+        "LEASE_RUNS": "cifar10_paper,cifar100_true_float32",
+        "LEASE_SPEED": "",
+        "LEASE_PROBE": "",
+        "LEASE_WAIT_S": "300",
     }
-    plan.print_table(status)
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].split() == ["cifar100", "failed", "7,400/60,000", "19,063", "0.5219", "failed"]
-    assert lines[-1].startswith("cifar100: error: loss is nan at step 7500: training diverged")
+    prepared = lease.prepare(data, LEASE_PART_BYTES="400000", **knobs)
+    assert prepared.returncode == 0, prepared.stderr
+    manifest = json.loads((lease.here / ".carry/base/parts.json").read_text())
+    assert list(manifest["parts"]) == [f"cifar10-{i}" for i in (1, 2)] + [
+        f"cifar100-{i}" for i in (1, 2, 3)
+    ]
+    assert manifest["datasets"]["cifar10"]["kind"] == "pack"
+    assert manifest["datasets"]["cifar100"]["restored"].keys() == {
+        "cifar-100-binary/train.bin",
+        "cifar-100-binary/test.bin",
+    }
+    assert "call 5: tree" in prepared.stdout
+
+    first = " ".join(f"{k}={v}" for k, v in knobs.items()) + " bash launch/gpu_lease.sh"
+    proc, carried, command = lease.call([".carry/base", ".carry/parts/cifar10-1"], first)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "the lease's first call" in proc.stdout
+    assert "part cifar10-1: arrived" in proc.stdout
+    assert carried == [".carry/base", ".carry/parts/cifar10-2"]
+    assert "LEASE_RUNS=cifar10_paper,cifar100_true_float32" in command
+    proc, carried, command = lease.call(carried, command, damage=True)
+    assert "part cifar10-2: SHA-256" in proc.stdout and "carry it again" in proc.stdout
+    assert carried == [".carry/base", ".carry/parts/cifar10-2"]
+
+    lease.lose_machine()  # between two parts
+    proc, carried, command = lease.call(carried, command)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "the machine was lost" in proc.stdout and "part cifar10-2: arrived" in proc.stdout
+    assert "parts on this machine ['cifar10-2'], to come ['cifar10-1']" in proc.stdout
+    sent = []  # CIFAR-10's first part went with the machine
+    while carried != [".carry/base"]:  # then all are here: the next call waits for news
+        sent.append(carried[-1].split("/")[-1])
+        proc, carried, command = lease.call(carried, command)
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert sent == ["cifar10-1", "cifar100-1", "cifar100-2", "cifar100-3"]
+    deadline = time.time() + 400
+    while "cifar10_paper.w1" not in command.split("back:")[1] and time.time() < deadline:
+        proc, carried, command = lease.call(carried, command)
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "cifar10_paper+" in command  # its results and weights came back
+
+    lease.lose_machine()  # while the second run trains
+    proc, carried, command = lease.call(carried, command)
+    assert "the machine was lost" in proc.stdout
+    assert "['cifar10_paper'] are not redone" in proc.stdout
+    assert carried[-1] == ".carry/parts/cifar100-1"  # not CIFAR-10: its run came back
+    while proc.returncode == 3 and time.time() < deadline + 300:
+        proc, carried, command = lease.call(carried, command)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "everything came back" in proc.stdout
+    status = json.loads((lease.outs[-1] / "status.json").read_text())
+    assert status["starts"] == 3 and status["lost_machines"] == 2
+    run = status["runs"]["cifar100_true_float32"]
+    assert (run["state"], run["step"], run["steps"]) == ("done", 2, 2), run
+    assert "--lr_boundaries=2,3" in run["command"] and "--precision=true_float32" in run["command"]
+    assert status["runs"]["cifar10_paper"]["state"] == "done earlier"
+    imported = set(lease.record.read_text().split())  # the copies' own, never the installed
+    assert {str(lease.there / "resnet_noBN" / "__init__.py")} <= imported, imported
+    assert all(p.startswith(str(tmp_path)) for p in imported), imported
+
+    back = tmp_path / "back"
+    joined = subprocess.run(
+        [sys.executable, "-m", "resnet_noBN.lease", "collect", *map(str, lease.outs)]
+        + [f"--into={back}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout.count("SHA-256") == 2 and joined.stdout.count("... ok") == 2
+    answers = (back / "cifar10_paper" / "answers.jsonl").read_text().splitlines()
+    assert [json.loads(a)["step"] for a in answers] == [2, 4]
+    assert "predicted" in json.loads(answers[-1])
+    unpacked = tmp_path / "c10"
+    unpacked.mkdir()
+    tool = data / "tools" / carry.UNPACK_TOOL
+    subprocess.run([sys.executable, tool, data / "cifar-10-lossless", unpacked], check=True)
+    checked = subprocess.run(
+        [sys.executable, "-m", "resnet_noBN.lease", "check", f"--into={back}"]
+        + [f"--data=cifar10={unpacked}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    line = next(x for x in checked.stdout.splitlines() if x.startswith("cifar10_paper:"))
+    assert "predictions differ from the GPU's" in line and "=" in line.split("digest")[1]
+    assert "cifar100_true_float32: no --data cifar100=DIR given" in checked.stdout
+    assert np.load(back / "cifar10_paper" / "weights-4.npz")["step"] == 4

@@ -59,7 +59,7 @@ def faster_paths(runtime: Runtime, precision: str, *more: str) -> str:
     paths = []
     on_gpu = registry.current().has_gpu(runtime)
     if not on_gpu:
-        paths.append("a GPU (bench/gpu_lease.sh runs the paper's recipe on a lent one)")
+        paths.append("a GPU (launch/gpu_lease.sh runs the paper's recipe on a lent one)")
     if precision == "float32" and (on_gpu or cpu.has_native_bf16()):
         measured = (
             f", {CPU_BF16_SPEEDUP:.2f}x on a Zen 4 CPU with AVX512_BF16" if not on_gpu else ""

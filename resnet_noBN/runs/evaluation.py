@@ -70,13 +70,16 @@ def evaluate_run(
     first_red_pixel: str = "as_read",
     print_fn=print,
     every_checkpoint: bool = False,
+    weights: str | None = None,
 ):
     """The run in ``model_dir`` evaluated on the whole test split of ``data_path`` (read as the
     run read its data: ``config.json``'s data section, its folder replaced; probed as
     ``first_red_pixel`` says), in float32, on the backend the run trained on: for its latest
-    checkpoint, or for each it keeps (``every_checkpoint``, oldest first), the step, errors and
-    counts, and the answers (``trainers.answers.Answers``, under ``"answers"``). Yields one
-    result per checkpoint. Writes nothing into ``model_dir``."""
+    checkpoint, or for each it keeps (``every_checkpoint``, oldest first), or for the weights
+    file ``weights`` (a run's final weights without its optimizer, as a GPU lease brings them
+    back), the step, errors and counts, the weights' digest and the answers
+    (``trainers.answers.Answers``, under ``"answers"``). Yields one result per checkpoint.
+    Writes nothing into ``model_dir``."""
     saved = record.read_config(model_dir)
     if not saved:
         raise InputError(
@@ -98,13 +101,23 @@ def evaluate_run(
     )
     runtime = setup.start_runtime(config)
     trainer = setup.make_trainer(config, runtime, model_dir)
-    step = trainer.restore(print_fn)
-    if step == 0:
+    if weights and not hasattr(trainer, "read_weights"):
+        raise InputError(
+            f"--weights reads runs of the JAX and PyTorch backends, not {backend.name}"
+        )
+    if not weights and trainer.restore(print_fn) == 0:
         raise InputError(f"--model_dir {model_dir} holds no checkpoint; train it first")
     batch = config.recipe.eval_batch_size
     source = backend.evaluation_source(images, labels, batch)
-    for path in trainer.checkpoints() if every_checkpoint else [trainer.restored_from]:
-        trainer.read_checkpoint(path)
+    paths = trainer.checkpoints() if every_checkpoint else [trainer.restored_from]
+    for path in [weights] if weights else paths:
+        if weights:
+            try:
+                trainer.read_weights(path)
+            except (OSError, ValueError, KeyError) as e:
+                raise InputError(f"--weights {path} are not this run's weights: {e}") from None
+        else:
+            trainer.read_checkpoint(path)
         result = trainer.evaluate(source, Progress(math.ceil(len(labels) / batch)), print_fn)
         yield {
             "model_dir": model_dir,
@@ -114,5 +127,6 @@ def evaluate_run(
             "layout": data.cifar100_layout,
             "data_path": str(data_path),
             "first_red_pixel": first_red_pixel,
+            "weights_sha256": trainer.weights_digest(),
             **result,
         }

@@ -99,3 +99,10 @@ def read_answers(path: str) -> list[Evaluation]:
                 evaluation = decode(json.loads(text))
                 by_step[evaluation.step] = evaluation
     return [by_step[step] for step in sorted(by_step)]
+
+
+def final_predictions(path: str) -> Evaluation | None:
+    """The last evaluation of the answers file ``path`` that holds predicted classes (a run's
+    final one); None where there is none."""
+    with_classes = [e for e in read_answers(path) if e.predicted is not None]
+    return with_classes[-1] if with_classes else None

@@ -172,3 +172,25 @@ class OneProcessTrainer(TrainLoop):
         for name, value in values.items():
             variables[name].assign(value)
         self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+
+    def read_weights(self, path: str) -> None:
+        """A weights file (the ``model/`` arrays of a checkpoint and its ``step``, no optimizer
+        state: what a GPU lease brings back, ``resnet_noBN.lease.collect.cut_weights``) into the
+        model, every array's shape checked before any is assigned; the step is the file's."""
+        variables = {n: v for n, v in self._named_variables().items() if n.startswith("model/")}
+        with np.load(path) as saved:
+            missing = sorted(set(variables) - set(saved.files))
+            if missing:
+                raise ValueError(
+                    f"{path} lacks {len(missing)} of the model's arrays, {missing[0]} first"
+                )
+            values = {name: saved[name] for name in variables}
+            step = int(saved["step"])
+        for name, value in values.items():
+            if value.shape != tuple(variables[name].shape):
+                raise ValueError(
+                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
+                )
+        for name, value in values.items():
+            variables[name].assign(value)
+        self._step = step

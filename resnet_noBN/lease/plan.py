@@ -1,0 +1,370 @@
+"""The plan of a lease: which runs, in which order, what each costs, what the GPU does while the
+data travels, and the knobs.
+
+The runs are named experiments (``configs.experiments``), each with its own flags: a lease run
+``NAME`` is ``launch/cifar.py --experiment=NAME --seed=0``, ``NAME-sK`` the same with seed K.
+The default order (:data:`DEFAULT_RUNS`) is the one that decides the most about Table 2 of
+arXiv:1611.04231 (CIFAR-10 6.38%, CIFAR-100 24.64%), all on the exact data:
+
+1. ``cifar10_paper``: the paper's network and recipe (earlier leases: 10.44% on a JPEG copy);
+2. ``cifar10_original_2016_wd``: the 2016 code the paper forked (leaky ReLU, pre-activation
+   units, its trained head, its weight decay 2e-4), batch norm removed;
+3. ``cifar100_true_float32``: CIFAR-100 at the paper's lr 0.05 in true float32, to 32,000 of its
+   60,000 steps (the first decay at 30,000 and one evaluation after it): does the divergence of
+   the earlier leases (bfloat16 at 7,500 and 9,400, TF32 at 19,000) survive true float32? Its
+   health is in train.jsonl;
+4. seeds 1 and 2 of the first two, then ``cifar100_original_2016``.
+
+A run starts only where its projection (start-up and compile, the steps at the rate measured on
+this machine or else :data:`PRIOR`, the whole-test evaluations) ends :data:`Knobs.margin_s`
+before the lease's GPU time runs out, with the time to bring its weights back; one that does not
+fit is skipped and the next tried. With the default 900 s (15 minutes, the start included), the
+first run fits with about 300 s to spare and the second does not (each takes about 464 s on one
+H100); ``LEASE_S=1100`` holds both.
+
+While the first run's data travels, the GPU times candidate speed-ups of our step
+(:data:`SPEED_TRIES`, each with its prediction written before its result) and the runs train
+with the fastest whose loss at step 50 equals the baseline's within :data:`LOSS_RTOL`; after the
+runs (or while a later run's data travels), the probe's parts (:data:`PROBES`) that earlier
+leases did not measure.
+
+Standard library and ``configs.experiments`` only: the plan starts before anything is unpacked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import sys
+
+from resnet_noBN.configs.experiments import EXPERIMENTS
+
+DEFAULT_RUNS = (
+    "cifar10_paper",
+    "cifar10_original_2016_wd",
+    "cifar100_true_float32",
+    "cifar10_paper-s1",
+    "cifar10_original_2016_wd-s1",
+    "cifar10_paper-s2",
+    "cifar10_original_2016_wd-s2",
+    "cifar100_original_2016",
+)
+# Runs stopped before their experiment's end, as a fraction of its steps (the learning-rate
+# drops stay where the whole run has them): the true-float32 CIFAR-100 run to one evaluation
+# past its first decay (32,000 of 60,000 steps).
+STOP_AT = {"cifar100_true_float32": 32_000 / 60_000}
+PAPER_STEPS = 60_000  # the paper's run, the experiments' default
+BATCH = 128  # the paper's
+TEST_IMAGES = 10_000  # both data sets' test split, evaluated whole
+EVAL_EVERY = 2_000  # the launcher's default
+
+# Rates measured on one H100 80GB HBM3 by the leases of 2026-11-24 (results/gpu_h100/README.md),
+# used until this machine's own are known: the JAX step in images/s by precision (300 steps in
+# one call; float32 = TF32 convolutions, measured inside a run), the whole-test evaluation in
+# images/s, the first step (compile) in s. True float32 was never measured: a guess, the
+# projection says so, and the probe's true_fp32 part measures it.
+PRIOR = {
+    "mixed_bfloat16": 18_861.0,
+    "float32": 10_762.0,
+    "true_float32": 3_000.0,
+    "eval": 68_733.0,
+    "first_step_s": 17.1,
+}
+MEASURED_BEFORE = {"torch_eager": 6_087.0, "tf32": 10_762.0}  # skipped unless LEASE_PROBE asks
+
+LOSS_RTOL = 0.02  # a speed-up passes where its loss at step 50 is the baseline's within 2%
+SPEED_GAIN = 1.02  # and trains only where it is this much faster (the timing's noise)
+LOSS_STEP = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedTry:
+    """A candidate speed-up of our JAX step: environment for the benchmark and the runs."""
+
+    name: str
+    prediction: str
+    env: tuple[tuple[str, str], ...] = ()
+
+
+SPEED_TRIES = (  # the baseline also traces 10 steps: the kernel-time summary (speed/kernels.txt)
+    SpeedTry("baseline", "the launcher's step as it is: mixed_bfloat16, NHWC, XLA's defaults"),
+    SpeedTry(
+        "cudnn_runtime_fusion",
+        "cuDNN's runtime fusion of a convolution with the ReLU after it (XLA_FLAGS="
+        "--xla_gpu_use_runtime_fusion=true): each unit's first convolution and its ReLU in one "
+        "kernel; expect 3 to 10% more images/s",
+        (("XLA_FLAGS", "--xla_gpu_use_runtime_fusion=true"),),
+    ),
+    SpeedTry(
+        "command_buffers_all",
+        "every kernel kind in CUDA graphs (XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION,"
+        "CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN): about 400 kernels a 6.8 ms step, so launches may "
+        "cost a few per cent; expect 0 to 5%",
+        (
+            (
+                "XLA_FLAGS",
+                "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN",
+            ),
+        ),
+    ),
+    SpeedTry(
+        "latency_hiding",
+        "XLA's latency-hiding scheduler (XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true):"
+        " a one-GPU step has little to overlap; expect within 2%",
+        (("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true"),),
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """A part of the probe: a benchmark in a subprocess with a time limit."""
+
+    name: str
+    limit_s: float
+    what: str
+    torch: bool = False  # needs torch
+
+
+PROBES = (
+    Probe(
+        "torch_compile",
+        180,
+        "the PyTorch twin under torch.compile (channels_last, bfloat16 autocast), compile apart",
+        torch=True,
+    ),
+    Probe("true_fp32", 90, "our JAX step in true float32 (TF32 off), for run 3's projection"),
+    Probe("torch_eager", 60, "the PyTorch twin, eager (measured: 6,087 images/s)", torch=True),
+    Probe("tf32", 90, "our JAX step in float32 with TF32 (measured: 10,762 images/s)"),
+)
+DEFAULT_PROBES = ("torch_compile", "true_fp32")
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseRun:
+    """One run of a lease: an experiment of ``launch/cifar.py`` with a seed, its data set, the
+    steps it trains and its precision."""
+
+    name: str
+    experiment: str
+    seed: int
+    dataset: str
+    steps: int  # what it trains
+    schedule_steps: int  # the run the learning-rate schedule is laid over
+    precision: str
+    about: str
+
+    def flags(self, smoke: bool) -> list[str]:
+        """Its launcher flags beyond the data, folder and time budget: the experiment, the seed,
+        the precision, a stop before the schedule's end with the drops where the whole run
+        has them; smoke: the small network with the steps and evaluations the plan gives."""
+        flags = [f"--experiment={self.experiment}", f"--seed={self.seed}"]
+        flags.append(f"--precision={self.precision}")
+        if smoke or self.steps != self.schedule_steps:
+            flags.append(f"--train_steps={self.steps}")
+        if self.steps != self.schedule_steps:  # the paper's drops at 1/2 and 5/6 of the schedule
+            s = self.schedule_steps
+            flags.append(f"--lr_boundaries={max(1, s // 2)},{max(2, 5 * s // 6)}")
+        if smoke:
+            flags += ["--model=small", f"--eval_every={max(1, self.steps // 2)}", "--log_every=10"]
+        return flags
+
+    def evaluations(self, eval_every: int) -> int:
+        return self.steps // min(eval_every, self.steps) + 1
+
+
+RUN_NAME = re.compile(r"^(?P<experiment>[A-Za-z0-9_.]+?)(-s(?P<seed>\d+))?$")
+
+
+def lease_run(name: str, train_steps: int | None = None) -> LeaseRun:
+    """The lease run ``name`` (``EXPERIMENT`` or ``EXPERIMENT-sK``); ``train_steps`` replaces
+    the experiment's (a shrunk plan's). ValueError (one line) for a name that is no experiment of
+    launch/cifar.py."""
+    match = RUN_NAME.match(name)
+    exp = EXPERIMENTS.get(match["experiment"]) if match else None
+    if exp is None or exp.launcher != "cifar":
+        raise ValueError(
+            f"LEASE_RUNS names {name!r}: not EXPERIMENT or EXPERIMENT-sSEED of an experiment of "
+            "launch/cifar.py (resnet_noBN/configs/experiments.py)"
+        )
+    schedule = train_steps or exp.recipe.get("train_steps", PAPER_STEPS)
+    steps = round(STOP_AT.get(exp.name, 1.0) * schedule)
+    return LeaseRun(
+        name=name,
+        experiment=exp.name,
+        seed=int(match["seed"] or 0),
+        dataset=exp.data.get("dataset", "cifar10"),
+        steps=max(2, steps),
+        schedule_steps=schedule,
+        precision=exp.runtime.get("precision", "mixed_bfloat16"),
+        about=exp.about,
+    )
+
+
+def refuse(line: str) -> None:
+    """Bad input: one ``error:`` line on stderr, exit 2."""
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """The plan's settings, from the environment (``LEASE_*``; README's lease section)."""
+
+    smoke: bool  # LEASE_SMOKE=1: the plan shrunk for a CPU (small network, few steps)
+    lease_s: float  # LEASE_S: the lease's GPU time, its machine starts included (900)
+    start_s: float  # LEASE_START_S: a machine's start, counted once per machine (30)
+    margin_s: float  # LEASE_MARGIN_S: left over at a run's projected end (60)
+    return_s: float  # LEASE_RETURN_S: a call that brings a run's weights back (20)
+    wait_s: float  # LEASE_WAIT_S: a call waits at most this long for news (540)
+    run_start_s: float  # LEASE_RUN_START_S: a run's start-up beside its compile (15)
+    speed_s: float  # LEASE_SPEED_S: at most this long timing speed-ups (150)
+    runs: tuple[LeaseRun, ...]  # LEASE_RUNS, in order
+    speed: tuple[str, ...]  # LEASE_SPEED: which SPEED_TRIES ("" none: the baseline's rate only)
+    probes: tuple[str, ...]  # LEASE_PROBE: which PROBES after the runs
+    python: str  # PYTHON (python3)
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Knobs:
+        smoke = env.get("LEASE_SMOKE", "0") == "1"
+        steps = env.get("LEASE_TRAIN_STEPS") or ("40" if smoke else "")
+        names = [r for r in env.get("LEASE_RUNS", ",".join(DEFAULT_RUNS)).split(",") if r]
+        try:
+            runs = tuple(lease_run(name, int(steps) if steps else None) for name in names)
+        except ValueError as e:
+            refuse(str(e))
+        if len(set(names)) != len(names):
+            refuse(f"LEASE_RUNS names a run twice: {names}")
+        speed = _names(env, "LEASE_SPEED", [t.name for t in SPEED_TRIES], DEFAULT_SPEED)
+        probes = _names(env, "LEASE_PROBE", [p.name for p in PROBES], DEFAULT_PROBES)
+        try:
+            numbers = {
+                key: float(env.get(f"LEASE_{key.upper()}", default))
+                for key, default in NUMBERS.items()
+            }
+        except ValueError as e:
+            refuse(f"a LEASE_ time is not a number: {e}")
+        return cls(
+            smoke=smoke,
+            runs=runs,
+            speed=speed,
+            probes=probes,
+            python=env.get("PYTHON", "python3"),
+            **numbers,
+        )
+
+    def run(self, name: str) -> LeaseRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def datasets(self) -> list[str]:
+        """The data sets of the runs, in the order they are first needed."""
+        return list(dict.fromkeys(r.dataset for r in self.runs))
+
+
+NUMBERS = {  # the knobs' defaults, in seconds
+    "lease_s": 900,
+    "start_s": 30,
+    "margin_s": 60,
+    "return_s": 20,
+    "wait_s": 540,
+    "run_start_s": 15,
+    "speed_s": 150,
+}
+DEFAULT_SPEED = tuple(t.name for t in SPEED_TRIES)
+KNOB_NAMES = (  # the environment a call passes on to the next
+    "LEASE_SMOKE",
+    "LEASE_RUNS",
+    "LEASE_TRAIN_STEPS",
+    "LEASE_SPEED",
+    "LEASE_PROBE",
+    *(f"LEASE_{key.upper()}" for key in NUMBERS),
+)
+
+
+def _names(env, key: str, known: list[str], default) -> tuple[str, ...]:
+    names = tuple(n for n in env.get(key, ",".join(default)).split(",") if n)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        refuse(f"{key} names {unknown}; the choices are {known}")
+    return names
+
+
+def projection(run: LeaseRun, rate: float, eval_rate: float, first_step_s: float, knobs) -> float:
+    """Seconds of GPU time ``run`` takes at ``rate`` training images/s: its start-up and compile,
+    the steps, the whole-test evaluations, and a call to bring its weights back."""
+    evals = run.evaluations(EVAL_EVERY if not knobs.smoke else max(1, run.steps // 2))
+    return (
+        knobs.run_start_s
+        + first_step_s
+        + run.steps * BATCH / rate
+        + evals * TEST_IMAGES / eval_rate
+        + knobs.return_s
+    )
+
+
+def schedule(runs, left: float, estimate, margin: float) -> tuple[list[str], dict[str, str]]:
+    """The runs that fit in ``left`` seconds, in order, each where the ones before it left room
+    (``estimate(run)``: its projected seconds): (their names, {skipped run: why})."""
+    fits, why = [], {}
+    for run in runs:
+        need = estimate(run)
+        if need + margin <= left:
+            fits.append(run.name)
+            left -= need
+        else:
+            why[run.name] = (
+                f"projected {need:,.0f} s + margin {margin:.0f} s > {left:,.0f} s of GPU time left"
+            )
+    return fits, why
+
+
+@dataclasses.dataclass
+class Back:
+    """What has come back to the caller, as the caller's next command says it
+    (``LEASE_BACK``): the lease's first call's start, the machines started, the speed-up chosen,
+    and the items of replies received (a run's results: its name; its weights' parts:
+    ``NAME.wI``). A call on a bare machine with it knows the machine was lost, and what not to
+    redo."""
+
+    since: float | None = None
+    starts: int = 0
+    speed: str | None = None
+    items: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Back:
+        back = cls()
+        for field in filter(None, text.split(",")):
+            key, _, value = field.partition(":")
+            if key == "since":
+                back.since = float(value)
+            elif key == "starts":
+                back.starts = int(value)
+            elif key == "speed":
+                back.speed = value or None
+            elif key == "back":
+                back.items = tuple(filter(None, value.split("+")))
+            else:
+                raise ValueError(f"LEASE_BACK: unknown field {key!r} in {text!r}")
+        return back
+
+    def text(self) -> str:
+        fields = [f"since:{self.since:.0f}", f"starts:{self.starts}"]
+        if self.speed:
+            fields.append(f"speed:{self.speed}")
+        return ",".join([*fields, "back:" + "+".join(self.items)])
+
+
+def next_command(env, back: Back) -> str:
+    """The command of the next call: this call's LEASE_ knobs and the updated LEASE_BACK."""
+    knobs = [f"{key}={shlex.quote(env[key])}" for key in KNOB_NAMES if key in env]
+    return " ".join([*knobs, f"LEASE_BACK={back.text()}", "bash launch/gpu_lease.sh"])
+
+
+def gpu_time(status: dict, now: float) -> tuple[float, float]:
+    """(used, left) seconds of the lease's GPU time: since its first call, and a start per
+    machine it started."""
+    used = now - status["since"] + status["starts"] * status["start_s"]
+    return used, status["lease_s"] - used
