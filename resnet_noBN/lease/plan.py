@@ -164,9 +164,8 @@ class LeaseRun:
         flags.append(f"--precision={self.precision}")
         if smoke or self.steps != self.schedule_steps:
             flags.append(f"--train_steps={self.steps}")
-        if self.steps != self.schedule_steps:  # the paper's drops at 1/2 and 5/6 of the schedule
-            s = self.schedule_steps
-            flags.append(f"--lr_boundaries={max(1, s // 2)},{max(2, 5 * s // 6)}")
+        if self.steps != self.schedule_steps:  # the experiment's drops, fractions of the whole
+            flags.append(f"--schedule_steps={self.schedule_steps}")
         if smoke:
             flags += ["--model=small", f"--eval_every={max(1, self.steps // 2)}", "--log_every=10"]
         return flags
