@@ -104,7 +104,7 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
         "--seed=0",
         "--precision=true_float32",
         "--train_steps=32000",
-        "--lr_boundaries=30000,50000",
+        "--schedule_steps=60000",
     ]
 
     def estimate(run):
@@ -378,7 +378,7 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
     assert status["starts"] == 3 and status["lost_machines"] == 2
     run = status["runs"]["cifar100_true_float32"]
     assert (run["state"], run["step"], run["steps"]) == ("done", 2, 2), run
-    assert "--lr_boundaries=2,3" in run["command"] and "--precision=true_float32" in run["command"]
+    assert "--schedule_steps=4" in run["command"] and "--precision=true_float32" in run["command"]
     assert status["runs"]["cifar10_paper"]["state"] == "done earlier"
     imported = set(lease.record.read_text().split())  # the copies' own, never the installed
     assert {str(lease.there / "resnet_noBN" / "__init__.py")} <= imported, imported
