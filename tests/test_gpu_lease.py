@@ -200,17 +200,11 @@ def write_data(data: Path) -> None:
 
 def copy_tree(dest: Path) -> None:
     """What travels of the tree: its tracked files and the untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, listed):
-        src = ROOT / name.decode()
+    for name in carry.tree_files(ROOT):
+        src = ROOT / name
         if src.is_file():
-            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name.decode())
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
 
 
 class Lease:

@@ -78,16 +78,21 @@ def split_sizes(total: int, part_bytes: int) -> list[int]:
     return [size + (i < extra) for i in range(count)]
 
 
-def tree_bytes(root: Path) -> int:
-    """The bytes of what travels of the tree itself: the tracked files and the untracked ones
-    git does not ignore (as the device tool counts them)."""
+def tree_files(root: Path) -> list[str]:
+    """What travels of the tree itself, relative to ``root``: the tracked files and the
+    untracked ones git does not ignore (as the device tool takes them)."""
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=root,
         capture_output=True,
         check=True,
     ).stdout.split(b"\0")
-    paths = (root / os.fsdecode(name) for name in listed if name)
+    return [os.fsdecode(name) for name in listed if name]
+
+
+def tree_bytes(root: Path) -> int:
+    """The bytes of :func:`tree_files` (as the device tool counts them)."""
+    paths = (root / name for name in tree_files(root))
     return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
 

@@ -164,13 +164,7 @@ class OneProcessTrainer(TrainLoop):
         variables = self._named_variables()
         with np.load(path) as saved:
             values = {name: saved[name] for name in variables}
-        for name, value in values.items():
-            if value.shape != tuple(variables[name].shape):
-                raise ValueError(
-                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
-                )
-        for name, value in values.items():
-            variables[name].assign(value)
+        _assign_checked(variables, values)
         self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
 
     def read_weights(self, path: str) -> None:
@@ -186,11 +180,17 @@ class OneProcessTrainer(TrainLoop):
                 )
             values = {name: saved[name] for name in variables}
             step = int(saved["step"])
-        for name, value in values.items():
-            if value.shape != tuple(variables[name].shape):
-                raise ValueError(
-                    f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
-                )
-        for name, value in values.items():
-            variables[name].assign(value)
+        _assign_checked(variables, values)
         self._step = step
+
+
+def _assign_checked(variables: dict, values: dict) -> None:
+    """Each array of ``values`` into its variable, every shape checked before any is assigned
+    (ValueError naming the first that differs): a file of another model changes nothing."""
+    for name, value in values.items():
+        if value.shape != tuple(variables[name].shape):
+            raise ValueError(
+                f"{name} has shape {value.shape}, the model {tuple(variables[name].shape)}"
+            )
+    for name, value in values.items():
+        variables[name].assign(value)
