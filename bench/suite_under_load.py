@@ -57,13 +57,15 @@ def others_trainings() -> int:
     training runs, a load already there. A container's processes (another PID namespace), a
     SLURM job's (they inherit the submitter's environment) and those the suite runs in a
     clean environment from a temporary folder (the GPU lease's copy of the tree) are the
-    suite's."""
+    suite's. A stopped process (``kill -STOP``, state T) is no load and does not count."""
     count, namespace = 0, os.readlink("/proc/self/ns/pid")
     temporary = os.path.realpath(tempfile.gettempdir()) + os.sep
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if not any(arg.endswith(b"launch/cifar.py") for arg in argv):
+                continue
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "tT":
                 continue
             if os.readlink(f"/proc/{pid}/ns/pid") != namespace:
                 continue
