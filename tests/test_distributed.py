@@ -2,6 +2,7 @@
 and the local job's network: its unauthenticated gRPC ports unreachable from other hosts."""
 
 import contextlib
+import functools
 import ipaddress
 import json
 import os
@@ -595,30 +596,38 @@ def run_cifar(tmp_path, args, tf_config=None):
     return launchers.run("launch/cifar.py", *args, env={"TF_CONFIG": tf_config}, timeout=120)
 
 
-@pytest.mark.parametrize(
-    "tf_config, message",
-    [
-        (None, "error: --strategy=multi_worker needs TF_CONFIG"),
-        (
-            {"cluster": {"worker": ["127.0.0.1:1"]}},
-            'error: TF_CONFIG has no "task" entry with "type" and "index"',
-        ),
-        (
-            {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}},
-            'error: TF_CONFIG task index 3 is out of range: the cluster has 1 "worker" task(s)',
-        ),
-        ("{not json", "error: TF_CONFIG is not valid JSON"),
-    ],
-)
-def test_bad_tf_config_is_one_line_and_status_2(tmp_path, cifar_bin, tf_config, message):
-    model_dir = tmp_path / "run"
-    proc = run_cifar(
-        tmp_path,
-        ["--strategy=multi_worker", f"--data_path={cifar_bin}", f"--model_dir={model_dir}", *SMALL],
-        tf_config,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith(message)
+BAD_TF_CONFIG = [  # TF_CONFIG (None: unset), the start of the launch's last line
+    (None, "error: --strategy=multi_worker needs TF_CONFIG"),
+    (
+        {"cluster": {"worker": ["127.0.0.1:1"]}},
+        'error: TF_CONFIG has no "task" entry with "type" and "index"',
+    ),
+    (
+        {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}},
+        'error: TF_CONFIG task index 3 is out of range: the cluster has 1 "worker" task(s)',
+    ),
+    ("{not json", "error: TF_CONFIG is not valid JSON"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_tf_config_runs(tmp_path_factory, cifar_bin):
+    """Each BAD_TF_CONFIG case launched (two at a time): its --model_dir and its process."""
+    root = tmp_path_factory.mktemp("tf_config")
+    dirs = [root / f"run{i}" for i in range(len(BAD_TF_CONFIG))]
+    args = ["--strategy=multi_worker", f"--data_path={cifar_bin}", *SMALL]
+    launches = [
+        functools.partial(run_cifar, root, [*args, f"--model_dir={d}"], tf_config)
+        for d, (tf_config, _) in zip(dirs, BAD_TF_CONFIG)
+    ]
+    return list(zip(dirs, launchers.run_many(launches)))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_TF_CONFIG)))
+def test_bad_tf_config_is_one_line_and_status_2(bad_tf_config_runs, case):
+    model_dir, proc = bad_tf_config_runs[case]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(BAD_TF_CONFIG[case][1])
     assert not model_dir.exists()
 
 

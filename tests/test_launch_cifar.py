@@ -1,5 +1,6 @@
 """launch/cifar.py end to end: summary, a run and its files, resume, every bad input."""
 
+import functools
 import json
 import os
 import signal
@@ -151,84 +152,99 @@ def test_divergence_stops_with_status_1_and_keeps_checkpoints(tmp_path, cifar_bi
     assert proc.stderr.strip().splitlines()[-1].startswith("error: loss is ")
 
 
-@pytest.fixture
-def broken_data(tmp_path, cifar_bin):
-    """Copies of the generated data set with one flaw each."""
+BAD_INPUT = [  # a launch's arguments, the start of its last line
+    (
+        ["--dataset=mnist"],
+        "error: flag --dataset=mnist: value should be one of <cifar10|cifar100>",
+    ),
+    (
+        ["--init=xavier"],
+        "error: flag --init=xavier: value should be one of <hardt_ma|standard|he>",
+    ),
+    (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
+    (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
+    (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
+    (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
+    (
+        ["--lr_boundaries=50000,30000"],
+        "error: --lr_boundaries must be strictly increasing, all fractions of --train_steps "
+        "or all steps, got 50000,30000",
+    ),
+    (
+        ["--lr_boundaries=1/2,x"],
+        "error: --lr_boundaries entries are fractions of --train_steps in (0, 1) (1/2, 0.5) or "
+        "steps >= 1, got 'x'",
+    ),
+    (["--stage_widths=64,48,256"], "error: a pool_pad shortcut cannot go from 64 to 48"),
+    (["--pad=-1"], "error: --pad must be >= 0, got -1"),
+    (
+        ["--data_path=/nonexistent/cifar"],
+        "error: --data_path /nonexistent/cifar is not a folder",
+    ),
+    (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
+    (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory, cifar_bin):
+    """Each BAD_INPUT case launched (two at a time): its --model_dir and its process."""
+    root = tmp_path_factory.mktemp("bad_input")
+    dirs = [root / f"run{i}" for i in range(len(BAD_INPUT))]
+    launches = [
+        functools.partial(cifar, f"--model_dir={d}", f"--data_path={cifar_bin}", *args)
+        for d, (args, _) in zip(dirs, BAD_INPUT)
+    ]
+    return list(zip(dirs, launchers.run_many(launches)))
+
+
+@pytest.mark.parametrize(
+    "case", range(len(BAD_INPUT)), ids=[" ".join(args) for args, _ in BAD_INPUT]
+)
+def test_bad_input_one_line_nothing_written(bad_input_runs, case):
+    model_dir, proc = bad_input_runs[case]
+    message = BAD_INPUT[case][1]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(message)
+    assert not model_dir.exists()
+
+
+BROKEN_DATA = {  # a flaw of the data folder, what the error line names
+    "truncated": "data_batch_3.bin is 49268 bytes, not a whole number (>= 1) of 3073-byte "
+    "CIFAR-10 records",
+    "layout": "lacks test_batch.bin: --data_path must be the folder",
+}
+
+
+@pytest.fixture(scope="module")
+def broken_data_runs(tmp_path_factory, cifar_bin):
+    """A copy of the generated data set with each flaw, launched on (both at once): its
+    --model_dir and its process."""
     import shutil
 
-    def make(kind):
-        folder = tmp_path / kind / "cifar-10-batches-bin"
+    root, launches = tmp_path_factory.mktemp("broken"), []
+    for kind in BROKEN_DATA:
+        folder = root / kind / "cifar-10-batches-bin"
         shutil.copytree(cifar_bin, folder)
         if kind == "truncated":
             with open(folder / "data_batch_3.bin", "ab") as f:
                 f.write(b"\0" * 100)
         elif kind == "layout":
             (folder / "test_batch.bin").unlink()
-        return folder
-
-    return make
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (
-            ["--dataset=mnist"],
-            "error: flag --dataset=mnist: value should be one of <cifar10|cifar100>",
-        ),
-        (
-            ["--init=xavier"],
-            "error: flag --init=xavier: value should be one of <hardt_ma|standard|he>",
-        ),
-        (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
-        (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
-        (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
-        (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
-        (
-            ["--lr_boundaries=50000,30000"],
-            "error: --lr_boundaries must be strictly increasing, all fractions of --train_steps "
-            "or all steps, got 50000,30000",
-        ),
-        (
-            ["--lr_boundaries=1/2,x"],
-            "error: --lr_boundaries entries are fractions of --train_steps in (0, 1) (1/2, 0.5) or "
-            "steps >= 1, got 'x'",
-        ),
-        (["--stage_widths=64,48,256"], "error: a pool_pad shortcut cannot go from 64 to 48"),
-        (["--pad=-1"], "error: --pad must be >= 0, got -1"),
-        (
-            ["--data_path=/nonexistent/cifar"],
-            "error: --data_path /nonexistent/cifar is not a folder",
-        ),
-        (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
-        (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
-    ],
-)
-def test_bad_input_one_line_nothing_written(tmp_path, cifar_bin, args, message):
-    model_dir = tmp_path / "run"
-    proc = cifar(f"--model_dir={model_dir}", f"--data_path={cifar_bin}", *args)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith(message)
-    assert not model_dir.exists()
+        model_dir = root / kind / "run"
+        launches.append(
+            functools.partial(cifar, f"--model_dir={model_dir}", f"--data_path={folder}", *SMALL)
+        )
+    runs = launchers.run_many(launches)
+    return {kind: (root / kind / "run", proc) for kind, proc in zip(BROKEN_DATA, runs)}
 
 
-@pytest.mark.parametrize(
-    "kind, message",
-    [
-        (
-            "truncated",
-            "data_batch_3.bin is 49268 bytes, not a whole number (>= 1) of 3073-byte "
-            "CIFAR-10 records",
-        ),
-        ("layout", "lacks test_batch.bin: --data_path must be the folder"),
-    ],
-)
-def test_broken_data_files_are_named(tmp_path, broken_data, kind, message):
-    model_dir = tmp_path / "run"
-    proc = cifar(f"--model_dir={model_dir}", f"--data_path={broken_data(kind)}", *SMALL)
-    assert proc.returncode == 2
+@pytest.mark.parametrize("kind", BROKEN_DATA)
+def test_broken_data_files_are_named(broken_data_runs, kind):
+    model_dir, proc = broken_data_runs[kind]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: ") and message in line
+    assert line.startswith("error: ") and BROKEN_DATA[kind] in line
     assert not model_dir.exists()
 
 
@@ -306,8 +322,9 @@ def test_a_preempted_run_saves_its_step_and_resumes_bit_identically(
     tmp_path, cifar_bin, uninterrupted_digest, signum
 ):
     """SIGTERM (a scheduler) or SIGINT (Ctrl-C) mid-run: a checkpoint of the step reached,
-    exit 3; the same command resumes there (0 steps lost) and ends with the weights of a run
-    that was never interrupted."""
+    exit 3. After SIGTERM the same command resumes there (0 steps lost) and ends with the
+    weights of a run that was never interrupted; SIGINT goes through the same handler
+    (``host.preemption``), so its resume is not run twice."""
     args = preemption_args(cifar_bin)
     model_dir = tmp_path / "run"
     output, status = signal_when(start(*args, f"--model_dir={model_dir}"), "step      20 ", signum)
@@ -317,6 +334,8 @@ def test_a_preempted_run_saves_its_step_and_resumes_bit_identically(
     assert 20 < saved < 150
     assert tf_latest(model_dir) == f"{model_dir}/ckpt-{saved}"
     assert f"step {saved:>7d}  loss" in output  # the last step trained is the one saved
+    if signum == signal.SIGINT:
+        return
 
     resumed = cifar(*args, f"--model_dir={model_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
