@@ -73,22 +73,17 @@ def job(args, workers=2, devices=2) -> subprocess.Popen:
     )
 
 
-def one_process(args, devices) -> subprocess.Popen:
-    """One TensorFlow-free launch/cifar.py process of ``devices`` forced CPU devices."""
-    return subprocess.Popen(
+def one_process(args, devices) -> dict:
+    run = subprocess.run(
         [sys.executable, "-c", NO_TF, *args],
         cwd=REPO,
         env=env(devices),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        capture_output=True,
         text=True,
+        timeout=300,
     )
-
-
-def ended_ok(proc) -> str:
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-4000:]
-    return out
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return final_json(run.stdout)
 
 
 def weights(model_dir) -> dict:
@@ -119,8 +114,7 @@ def test_two_processes_train_as_one_and_only_process_0_writes(data, whole):
     process 0 writes the folder. The weights are those of 4 processes x 1 device and of one
     process of 4 devices bit for bit (the gradients summed in device order, whatever the
     collective's topology; every process's XLA CPU pool sized by the run's 4 devices), and
-    within the JAX equivalence tests' tolerance of one device. (Those three runs, each on its own
-    folder, run side by side.)"""
+    within the JAX equivalence tests' tolerance of one device."""
     out, folder = whole
     finals = final_lines(out)
     assert set(finals) == {"worker0", "worker1"}
@@ -135,14 +129,13 @@ def test_two_processes_train_as_one_and_only_process_0_writes(data, whole):
     assert config["runtime"]["strategy"] == "multi_worker" and config["runtime"]["replicas"] == 4
 
     run = job(flags(data / "data", data / "4x1"), workers=4, devices=1)
-    four = one_process(flags(data / "data", data / "four", strategy="mirrored"), devices=4)
-    one = one_process(flags(data / "data", data / "one"), devices=1)
-    fours = final_lines(ended_ok(run))
-    assert len(fours) == 4
-    digests = {final["weights_sha256"] for final in fours.values()}
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out[-4000:]
+    digests = {final["weights_sha256"] for final in final_lines(out).values()}
     assert digests == {finals["worker0"]["weights_sha256"]}
-    assert final_json(ended_ok(four))["weights_sha256"] == finals["worker0"]["weights_sha256"]
-    one = final_json(ended_ok(one))
+    four = one_process(flags(data / "data", data / "four", strategy="mirrored"), devices=4)
+    assert four["weights_sha256"] == finals["worker0"]["weights_sha256"]
+    one = one_process(flags(data / "data", data / "one"), devices=1)
     job_weights = weights(folder)
     for name, value in weights(data / "one").items():
         np.testing.assert_allclose(job_weights[name], value, rtol=1e-4, atol=1e-6)
