@@ -237,12 +237,11 @@ TRACES = {
 }
 
 
-@pytest.mark.parametrize("keras_backend", list(INPUTS))
-def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
-    pytest.importorskip(keras_backend)
+def _end_to_end(tmp_path, keras_backend, *more):
+    """The benchmark on random records in the official binary layout, with every measurement
+    but the matmul (and ``more``): its JSON result."""
     cifar_data.write_random(tmp_path / "cifar-10-batches-bin", "cifar10", records_per_file=16)
-    profile = tmp_path / "profile"
-    result = _run_bench(
+    return _run_bench(
         [
             f"--data_path={tmp_path / 'cifar-10-batches-bin'}",
             "--chunk_steps=2",
@@ -250,14 +249,36 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
             "--eval_batch_size=16",
             "--input_batches=2",
             "--no-measure_matmul",
-            f"--profile_dir={profile}",
+            f"--profile_dir={tmp_path / 'profile'}",
             "--profile_steps=1",
             f"--kernel_summary={tmp_path / 'kernels.txt'}",
             "--loss_at_step=4",
+            *more,
         ],
         tmp_path,
         keras_backend,
     )
+
+
+@pytest.fixture(scope="module")
+def tensorflow_run(tmp_path_factory):
+    """One TensorFlow run for two tests: the end to end one, the JAX backend compared in it
+    (--compare_backend adds a JAX subprocess after every measurement of ours, and changes none
+    of them: one round times no window of ours again); (its result, its folder)."""
+    folder = tmp_path_factory.mktemp("tensorflow_run")
+    return _end_to_end(folder, "tensorflow", "--compare_backend"), folder
+
+
+@pytest.mark.parametrize("keras_backend", list(INPUTS))
+def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend, request):
+    """Every measurement on the given backend, its profiler's trace and (JAX) its kernel summary:
+    TensorFlow's is the run ``tensorflow_run`` shares with the backend comparison."""
+    pytest.importorskip(keras_backend)
+    if keras_backend == "tensorflow":
+        result, tmp_path = request.getfixturevalue("tensorflow_run")
+    else:
+        result = _end_to_end(tmp_path, keras_backend)
+    profile = tmp_path / "profile"
     assert result["framework"] == keras_backend
     assert result["input"] == INPUTS[keras_backend]
     traces = list(profile.glob(TRACES[keras_backend]))
@@ -302,11 +323,10 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend):
         )
 
 
-def test_benchmark_compares_the_two_keras_backends_in_one_run(tmp_path):
-    result = _run_bench(
-        ["--compare_backend", "--eval_batches=0", "--input_batches=0", "--no-measure_matmul"],
-        tmp_path,
-    )
+def test_benchmark_compares_the_two_keras_backends_in_one_run(tensorflow_run):
+    """TensorFlow's end-to-end run (``tensorflow_run``) timed JAX's training in a subprocess
+    on the same records, and gives both s/step and their ratio."""
+    result, _ = tensorflow_run
     compare = result["backend_compare"]
     assert (compare["ours"], compare["peer"]) == ("tensorflow", "jax")
     assert compare["peer_version"].startswith("JAX ")

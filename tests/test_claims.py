@@ -20,43 +20,64 @@ def image_tree(tmp_path_factory, write_image_tree):
     return root
 
 
+def run_lines(proc, total):
+    """The '[i/total] arm, seed s' of each run's done line, after checking each says how many
+    runs are done and (but the last) what is left and when the sweep will finish."""
+    done = [line for line in proc.stdout.splitlines() if " runs done, elapsed " in line]
+    assert all(f"; {i} of {total} runs done, elapsed " in line for i, line in enumerate(done, 1))
+    assert all(" left " in line and " finish " in line for line in done[:-1])
+    return [line.split(": ")[0] for line in done]
+
+
+def curves(run):
+    """The steps of a run's training log and of its evaluations."""
+    return [
+        [json.loads(line)["step"] for line in (run / name).read_text().splitlines()]
+        for name in ("train.jsonl", "metrics.jsonl")
+    ]
+
+
 def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, image_tree):
+    """Two arms (the baseline and `standard`) from two seeds, every arm's seed 0 first: the
+    progress lines, the JSON line, the table (2/2 seeds each), the JSON summary, the PNG plot,
+    each run's curves (6 steps, logged every 2, evaluated every 3), and two seeds giving the
+    baseline different weights. Then every arm from one seed into the same folder: the two
+    seed-0 runs already finished are kept as they are and only the six missing ones run; the
+    table, summary and plot then hold every arm, each run with its curves."""
     out = tmp_path / "claims"
+    two = claims.ARM_NAMES[:2]
+    assert two == ("hardt_ma", "standard")
     proc = run_claims(
-        "--quick", f"--data_path={image_tree}", f"--output_dir={out}", "--label=tiny tree"
+        "--quick",
+        f"--data_path={image_tree}",
+        f"--output_dir={out}",
+        "--label=tiny tree",
+        f"--arms={','.join(two)}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["runs"] == result["ran"] == 16
-    assert list(result["arms"]) == list(claims.ARM_NAMES)
+    assert result["runs"] == result["ran"] == 4
+    assert list(result["arms"]) == list(two)
     for name, arm in result["arms"].items():
         assert arm["seeds"] == [0, 1] and arm["diverged"] == 0, name
         assert 0 <= arm["mean"] <= 100 and arm["sd"] >= 0
     assert result["arms"]["hardt_ma"]["verdict"] == "baseline"
-    assert "[1/16] hardt_ma, seed 0" in proc.stdout and "[2/16] standard, seed 0" in proc.stdout
+    assert "[1/4] hardt_ma, seed 0" in proc.stdout and "[2/4] standard, seed 0" in proc.stdout
     assert "images/s" in proc.stdout  # progress of each run
-    done = [line for line in proc.stdout.splitlines() if " runs done, elapsed " in line]
-    assert [line.split(": ")[0] for line in done] == [
-        f"[{i}/16] {arm}, seed {seed}"
-        for i, (seed, arm) in enumerate(((s, a) for s in (0, 1) for a in claims.ARM_NAMES), 1)
+    assert run_lines(proc, 4) == [
+        f"[{i}/4] {arm}, seed {seed}"
+        for i, (seed, arm) in enumerate(((s, a) for s in (0, 1) for a in two), 1)
     ]
-    assert all(f"; {i} of 16 runs done, elapsed " in line for i, line in enumerate(done, 1))
-    assert all(" left " in line and " finish " in line for line in done[:-1])
     for name in (claims.TABLE_FILE, claims.SUMMARY_FILE, claims.PLOT_FILE):
         assert (out / name).stat().st_size > 0, name
     assert (out / claims.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / claims.TABLE_FILE).read_text()
     assert table.startswith("# The paper's claims, measured: tiny tree")
-    assert table.count("\n| `") == 8 and "| 2/2 (0) |" in table
-    for arm in claims.ARM_NAMES:
+    assert table.count("\n| `") == 2 and table.count("| 2/2 (0) |") == 2
+    for arm in two:
         run = out / "runs" / f"{arm}-seed1"
         assert json.loads((run / claims.RESULT_FILE).read_text())["final_step"] == 6
-        assert [
-            json.loads(line)["step"] for line in (run / "train.jsonl").read_text().splitlines()
-        ] == [2, 4, 6]
-        assert [
-            json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
-        ] == [3, 6]
+        assert curves(run) == [[2, 4, 6], [3, 6]]
     # seeds are shared by the arms: the same seed gives the baseline the same weights and data
     digests = {
         json.loads((out / "runs" / f"hardt_ma-seed{s}" / claims.RESULT_FILE).read_text())[
@@ -65,13 +86,39 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
         for s in (0, 1)
     }
     assert len(digests) == 2
+    kept = {arm: (out / "runs" / f"{arm}-seed0" / claims.RESULT_FILE).read_bytes() for arm in two}
+    plot = (out / claims.PLOT_FILE).read_bytes()
 
     again = run_claims(
-        "--quick", f"--data_path={image_tree}", f"--output_dir={out}", "--label=tiny tree"
+        "--quick",
+        f"--data_path={image_tree}",
+        f"--output_dir={out}",
+        "--label=tiny tree",
+        "--seeds=1",
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "16 already finished" in again.stdout
-    assert json.loads(again.stdout.strip().splitlines()[-1])["ran"] == 0
+    assert "claims: 8 runs (8 arms x 1 seeds), 2 already finished" in again.stdout
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    assert (result["runs"], result["ran"]) == (8, 6)
+    assert list(result["arms"]) == list(claims.ARM_NAMES)
+    for name, arm in result["arms"].items():
+        assert arm["seeds"] == [0] and arm["diverged"] == 0, name
+        assert 0 <= arm["mean"] <= 100 and arm["sd"] is None
+    assert run_lines(again, 6) == [
+        f"[{i}/6] {arm}, seed 0" for i, arm in enumerate(claims.ARM_NAMES[2:], 1)
+    ]
+    for arm, text in kept.items():
+        assert (out / "runs" / f"{arm}-seed0" / claims.RESULT_FILE).read_bytes() == text, arm
+    table = (out / claims.TABLE_FILE).read_text()
+    assert table.startswith("# The paper's claims, measured: tiny tree")
+    assert table.count("\n| `") == 8 and table.count("| 1/1 (0) |") == 8
+    assert set(json.loads((out / claims.SUMMARY_FILE).read_text())["arms"]) == set(claims.ARM_NAMES)
+    new_plot = (out / claims.PLOT_FILE).read_bytes()
+    assert new_plot[:8] == b"\x89PNG\r\n\x1a\n" and new_plot != plot
+    for arm in claims.ARM_NAMES:
+        run = out / "runs" / f"{arm}-seed0"
+        assert json.loads((run / claims.RESULT_FILE).read_text())["final_step"] == 6
+        assert curves(run) == [[2, 4, 6], [3, 6]]
 
 
 def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, image_tree):
