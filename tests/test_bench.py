@@ -275,10 +275,10 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend, r
     TensorFlow's is the run ``tensorflow_run`` shares with the backend comparison."""
     pytest.importorskip(keras_backend)
     if keras_backend == "tensorflow":
-        result, tmp_path = request.getfixturevalue("tensorflow_run")
+        result, folder = request.getfixturevalue("tensorflow_run")
     else:
-        result = _end_to_end(tmp_path, keras_backend)
-    profile = tmp_path / "profile"
+        result, folder = _end_to_end(tmp_path, keras_backend), tmp_path
+    profile = folder / "profile"
     assert result["framework"] == keras_backend
     assert result["input"] == INPUTS[keras_backend]
     traces = list(profile.glob(TRACES[keras_backend]))
@@ -286,7 +286,7 @@ def test_benchmark_end_to_end_with_the_input_pipeline(tmp_path, keras_backend, r
     assert result["profile_dir"] == str(profile)
     assert result["loss_step"] == 4 and np.isfinite(result["loss_at_step"])
     if keras_backend == "jax":  # its trace viewer file, summed by kernel (bench/kernels.py)
-        summary = (tmp_path / "kernels.txt").read_text().splitlines()
+        summary = (folder / "kernels.txt").read_text().splitlines()
         assert "1 steps traced" in summary[0] and len(summary) > 3
         assert result["kernel_summary"]["top"][0][1] > 0  # ms a step of the top kernel
     assert result["model"] == "small" and result["batch_size"] == 8
