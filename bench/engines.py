@@ -85,8 +85,8 @@ def _trainer(runtime, args, model_dir: str):
 
 def _configs(args):
     """The benchmarked network (the ``--model`` preset in ``--data_format``) and recipe."""
-    from resnet_noBN.models.model import ModelConfig
-    from resnet_noBN.trainers.recipe import TrainConfig
+    from resnet_noBN.configs.network_config import ModelConfig
+    from resnet_noBN.configs.recipe_config import TrainConfig
 
     return (
         ModelConfig.preset(args.model, data_format=args.data_format),

@@ -21,8 +21,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from resnet_noBN.models.model import ModelConfig, build_cifar_model
-from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.models.model import build_cifar_model
 from resnet_noBN.trainers.training import Trainer
 
 

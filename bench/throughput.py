@@ -332,8 +332,8 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     import keras
 
     from resnet_noBN.backends import registry
+    from resnet_noBN.configs.network_config import ModelConfig
     from resnet_noBN.host import cpu
-    from resnet_noBN.models.model import ModelConfig
 
     tensorflow = eng.name == "tensorflow"
     say(
@@ -395,7 +395,7 @@ def main(argv=None) -> dict:
 
     eng = engine(args)
     dev = describe_device(args, eng)
-    from resnet_noBN.models.model import ModelConfig
+    from resnet_noBN.configs.network_config import ModelConfig
 
     flops = model_flops(**dataclasses.asdict(ModelConfig.preset(args.model)))
     with tempfile.TemporaryDirectory(prefix="throughput_") as tmp:

@@ -25,8 +25,7 @@ import json
 
 from absl import flags
 
-from resnet_noBN.models.model import build_cifar_model
-from resnet_noBN.runs import cli, run_config, setup
+from resnet_noBN.runs import cli, run_config  # no Keras: a bad flag is answered in a second
 
 FLAGS = flags.FLAGS
 run_config.define("cifar")
@@ -49,8 +48,12 @@ def main(argv):
     config = run_config.from_flags("cifar")
     if FLAGS.print_config:
         return print(json.dumps(config.sections(), indent=1))
+    # the flags hold: the network and the backend load now (TensorFlow's import: seconds)
+    from resnet_noBN.models.model import build_cifar_model, print_summary
+    from resnet_noBN.runs import setup
+
     if FLAGS.summary_only:
-        return cli.print_summary(build_cifar_model(config.network))
+        return print_summary(build_cifar_model(config.network))
     model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
     run = setup.start(config, model_dir, title=f"{config.data.dataset}, Hardt & Ma ResNet (no BN)")
     paper_width = config.network.stage_widths == (64, 128, 256)

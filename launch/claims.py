@@ -172,8 +172,10 @@ def report_header(label: str, sweep, data: DataConfig, host: dict) -> str:
 
 def train_run(arm, seed: int, config, model_dir: str, runtime) -> str:
     """One arm's seed trained (or resumed) in ``model_dir``: the outcome, in words."""
+    from resnet_noBN.runs import claim_run  # the backend, loaded by main once the flags hold
+
     tag = os.path.basename(model_dir)
-    result = claims.train_one(
+    result = claim_run.train_one(
         arm,
         seed,
         config,

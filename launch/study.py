@@ -26,12 +26,13 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
 from resnet_noBN.configs import experiments, presets
-from resnet_noBN.configs.errors import PREEMPTED_EXIT
+from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
+from resnet_noBN.configs.flag_config import validated
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import folder_claim, study
+from resnet_noBN.runs import cli, folder_claim, study
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
@@ -50,12 +51,10 @@ def arms() -> tuple[str, ...]:
     every = experiments.STUDIES[FLAGS.study]
     unknown = sorted(set(FLAGS.arms or ()) - set(every))
     if unknown:
-        print(
-            f"error: --arms: {', '.join(unknown)} is not an arm of {FLAGS.study}; choose from "
-            f"{','.join(every)}",
-            file=sys.stderr,
+        raise InputError(
+            f"--arms: {', '.join(unknown)} is not an arm of {FLAGS.study}; choose from "
+            f"{','.join(every)}"
         )
-        sys.exit(2)
     return tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
 
 
@@ -107,6 +106,7 @@ def _metrics(arm, seed):
     return read_metrics(study.run_dir(FLAGS.output_dir, arm, seed))
 
 
+@cli.exit_codes
 def main(argv):
     budget = study.Budget(
         FLAGS.model,
@@ -115,6 +115,9 @@ def main(argv):
         FLAGS.seeds,
         tuple(FLAGS.run_flags) + ((f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()),
     )
+    validated(budget)
+    if FLAGS.parallel < 1:
+        raise InputError(f"--parallel must be positive, got {FLAGS.parallel}")
     arm_names = arms()
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     folder_claim.claim(FLAGS.output_dir, "--output_dir")
@@ -165,4 +168,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

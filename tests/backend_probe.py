@@ -20,12 +20,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from resnet_noBN.backends import registry  # noqa: E402
+from resnet_noBN.configs.network_config import ModelConfig  # noqa: E402
+from resnet_noBN.configs.recipe_config import TrainConfig  # noqa: E402
 from resnet_noBN.configs.runtime_config import RuntimeConfig  # noqa: E402
 from resnet_noBN.datasets import stream  # noqa: E402
 from resnet_noBN.datasets.stream import TrainSplit  # noqa: E402
-from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts  # noqa: E402
+from resnet_noBN.models.model import build_cifar_model, param_counts  # noqa: E402
 from resnet_noBN.runs import run_config  # noqa: E402
-from resnet_noBN.trainers.recipe import TrainConfig  # noqa: E402
 
 given = np.load(sys.argv[1])
 spec = json.loads(str(given["spec"]))

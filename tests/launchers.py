@@ -31,6 +31,22 @@ def run(script: str, *args, env=None, timeout: float = 300, cwd=None, log_level:
     )
 
 
+# what a launcher that refuses its flags must not have loaded: a backend (seconds of CPU each)
+BACKEND_MODULES = frozenset({"keras", "tensorflow", "jax", "torch"})
+# set in a launch's env: Python names every module it imports on stderr (``-X importtime``)
+IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}
+
+
+def imported(proc: subprocess.CompletedProcess) -> set[str]:
+    """The modules a process launched with ``env=IMPORT_TIMES`` imported."""
+    prefix = "import time:"
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith(prefix) and "|" in line
+    }
+
+
 def run_many(launches: list[Callable[[], subprocess.CompletedProcess]], at_once: int = 2) -> list:
     """Each of ``launches`` called, ``at_once`` at a time: their finished processes, in order.
     For launches refused before training (a bad flag, broken data, a bad TF_CONFIG): their time

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from resnet_noBN.configs.choices import PRECISIONS
+from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
+from resnet_noBN.models.model import build_cifar_model, param_counts
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"

@@ -9,8 +9,8 @@ from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import claims
 
 
-def run_claims(*args):
-    return launchers.run("launch/claims.py", *args, timeout=600)
+def run_claims(*args, env=None):
+    return launchers.run("launch/claims.py", *args, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +177,13 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
 )
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, image_tree, args, message):
     out = tmp_path / "claims"
-    proc = run_claims("--quick", f"--data_path={image_tree}", f"--output_dir={out}", *args)
+    flags = ("--quick", f"--data_path={image_tree}", f"--output_dir={out}", *args)
+    proc = run_claims(*flags, env=launchers.IMPORT_TIMES)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(message)
     assert not out.exists()
+    if "--data_path" not in message:  # the data is checked by the backend, as it reads it
+        assert not launchers.imported(proc) & launchers.BACKEND_MODULES
 
 
 def result(seed, error=None):

@@ -10,10 +10,9 @@ import pytest
 
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.models.imagenet_model import ImageNetConfig
-from resnet_noBN.models.model import ModelConfig
+from resnet_noBN.configs.network_config import ImageNetConfig, ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import run_config
-from resnet_noBN.trainers.recipe import TrainConfig
 
 NAMES = [
     "cifar10_paper",

@@ -17,13 +17,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from launchers import REPO
 
+from resnet_noBN.configs.network_config import ImageNetConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import imagenet_input
 from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.imagenet_input import DataError
-from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.model import param_counts
 from resnet_noBN.trainers import health
-from resnet_noBN.trainers.recipe import TrainConfig, exponential_learning_rate_schedule
+from resnet_noBN.trainers.recipe import exponential_learning_rate_schedule
 from resnet_noBN.trainers.training import Trainer
 
 TINY = ImageNetConfig(

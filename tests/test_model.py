@@ -3,26 +3,28 @@ decay, the ablation switches, and the float32 residual stream under mixed precis
 
 import dataclasses
 import math
+import types
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_noBN.configs import network_config, recipe_config
+from resnet_noBN.configs.network_config import BlockConfig, ImageNetConfig, ModelConfig
 from resnet_noBN.host import cpu
 from resnet_noBN.models import model
-from resnet_noBN.models.imagenet_model import ImageNetConfig, build_imagenet_model
+from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.model import (
     BLOCKS,
     INIT_STDDEVS,
-    BlockConfig,
     BlockVariant,
-    ModelConfig,
     build_cifar_model,
     decayed_weights,
     param_counts,
     weight_decay_loss,
 )
+from resnet_noBN.trainers import recipe
 
 SMALL = ModelConfig.preset("small")
 BN_CHANNELS = (16 + 8 * 64) + (64 + 8 * 128) + (128 + 8 * 256) + 9 * (64 + 128 + 256) + 256
@@ -294,14 +296,28 @@ def test_impossible_architectures(kwargs, message):
         ModelConfig(**kwargs).validate()
 
 
+def test_every_choice_of_the_configs_has_its_function():
+    """The configs name the choices without Keras (a bad flag is answered before a backend
+    loads); the builders hold one function for each name, no more."""
+    assert tuple(INIT_STDDEVS) == network_config.INITS
+    assert tuple(model.SHORTCUTS) == network_config.SHORTCUTS
+    assert tuple(BLOCKS) == tuple(model.NORMALIZERS) == network_config.NORMS == ("none", "batch")
+    assert tuple(recipe.LOSSES) == recipe_config.LOSSES
+    assert tuple(recipe.OPTIMIZERS) == recipe_config.OPTIMIZERS
+    fields = {f.name: f for f in dataclasses.fields(BlockConfig)}
+    assert fields["norm"].metadata["choices"] is network_config.NORMS  # the flag's choices
+    assert fields["init"].metadata["choices"] is network_config.INITS
+
+
 def test_a_registered_block_variant_is_a_choice_of_both_networks(monkeypatch):
-    """One function and one BLOCKS entry (x + C2(ReLU(C1(ReLU(x)))), say): --norm accepts it,
-    both networks build it."""
-    assert tuple(BLOCKS) == ("none", "batch")
+    """One function, its BLOCKS entry and its name among the --norm choices
+    (x + C2(ReLU(C1(ReLU(x)))), say): --norm accepts it, both networks build it."""
     norm = {f.name: f for f in dataclasses.fields(BlockConfig)}["norm"]
-    assert norm.metadata["choices"] is BLOCKS  # the flag's choices are the registry
     with pytest.raises(ValueError, match="--norm=relu_first is unknown"):
         ModelConfig(norm="relu_first").validate()
+    # network_config.NORMS with the new name (one Field, shared by both networks' configs)
+    choices = {**norm.metadata, "choices": (*network_config.NORMS, "relu_first")}
+    monkeypatch.setattr(norm, "metadata", types.MappingProxyType(choices))
 
     def relu_first(x, out_filters, strides, block, name, first=False):
         y = model.activation(x, block, f"{name}_relu_in")

@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.progress import Progress, clock, duration, finish_at, step_of
 from resnet_noBN.trainers.loop import TrainLoop, slow_run_warning
-from resnet_noBN.trainers.recipe import TrainConfig
 from resnet_noBN.trainers.run_log import TRAIN_FILE, RunLog, read_metrics
 
 

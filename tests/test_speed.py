@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN.backends import speed
-from resnet_noBN.models.model import ModelConfig, build_cifar_model
-from resnet_noBN.trainers.recipe import TrainConfig
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.models.model import build_cifar_model
 from resnet_noBN.trainers.training import Trainer
 
 SMALL = ModelConfig.preset("small", num_residual_units=2)

@@ -14,7 +14,7 @@ from resnet_noBN.trainers.answers import read_answers
 CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
 
 
-def run_study(cifar_bin, output_dir, *more):
+def run_study(cifar_bin, output_dir, *more, env=None):
     return launchers.run(
         "launch/study.py",
         "--study=table2",
@@ -29,7 +29,25 @@ def run_study(cifar_bin, output_dir, *more):
         f"--output_dir={output_dir}",
         *more,
         timeout=600,
+        env=env,
     )
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--study=nope", "error: flag --study=nope: value should be one of <table2>"),
+        ("--seeds=0", "error: --seeds must be positive, got 0"),
+        ("--eval_every=0", "error: --eval_every must be positive, got 0"),
+        ("--parallel=0", "error: --parallel must be positive, got 0"),
+    ],
+)
+def test_a_bad_flag_is_one_line_exit_2_and_nothing_written(cifar_bin, tmp_path, flag, message):
+    proc = run_study(cifar_bin, tmp_path / "study", flag, env=launchers.IMPORT_TIMES)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(message)
+    assert not (tmp_path / "study").exists()
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # the runs load theirs
 
 
 def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_bin, tmp_path):

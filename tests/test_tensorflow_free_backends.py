@@ -19,12 +19,13 @@ import pytest
 import tensorflow as tf
 
 from resnet_noBN.backends import registry
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import cifar_data, cifar_input, stream
-from resnet_noBN.models.model import ModelConfig, build_cifar_model, param_counts
+from resnet_noBN.models.model import build_cifar_model, param_counts
 from resnet_noBN.runs import run_config
 from resnet_noBN.trainers.answers import read_answers
 from resnet_noBN.trainers.health import HEALTH
-from resnet_noBN.trainers.recipe import TrainConfig
 from resnet_noBN.trainers.training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_noBN.models.model import ModelConfig, build_cifar_model
-from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged
+from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.models.model import build_cifar_model
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
-    TrainConfig,
     learning_rate_schedule,
     make_optimizer,
     objective,

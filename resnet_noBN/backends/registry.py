@@ -1,5 +1,7 @@
 """The backend of this process, chosen once from the Keras backend (``KERAS_BACKEND`` or
-``~/.keras/keras.json``, read by Keras when it is first imported).
+``~/.keras/keras.json``, read by Keras when it is first imported). Importing this module loads
+nothing: Keras (and with it TensorFlow, on its backend) loads at the first :func:`name` or
+:func:`current`, so a launcher answers a bad flag first.
 
 Adding a backend (another framework Keras runs on, say): a module implementing ``base.Backend`` and
 an entry in :data:`BACKENDS`, a function importing it (so no backend's library is imported
@@ -10,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import TYPE_CHECKING
 
-import keras
-
-from resnet_noBN.backends.base import Backend
 from resnet_noBN.configs.errors import InputError
+
+if TYPE_CHECKING:
+    from resnet_noBN.backends.base import Backend
 
 
 def _tensorflow() -> Backend:
@@ -40,8 +43,16 @@ BACKENDS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
 
 
 def name() -> str:
-    """The Keras backend in use."""
+    """The Keras backend in use (Keras imported here, on the first call)."""
+    import keras
+
     return keras.backend.backend()
+
+
+def loaded() -> Backend | None:
+    """:func:`current` where this process has loaded Keras already; None before (a launcher
+    that refused its flags before loading a backend is in no job, and has nothing to end)."""
+    return current() if "keras" in sys.modules and name() in BACKENDS else None
 
 
 @functools.cache

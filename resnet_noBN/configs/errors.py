@@ -1,6 +1,7 @@
 """The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2,
-of a failed write into the run's folder, and the exit statuses of a preempted run and of that
-write.
+of a failed write into the run's folder, of a run that diverged or cannot be restored, and the
+exit statuses of a preempted run and of that write. No Keras: a launcher catches them before
+any backend loads.
 
 Exit status: 0 trained; 1 the loss diverged; 2 bad input, before anything is written;
 :data:`PREEMPTED_EXIT` preempted; :data:`STORAGE_EXIT` a write into the run's folder failed;
@@ -38,3 +39,11 @@ class StorageError(RuntimeError):
     """A write into the run's folder failed (a full disk, any OSError); str(e) is ONE line naming
     the folder and the fix. What the write left half-done is removed; the checkpoints before it
     stay restorable."""
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of ``model_dir`` can be restored; one line naming them (exit 2)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the latest checkpoint is the last good one (exit 1)."""

@@ -1,6 +1,6 @@
 """Named architectures: the paper's CIFAR network (arXiv:1611.04231, Table 1) and the reduced
-ones this project runs on CPUs, as keyword arguments of ``model.ModelConfig`` (whose defaults
-are Table 1's), each declared here once.
+ones this project runs on CPUs, as keyword arguments of ``network_config.ModelConfig`` (whose
+defaults are Table 1's), each declared here once.
 
 Plain values, no Keras: the benchmark and its PyTorch twin (``bench/``) read them before any
 backend loads. ``ModelConfig.preset(name)`` builds one; ``launch/cifar.py --model=NAME`` starts

@@ -1,7 +1,8 @@
 """Writing into a run's folder so that a failed write (a full disk, any ``OSError``) damages
 nothing: a file replaced whole or not at all (:func:`atomic_write`), a line appended whole or
 not at all (:func:`append_line`), and the one line that names the failure
-(:func:`storage_error`, exit ``errors.STORAGE_EXIT``)."""
+(:func:`storage_error`, exit ``errors.STORAGE_EXIT``); and where a folder's checkpoints are
+listed (:func:`checkpoint_index`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ import os
 from resnet_noBN.configs.errors import StorageError
 
 TEMPORARY_SUFFIX = ".tmp"  # what atomic_write writes first, beside the file it replaces
+# The file that lists a folder's checkpoints, on each backend: TensorFlow's CheckpointManager
+# writes "checkpoint", ``jax_training.JaxTrainer`` "checkpoints.json".
+CHECKPOINT_INDEXES = ("checkpoint", "checkpoints.json")
+
+
+def checkpoint_index(model_dir: str) -> str | None:
+    """The path of ``model_dir``'s checkpoint index (either backend's), None where it has none."""
+    for name in CHECKPOINT_INDEXES:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            return path
+    return None
 
 
 def atomic_write(path: str, write) -> None:

@@ -4,9 +4,10 @@ Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
 parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.models.model`
-(its :class:`~resnet_noBN.models.model.NetworkConfig` with the block's switches, ``conv``,
-``residual_stages``, ``pool_and_project``), so the two networks differ only where ImageNet
-forces them to, and every block switch and block variant of the CIFAR model is one here too:
+(``conv``, ``residual_stages``, ``pool_and_project``; its config,
+``configs.network_config.ImageNetConfig``, has the block's switches of the CIFAR network's), so
+the two networks differ only where ImageNet forces them to, and every block switch and block
+variant of the CIFAR model is one here too:
 
 * **Stem**: He et al.'s 7x7 stride-2 convolution to 64 channels (He init sqrt(2/(k^2 c)), as the
   CIFAR model's first conv), and like the CIFAR model's ``init_conv`` no activation after it: in
@@ -70,13 +71,11 @@ wider variant); ``--stage_units`` / ``--stage_widths`` build such variants for c
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 
+from resnet_noBN.configs.network_config import ImageNetConfig
 from resnet_noBN.models.model import (
     Block,
-    NetworkConfig,
     activation,
     conv,
     he_stddev,
@@ -84,73 +83,6 @@ from resnet_noBN.models.model import (
     pool_and_project,
     residual_stages,
 )
-
-DOWNSAMPLES = ("block", "conv")
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageNetConfig(NetworkConfig):
-    """The ImageNet architecture, ResNet-34's layout by default; the fields with a ``help`` are
-    flags of ``launch/imagenet.py`` (not ``num_classes``, ``stem_kernel``, ``data_format``).
-
-    The block's switches (``init`` .. ``data_format``), ``num_classes`` and ``head`` are
-    :class:`resnet_noBN.models.model.NetworkConfig`'s, declared there once for both networks, at the
-    paper's values (the block reads them through :attr:`block`). ``stage_units`` /
-    ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests and smoke runs.
-    """
-
-    num_classes: int = 1000
-    image_size: int = dataclasses.field(
-        default=224,
-        metadata={
-            "help": "Side of the square training/evaluation crops (evaluation resizes the shorter "
-            "side to image_size * 256 / 224 first)."
-        },
-    )
-    stem_filters: int = dataclasses.field(
-        default=64, metadata={"help": "Channels of the 7x7 stride-2 stem convolution."}
-    )
-    stem_kernel: int = 7
-    stage_units: tuple[int, ...] = dataclasses.field(
-        default=(3, 4, 6, 3), metadata={"help": "Residual blocks per stage."}
-    )
-    stage_widths: tuple[int, ...] = dataclasses.field(
-        default=(64, 128, 256, 512), metadata={"help": "Channels of each stage."}
-    )
-    downsample: str = dataclasses.field(
-        default="block",
-        metadata={
-            "choices": DOWNSAMPLES,
-            "help": "What replaces ResNet-34's max-pool: block = stride 2 in stage 1's first "
-            "block; conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).",
-        },
-    )
-
-    @property
-    def stage_strides(self) -> tuple[int, ...]:
-        """Stride of each stage's first block: 2 everywhere, the first stage's only if it
-        replaces the max-pool (``downsample="block"``)."""
-        first = 2 if self.downsample == "block" else 1
-        return ((first,) + (2,) * (len(self.stage_widths) - 1))[: len(self.stage_widths)]
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the flag) for an impossible architecture."""
-        super().validate()  # the block's switches, the head, --downsample's choices
-        if len(self.stage_units) != len(self.stage_widths):
-            raise ValueError(
-                f"--stage_units has {len(self.stage_units)} stages but --stage_widths has "
-                f"{len(self.stage_widths)}; give one width per stage"
-            )
-        if not self.stage_units or any(u < 1 for u in self.stage_units):
-            raise ValueError(f"--stage_units must be >= 1 each, got {self.stage_units}")
-        if self.stem_filters < 1 or self.stem_kernel < 1:
-            raise ValueError(
-                f"--stem_filters and the stem kernel must be >= 1, got "
-                f"{self.stem_filters} and {self.stem_kernel}"
-            )
-        if self.image_size < 8:
-            raise ValueError(f"--image_size must be >= 8, got {self.image_size}")
-        self.check_widths(self.stem_filters, self.stage_widths)
 
 
 def build_imagenet_model(

@@ -24,9 +24,10 @@ Side by side with the original ``resnet/resnet_model.py`` of tensorflow/models:
   batch norm removed). ``identity=False`` joins
   the same branch without its shortcut (:func:`plain_chain`, a plain chain of the same convs);
   ``relu_leakiness`` is the original's leaky ReLU (0.1 in ``resnet_main.py``; the paper: ReLU).
-  These switches are a :class:`BlockConfig`, all that the block functions read, declared once
-  and shared with the ImageNet network (:mod:`models.imagenet_model`), whose config derives
-  from it as :class:`ModelConfig` does.
+  These switches are a ``BlockConfig``, all that the block functions read, declared once
+  (``configs.network_config``, with the networks' configs, ``ModelConfig`` and
+  ``ImageNetConfig``: no Keras there, so a launcher answers a bad flag before any backend
+  loads) and shared with the ImageNet network (:mod:`models.imagenet_model`).
 * ``_fully_connected`` there becomes a **fixed random projection** (:func:`projection_head`):
   the paper's last layer is "a fixed random projection", never trained. ``head="original_2016"``
   is the original's instead: trained, a zero-initialised bias, its kernel uniform of variance
@@ -57,13 +58,9 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
-from resnet_noBN.configs import presets
 from resnet_noBN.configs.choices import PRECISIONS, dtype_policy
-from resnet_noBN.configs.flag_config import check_choices
+from resnet_noBN.configs.network_config import BlockConfig, ModelConfig
 
-# the last layer: the paper's fixed random projection, the same trained, or the original code's
-# trained fully connected layer with a bias (:func:`projection_head`)
-HEADS = ("random", "trainable", "original_2016")
 STREAM = "float32"  # the dtype of the residual stream under every precision policy
 
 
@@ -83,9 +80,8 @@ def standard_stddev(kernel_size: int, filters: int) -> float:
     return 1.0 / (kernel_size * math.sqrt(filters))
 
 
+# --init's choices (network_config.INITS), each its sigma(kernel_size, filters)
 INIT_STDDEVS = {"hardt_ma": hardt_ma_stddev, "standard": standard_stddev, "he": he_stddev}
-INITS = tuple(INIT_STDDEVS)
-LAYOUTS = ("channels_last", "channels_first")
 
 
 def conv(
@@ -183,7 +179,7 @@ def projection_shortcut(
     )
 
 
-# The shape-changing shortcuts, by their --shortcut name (the flag's choices):
+# The shape-changing shortcuts, by their --shortcut name (network_config.SHORTCUTS):
 # fn(x, in_filters, out_filters, strides, block, name) -> x in the block's output shape.
 SHORTCUTS = {"pool_pad": pool_pad_shortcut, "projection": projection_shortcut}
 
@@ -235,6 +231,7 @@ def no_norm(x, block: Block, name: str):
 
 # What stands where the original code's pre-activation unit normalises, by --norm: nothing (the
 # 2016 code with batch norm removed, --preactivation), or the original's batch norm
+# (network_config.NORMS)
 NORMALIZERS = {"none": no_norm, "batch": batch_norm}
 
 
@@ -271,8 +268,8 @@ class BlockVariant:
     end: Callable | None = None
 
 
-# The block variants, by their --norm name (the flag's choices, on both networks). Adding one:
-# a body function above and an entry here (README: "How to add an ablation").
+# The block variants, by their --norm name (network_config.NORMS, on both networks). Adding
+# one: a body function above, an entry here and its name in NORMS (docs/extending.md).
 BLOCKS = {
     "none": BlockVariant(hardt_ma_body),
     "batch": BlockVariant(preactivation_body, end=preactivation_end),
@@ -323,129 +320,7 @@ def residual_block(
     return join(source, branch, in_filters, out_filters, strides, block, name)
 
 
-# --- Configs ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockConfig:
-    """What a residual block reads: the switches both networks (CIFAR, ImageNet) share, each
-    declared once, here: its default, its flag's help, and for a string its choices.
-
-    The defaults are the paper's block, x + C2(ReLU(C1(x))) (arXiv:1611.04231, Section 4); the
-    alternatives are the original code's (module docstring). Both networks' configs derive from
-    this class (:class:`NetworkConfig`), so a field added here is a flag of both launchers,
-    checked by :meth:`validate`, recorded in their config.json, and read by the block functions
-    through :attr:`block`.
-    """
-
-    init: str = dataclasses.field(
-        default="hardt_ma",
-        metadata={
-            "choices": INIT_STDDEVS,
-            "help": "Residual conv init: hardt_ma sigma=1/(k^2 c) (the paper), standard "
-            "1/(k sqrt(c)) (the paper's comparison point), he sqrt(2/(k^2 c)) (the "
-            "original code's).",
-        },
-    )
-    shortcut: str = dataclasses.field(
-        default="pool_pad",
-        metadata={
-            "choices": SHORTCUTS,
-            "help": "Shape-changing shortcuts: avg-pool + zero channels, or 1x1 projection.",
-        },
-    )
-    conv_bias: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "A bias on every convolution (Table 1 has none; with projection shortcuts it "
-            "gives the 13.59M of the paper's text)."
-        },
-    )
-    relu_leakiness: float = dataclasses.field(
-        default=0.0,
-        metadata={
-            "help": "Slope of the activation below 0: 0 is the paper's ReLU, 0.1 the original "
-            "resnet_main.py's leaky ReLU."
-        },
-    )
-    identity: bool = dataclasses.field(
-        default=True,
-        metadata={
-            "help": "The identity shortcuts; --noidentity trains the same convolutions as a plain "
-            "chain (the paper's title claim)."
-        },
-    )
-    norm: str = dataclasses.field(
-        default="none",
-        metadata={
-            "choices": BLOCKS,
-            "help": "The block variant (models/model.py BLOCKS): none is the paper's; batch: "
-            "the original code's pre-activation unit with batch norm restored (BN, ReLU, conv, "
-            "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
-        },
-    )
-    preactivation: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "The original 2016 code's activations, its batch norm removed: "
-            "x + C2(σ(C1(σ(x)))) (two per block where Table 1's text has one), the stem's σ "
-            "shared with the first shortcut, σ before the global pool. --norm=batch always has "
-            "them (the original unit)."
-        },
-    )
-    data_format: str = dataclasses.field(
-        default="channels_last",
-        metadata={
-            "may_change": True,  # a layout: the same weights, checkpoints carry over
-            "choices": LAYOUTS,
-            "help": "Layout of the convolutions (channels_first can be faster on GPUs; the CPU "
-            "kernels need channels_last). The input pipeline always yields NHWC.",
-        },
-    )
-
-    @classmethod
-    def of(cls, config) -> BlockConfig:
-        """The block switches of a network's config; TypeError naming those it lacks (a config
-        without a switch would otherwise build the default block, silently)."""
-        names = [field.name for field in dataclasses.fields(cls)]
-        missing = [name for name in names if not hasattr(config, name)]
-        if missing:
-            raise TypeError(
-                f"{type(config).__name__} lacks the block switch(es) {', '.join(missing)}; "
-                "derive its class from BlockConfig"
-            )
-        return cls(**{name: getattr(config, name) for name in names})
-
-    @property
-    def block(self) -> BlockConfig:
-        """The block switches alone: all that the block functions get."""
-        return BlockConfig.of(self)
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an unknown switch (of this class or a
-        subclass: every field with ``choices``)."""
-        if not 0 <= self.relu_leakiness < 1:
-            raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
-        check_choices(self)
-        if self.preactivation and self.norm not in NORMALIZERS:
-            raise ValueError(
-                f"--preactivation is the original code's unit: use it with --norm="
-                f"{' or '.join(NORMALIZERS)}, not --norm={self.norm}"
-            )
-
-    def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
-        """Raise ValueError for stage widths (after a first conv of ``first_width`` channels)
-        that are not positive or that the shortcut cannot join."""
-        widths = (first_width,) + tuple(stage_widths)
-        for previous, width in zip(widths, widths[1:]):
-            if width <= 0:
-                raise ValueError(f"--stage_widths must be positive, got {stage_widths}")
-            if self.shortcut == "pool_pad" and (width < previous or (width - previous) % 2):
-                raise ValueError(
-                    f"a pool_pad shortcut cannot go from {previous} to {width} channels (it pads "
-                    "half on each side, so widths must not shrink and must grow by an even "
-                    "number); change --stage_widths or use --shortcut=projection"
-                )
+# --- The block the builders read ----------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -467,94 +342,11 @@ class Block(BlockConfig):
         return cls(**dataclasses.asdict(BlockConfig.of(config)), dtype=dtype_policy(precision))
 
 
-@dataclasses.dataclass(frozen=True)
-class NetworkConfig(BlockConfig):
-    """What both networks' configs share: the block's switches (:class:`BlockConfig`), the
-    classes and the head. :class:`ModelConfig` (CIFAR) and
-    :class:`resnet_noBN.models.imagenet_model.ImageNetConfig` derive from it."""
-
-    num_classes: int = 10
-    head: str = dataclasses.field(
-        default="random",
-        metadata={
-            "choices": HEADS,
-            "help": "Last layer: random, the paper's fixed random projection; trainable, the same "
-            "trained; original_2016, the original code's trained layer with a zero-initialised "
-            "bias and a uniform kernel of variance 1/fan_in.",
-        },
-    )
-    head_decay: bool = dataclasses.field(
-        default=True,
-        metadata={
-            "help": "Weight decay on a trained head's kernel, as the original code (its variable "
-            "is named DW, like the kernels'); --nohead_decay leaves it undecayed. A fixed head "
-            "is never decayed."
-        },
-    )
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an unknown switch or fewer than two
-        classes."""
-        super().validate()
-        if self.num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig(NetworkConfig):
-    """The architecture, Table 1 by default; the fields with a ``help`` are flags of
-    ``launch/cifar.py`` (it derives ``num_classes`` from the data set).
-
-    The block's switches (``init`` .. ``data_format``, from :class:`BlockConfig`, at the paper's
-    values), ``num_classes`` and ``head`` (:class:`NetworkConfig`), then the stages.
-    :attr:`block` is all that the block functions get. conv_bias defaults to False: Table 1's
-    "55 convolutions, 13.5M parameters" are the kernels alone, the original ``_conv`` has no
-    bias, and "the only trainable weights in our model are those of the convolutions"
-    (Section 4).
-    """
-
-    num_residual_units: int = dataclasses.field(
-        default=9, metadata={"help": "Residual blocks per stage."}
-    )
-    init_filters: int = dataclasses.field(
-        default=16, metadata={"help": "Channels of the first, standard convolution."}
-    )
-    stage_widths: tuple[int, ...] = dataclasses.field(
-        default=(64, 128, 256), metadata={"help": "Channels of each stage."}
-    )
-    # () derives them from the widths: the first stage keeps the resolution, each later one
-    # halves it (Table 1: 1, 2, 2)
-    stage_strides: tuple[int, ...] = ()
-
-    def __post_init__(self):
-        if not self.stage_strides:
-            strides = (1,) + (2,) * (len(self.stage_widths) - 1)
-            object.__setattr__(self, "stage_strides", strides)
-
-    @classmethod
-    def preset(cls, name: str, **changes) -> ModelConfig:
-        """The named architecture of ``presets.MODELS`` (paper, quarter, small) with
-        ``changes``."""
-        return cls(**{**presets.MODELS[name], **changes})
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the fix) for an impossible architecture."""
-        super().validate()
-        if self.num_residual_units < 1:
-            raise ValueError(f"--num_residual_units must be >= 1, got {self.num_residual_units}")
-        if len(self.stage_widths) != len(self.stage_strides):
-            raise ValueError(
-                f"--stage_widths has {len(self.stage_widths)} stages but there are "
-                f"{len(self.stage_strides)} stage strides; give one width per stage"
-            )
-        self.check_widths(self.init_filters, self.stage_widths)
-
-
 # --- The network -----------------------------------------------------------------------------
 
 
 def projection_head(x, num_classes: int, head: str = "random", decay: bool = True):
-    """The last layer (``head``, :data:`HEADS`).
+    """The last layer (``head``, ``network_config.HEADS``).
 
     ``random`` (the paper's): a projection W x, W ~ N(0, 1/fan_in), no bias, never trained. The
     paper fixes it ("a fixed random projection"; it "slightly improved test error"), but gives no
@@ -694,3 +486,10 @@ def param_counts(model: keras.Model) -> dict[str, int]:
         "convolutions": len(convs),
         "conv_kernel_weights": sum(int(math.prod(c.kernel.shape)) for c in convs),
     }
+
+
+def print_summary(model: keras.Model) -> None:
+    """The layer table, then ``name: count`` lines (:func:`param_counts`): ``--summary_only``."""
+    model.summary(line_length=110)
+    for name, value in param_counts(model).items():
+        print(f"{name}: {value}")

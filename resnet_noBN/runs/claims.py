@@ -8,8 +8,9 @@ by 10 at S/2 and 5S/6 of S steps (the paper's 30k and 50k of 60k), weight decay 
 (arm, seed) pair is one run in its own folder; a seed fixes the weights, the data order and the
 augmentation, and is shared by all arms, so arms differ only by their change.
 
-``launch/claims.py`` runs the sweep; this module holds the arms, one run, and the summary (table,
-verdicts, plots), which reads nothing but the runs' files.
+``launch/claims.py`` runs the sweep; this module holds the arms and the summary (table,
+verdicts, plots), which reads nothing but the runs' files, and loads no backend (a bad flag of
+the sweep is answered at once); ``runs.claim_run`` trains one run.
 """
 
 from __future__ import annotations
@@ -19,15 +20,10 @@ import json
 import os
 import statistics
 
-import keras
-
-from resnet_noBN.backends import registry
-from resnet_noBN.backends.base import Runtime
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs import arm_curves, run_config, setup
+from resnet_noBN.runs import arm_curves, run_config
 from resnet_noBN.runs.run_config import RunConfig
-from resnet_noBN.trainers.loop import TrainingDiverged
-from resnet_noBN.trainers.recipe import TrainConfig
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
@@ -173,32 +169,6 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
         return json.load(f)
 
 
-def train_one(
-    arm: Arm, seed: int, config: RunConfig, model_dir: str, runtime: Runtime, print_fn=print
-) -> dict:
-    """Train one (arm, seed) of run config ``config`` to the end on ``runtime`` (started once,
-    reseeded here), resuming from ``model_dir``'s checkpoint; writes and returns its result. A
-    run whose loss stops being finite is a result (``diverged``), not an error: its curves up to
-    that point stay in ``model_dir``."""
-    keras.backend.clear_session()
-    runtime = registry.current().reseed(runtime, seed)
-    trainer = setup.make_trainer(config, runtime, model_dir, title=f"{arm.name}, seed {seed}")
-    sources = setup.Inputs().sources(config, runtime)
-    try:
-        result = {
-            **trainer.train(*sources, print_fn=print_fn),
-            "diverged": False,
-        }
-    except TrainingDiverged as e:
-        print_fn(f"diverged: {e}")
-        result = {"final_step": trainer.step, "diverged": True, "why": str(e)}
-    result = {"arm": arm.name, "seed": seed, **result}
-    with open(os.path.join(model_dir, RESULT_FILE), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    return result
-
-
-# ------------------------------------------------------------------------------ summary
 def arm_summary(results: list[dict], num_classes: int) -> dict:
     """Final test error (%) over the finished seeds (at least one): mean, sd (n-1; None for
     one seed), each seed's.

@@ -3,7 +3,8 @@ long run is told of, the run's report (its one line of JSON), and the exit codes
 flags are ``runs.run_config``'s; its start, ``runs.setup``'s.)
 
 What differs between the Keras backends is the backend object's (``backends.registry.current()``):
-TensorFlow is imported only on the TensorFlow backend.
+TensorFlow is imported only on the TensorFlow backend, and nothing here imports Keras: a
+launcher checks its flags and answers a bad one before its backend loads.
 
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
 ``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
@@ -20,31 +21,27 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from absl import app, flags, logging
 
 from resnet_noBN.backends import registry
-from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs.errors import (
     PREEMPTED_EXIT,
     STORAGE_EXIT,
+    CheckpointError,
     DataError,
     InputError,
     Preempted,
     StorageError,
+    TrainingDiverged,
 )
 from resnet_noBN.host import cpu
-from resnet_noBN.models.model import param_counts
-from resnet_noBN.trainers.loop import CheckpointError, TrainingDiverged
+
+if TYPE_CHECKING:
+    from resnet_noBN.backends.base import Runtime
 
 FLAGS = flags.FLAGS
-
-
-def print_summary(model) -> None:
-    """The layer table, then ``name: count`` lines (trainable_params, non_trainable_params, ...)."""
-    model.summary(line_length=110)
-    for name, value in param_counts(model).items():
-        print(f"{name}: {value}")
 
 
 # bench/README.md, "The levers": the paper model's step on an AMD Zen 4 CPU with AVX512_BF16,
@@ -129,9 +126,10 @@ def exit_codes(main):
             print(f"error: {e}", file=sys.stderr, flush=True)
             exit_alone(STORAGE_EXIT)
         except Exception as e:
-            backend = registry.current()
-            backend.end_if_peer_lost(e)  # one line and exit 5, where it is one
-            backend.end_now_in_job(1, e)
+            backend = registry.loaded()
+            if backend is not None:
+                backend.end_if_peer_lost(e)  # one line and exit 5, where it is one
+                backend.end_now_in_job(1, e)
             raise
 
     return wrapped
@@ -141,7 +139,9 @@ def exit_alone(status: int) -> None:
     """``sys.exit(status)`` after a failure this process alone may have met (bad input, a
     failed write: only process 0 of a JAX job writes); in a job, at once, so that the peers
     waiting for it end too (``Backend.end_now_in_job``). Divergence and preemption are
-    met by every process at the same step, and exit through JAX's shutdown as usual."""
-    if registry.name() in registry.BACKENDS:
-        registry.current().end_now_in_job(status)
+    met by every process at the same step, and exit through JAX's shutdown as usual. (A
+    process that refused its input before loading a backend is in no job yet.)"""
+    backend = registry.loaded()
+    if backend is not None:
+        backend.end_now_in_job(status)
     sys.exit(status)

@@ -23,12 +23,12 @@ import numpy as np
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import record, run_config, setup
-from resnet_noBN.trainers.recipe import TrainConfig
 
 FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")
 

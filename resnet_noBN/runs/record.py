@@ -34,7 +34,6 @@ import os
 
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
-from resnet_noBN.trainers import loop
 
 CONFIG_FILE = "config.json"
 SECTIONS = ("network", "recipe", "data")
@@ -106,7 +105,7 @@ def check_resumable(model_dir: str, run: dict, absent: dict, free: frozenset[str
     :func:`record`) cannot resume (:func:`changes`); InputError too where it holds checkpoints
     and no config.json (nothing to check them against: no new one is written over them)."""
     saved = read_config(model_dir)
-    index = loop.checkpoint_index(model_dir)
+    index = storage.checkpoint_index(model_dir)
     if not saved and index:
         raise InputError(
             f"--model_dir {model_dir} holds checkpoints ({os.path.basename(index)}) but no "

@@ -4,10 +4,11 @@ evaluation, a study's table).
 
 A run config nests the four configs of a run, each declared once with its flags:
 
-    network   the architecture: ``models.model.ModelConfig`` (CIFAR, Table 1 by default) or
-              ``models.imagenet_model.ImageNetConfig``
+    network   the architecture: ``configs.network_config.ModelConfig`` (CIFAR, Table 1 by
+              default) or ``ImageNetConfig``
     data      what is read: ``datasets.data_config.DataConfig`` (CIFAR) or ``ImageNetData``
-    recipe    how it is trained: ``trainers.recipe.TrainConfig`` (ImageNet: ``ImageNetRecipe``)
+    recipe    how it is trained: ``configs.recipe_config.TrainConfig`` (ImageNet:
+              ``ImageNetRecipe``)
     runtime   where and how it computes: ``configs.runtime_config.RuntimeConfig`` (the one place
               the precision lives)
 
@@ -34,13 +35,17 @@ from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.experiments import Experiment
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags, validated
+from resnet_noBN.configs.network_config import (
+    BlockConfig,
+    ImageNetConfig,
+    ModelConfig,
+    NetworkConfig,
+)
+from resnet_noBN.configs.recipe_config import ImageNetRecipe, TrainConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig, ImageNetData
-from resnet_noBN.models.imagenet_model import ImageNetConfig
-from resnet_noBN.models.model import BlockConfig, ModelConfig, NetworkConfig
 from resnet_noBN.runs import record
-from resnet_noBN.trainers.recipe import ImageNetRecipe, TrainConfig
 
 flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
 FLAGS = flags.FLAGS

@@ -20,9 +20,10 @@ import statistics
 import sys
 
 from resnet_noBN.configs import experiments
+from resnet_noBN.configs.flag_config import check_at_least
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import arm_curves, original_eval
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
-from resnet_noBN.trainers.recipe import TrainConfig
 
 RESULT_FILE = "result.json"
 TABLE_FILE = "study.md"
@@ -47,6 +48,10 @@ class Budget:
     eval_every: int = 500
     seeds: int = 3
     flags: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        """ValueError (one line, naming the flag) for a budget that runs nothing."""
+        check_at_least(self, ("train_steps", "eval_every", "seeds"), 1, "positive")
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 
 import numpy as np
 from keras import ops
 
-from resnet_noBN.configs.errors import TimeBudgetReached
+from resnet_noBN.configs.errors import CheckpointError, TimeBudgetReached, TrainingDiverged
 from resnet_noBN.host import storage
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
 from resnet_noBN.trainers import health
@@ -33,28 +32,6 @@ from resnet_noBN.trainers.answers import Answers
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
 # SIGKILL, while a fast accelerator still runs up to a whole progress interval per call.
 SECONDS_PER_CALL = 5.0
-
-
-# The file that lists a folder's checkpoints, on each backend: TensorFlow's CheckpointManager
-# writes "checkpoint", ``jax_training.JaxTrainer`` "checkpoints.json".
-CHECKPOINT_INDEXES = ("checkpoint", "checkpoints.json")
-
-
-def checkpoint_index(model_dir: str) -> str | None:
-    """The path of ``model_dir``'s checkpoint index (either backend's), None where it has none."""
-    for name in CHECKPOINT_INDEXES:
-        path = os.path.join(model_dir, name)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-class CheckpointError(RuntimeError):
-    """No checkpoint of ``model_dir`` can be restored; one line naming them."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the latest checkpoint is the last good one."""
 
 
 class TrainLoop:

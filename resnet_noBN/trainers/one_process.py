@@ -22,9 +22,11 @@ import keras
 import numpy as np
 
 from resnet_noBN.configs.errors import DataError
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import preemption, storage
-from resnet_noBN.trainers.loop import CHECKPOINT_INDEXES, TrainLoop
-from resnet_noBN.trainers.recipe import TrainConfig, learning_rate_schedule, make_optimizer
+from resnet_noBN.host.storage import CHECKPOINT_INDEXES
+from resnet_noBN.trainers.loop import TrainLoop
+from resnet_noBN.trainers.recipe import learning_rate_schedule, make_optimizer
 from resnet_noBN.trainers.run_log import RunLog
 
 INDEX_FILE = CHECKPOINT_INDEXES[1]

@@ -25,11 +25,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import peers, preemption
 from resnet_noBN.models.model import decayed_weights, weight_decay_loss
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.loop import TrainLoop
-from resnet_noBN.trainers.recipe import TrainConfig, make_optimizer, objective, top_classes
+from resnet_noBN.trainers.recipe import make_optimizer, objective, top_classes
 from resnet_noBN.trainers.run_log import RunLog
 
 
