@@ -24,6 +24,7 @@ NAMES = [
     "cifar10_wd_2016",
     "cifar10_preactivation",
     "cifar10_trained_head_2016",
+    "cifar10_preactivation_trained_head",
     "cifar10_original_2016",
     "cifar10_original_2016_wd",
     "cifar10_13_59m",

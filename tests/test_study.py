@@ -88,6 +88,7 @@ def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --arms: cifar10_nope is not an arm of table2; choose from "
         "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_original_2016,"
-        "cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,cifar10_13_59m"
+        "cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,"
+        "cifar10_preactivation_trained_head,cifar10_13_59m"
     )
     assert not (tmp_path / "study").exists()
