@@ -301,7 +301,8 @@ def test_every_choice_of_the_configs_has_its_function():
     loads); the builders hold one function for each name, no more."""
     assert tuple(INIT_STDDEVS) == network_config.INITS
     assert tuple(model.SHORTCUTS) == network_config.SHORTCUTS
-    assert tuple(BLOCKS) == tuple(model.NORMALIZERS) == network_config.NORMS == ("none", "batch")
+    assert tuple(BLOCKS) == network_config.NORMS == ("none", "batch")
+    assert tuple(model.NORMALIZERS) == network_config.NORMALIZED
     assert tuple(recipe.LOSSES) == recipe_config.LOSSES
     assert tuple(recipe.OPTIMIZERS) == recipe_config.OPTIMIZERS
     fields = {f.name: f for f in dataclasses.fields(BlockConfig)}
@@ -318,6 +319,9 @@ def test_a_registered_block_variant_is_a_choice_of_both_networks(monkeypatch):
     # network_config.NORMS with the new name (one Field, shared by both networks' configs)
     choices = {**norm.metadata, "choices": (*network_config.NORMS, "relu_first")}
     monkeypatch.setattr(norm, "metadata", types.MappingProxyType(choices))
+    # a choice, but no pre-activation unit: it has no normaliser (models.model.NORMALIZERS)
+    with pytest.raises(ValueError, match="use it with --norm=none or batch, not --norm=relu_first"):
+        ModelConfig(norm="relu_first", preactivation=True).validate()
 
     def relu_first(x, out_filters, strides, block, name, first=False):
         y = model.activation(x, block, f"{name}_relu_in")

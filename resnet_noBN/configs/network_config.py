@@ -24,9 +24,11 @@ from resnet_noBN.configs.flag_config import check_choices
 INITS = ("hardt_ma", "standard", "he")
 # --shortcut: the shape-changing shortcut (models.model.SHORTCUTS)
 SHORTCUTS = ("pool_pad", "projection")
-# --norm: the block variant (models.model.BLOCKS); what stands where the original code's
-# pre-activation unit normalises (models.model.NORMALIZERS)
+# --norm: the block variant (models.model.BLOCKS)
 NORMS = ("none", "batch")
+# the norms a pre-activation unit (--preactivation) can be built with: what stands where the
+# original code's unit normalises (models.model.NORMALIZERS)
+NORMALIZED = ("none", "batch")
 # --head: the last layer: the paper's fixed random projection, the same trained, or the original
 # code's trained fully connected layer with a bias (models.model.projection_head)
 HEADS = ("random", "trainable", "original_2016")
@@ -136,10 +138,10 @@ class BlockConfig:
         if not 0 <= self.relu_leakiness < 1:
             raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
         check_choices(self)
-        if self.preactivation and self.norm not in NORMS:
+        if self.preactivation and self.norm not in NORMALIZED:
             raise ValueError(
                 f"--preactivation is the original code's unit: use it with --norm="
-                f"{' or '.join(NORMS)}, not --norm={self.norm}"
+                f"{' or '.join(NORMALIZED)}, not --norm={self.norm}"
             )
 
     def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:

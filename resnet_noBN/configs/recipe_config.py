@@ -197,7 +197,7 @@ class TrainConfig:
 @dataclasses.dataclass(frozen=True)
 class ImageNetRecipe(TrainConfig):
     """The ImageNet recipe (arXiv:1611.04231, Section 4): :class:`TrainConfig` with the learning
-    rate decayed exponentially (:func:`exponential_learning_rate_schedule`) every
+    rate decayed exponentially (``trainers.recipe.exponential_learning_rate_schedule``) every
     ``epochs_per_decay`` epochs instead of at boundaries."""
 
     lr_boundaries: tuple[str, ...] = dataclasses.field(

@@ -231,7 +231,7 @@ def no_norm(x, block: Block, name: str):
 
 # What stands where the original code's pre-activation unit normalises, by --norm: nothing (the
 # 2016 code with batch norm removed, --preactivation), or the original's batch norm
-# (network_config.NORMS)
+# (network_config.NORMALIZED)
 NORMALIZERS = {"none": no_norm, "batch": batch_norm}
 
 
