@@ -43,8 +43,7 @@ from pathlib import Path
 
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.runs import cli
-from resnet_noBN.theory import expressivity_report
-from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
+from resnet_noBN.theory.settings import ExpressivitySettings
 
 define_flags(ExpressivitySettings)
 
@@ -60,6 +59,8 @@ def write(output_dir: str, name: str, text: str) -> str:
 def main(argv):
     del argv
     settings = config_from_flags(ExpressivitySettings)
+    from resnet_noBN.theory import expressivity_report  # Keras: after the flags are checked
+
     record, files = expressivity_report.run(settings, say=lambda line: print(line, flush=True))
     if settings.sweep:
         files.append(

@@ -35,8 +35,7 @@ from pathlib import Path
 
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.runs import cli
-from resnet_noBN.theory import linear_report
-from resnet_noBN.theory.linear_checks import LinearSettings
+from resnet_noBN.theory.settings import LinearSettings
 
 define_flags(LinearSettings)
 
@@ -45,6 +44,8 @@ define_flags(LinearSettings)
 def main(argv):
     del argv
     settings = config_from_flags(LinearSettings)
+    from resnet_noBN.theory import linear_report  # TensorFlow: after the flags are checked
+
     os.makedirs(settings.output_dir, exist_ok=True)
     results, plots = linear_report.run(settings, say=lambda line: print(line, flush=True))
     json_path = os.path.join(settings.output_dir, "linear.json")

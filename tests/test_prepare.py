@@ -14,6 +14,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import launchers
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -117,7 +118,8 @@ def test_missing_archive_and_offline_download(tmp_path):
     ],
 )
 def test_command_line_errors(tmp_path, args, message):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    """An unknown data set is answered before TensorFlow loads (no backend module imported)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **launchers.IMPORT_TIMES}
     done = subprocess.run(
         [sys.executable, str(PREPARE), *args, f"--data_dir={tmp_path}"],
         cwd=tmp_path,
@@ -128,3 +130,4 @@ def test_command_line_errors(tmp_path, args, message):
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(message)
+    assert bool(launchers.imported(done) & launchers.BACKEND_MODULES) == (args != ["mnist"])

@@ -17,7 +17,7 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory import expressivity_checks, expressivity_report
 from resnet_noBN.theory.expressivity import ExpressivityError
-from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
+from resnet_noBN.theory.settings import ExpressivitySettings
 
 
 @pytest.fixture
@@ -352,8 +352,8 @@ def test_summary_of_a_record_keeps_the_last_lines_figures():
 # --- The launcher --------------------------------------------------------------------------
 
 
-def _run(*args):
-    return launchers.run("launch/expressivity.py", *args, cwd=REPO)
+def _run(*args, env=None):
+    return launchers.run("launch/expressivity.py", *args, cwd=REPO, env=env)
 
 
 def test_launcher_writes_plot_json_and_a_json_line(tmp_path):
@@ -422,13 +422,22 @@ def test_launcher_sweep_includes_the_cifar_slice(tmp_path, cifar10_dir):
 
 
 def test_launcher_bad_cifar_dir_and_sizes_are_one_error_line(tmp_path):
+    """Answered before Keras loads: no backend module imported."""
     for flag, message in (
         (f"--cifar_dir={tmp_path / 'absent'}", "error: --cifar_dir"),
         ("--sweep_sizes=100,x", "error: --sweep_sizes"),
     ):
-        proc = _run(f"--output_dir={tmp_path / 'x'}", "--num_points=0", "--num_images=0", flag)
+        proc = _run(
+            f"--output_dir={tmp_path / 'x'}",
+            "--num_points=0",
+            "--num_images=0",
+            flag,
+            env=launchers.IMPORT_TIMES,
+        )
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines()[-1].startswith(message)
+        assert "resnet_noBN.theory.settings" in launchers.imported(proc)
+        assert not launchers.imported(proc) & launchers.BACKEND_MODULES
 
 
 def test_launcher_broken_precondition_is_one_error_line_and_status_2(tmp_path):

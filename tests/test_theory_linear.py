@@ -12,7 +12,7 @@ from launchers import REPO
 
 from resnet_noBN.theory import linear, linear_checks
 from resnet_noBN.theory.linear import LinearTheoryError
-from resnet_noBN.theory.linear_checks import LinearSettings
+from resnet_noBN.theory.settings import LinearSettings
 
 
 def _instance(d, depth, seed, scale=0.3):
@@ -401,8 +401,8 @@ def test_gradient_descent_check_follows_its_settings():
 # --- The launcher --------------------------------------------------------------------------
 
 
-def _run(script, *args):
-    return launchers.run(f"launch/{script}", *args, cwd=REPO)
+def _run(script, *args, env=None):
+    return launchers.run(f"launch/{script}", *args, cwd=REPO, env=env)
 
 
 def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
@@ -446,6 +446,11 @@ def test_launcher_writes_plots_json_and_a_json_line(tmp_path):
 
 
 def test_launcher_bad_flag_is_one_error_line_and_status_2(tmp_path):
-    proc = _run("linear.py", f"--output_dir={tmp_path}", "--depths=2,zero")
+    """Answered before TensorFlow loads: no backend module imported."""
+    proc = _run(
+        "linear.py", f"--output_dir={tmp_path}", "--depths=2,zero", env=launchers.IMPORT_TIMES
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --depths")
+    assert "resnet_noBN.theory.settings" in launchers.imported(proc)
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES

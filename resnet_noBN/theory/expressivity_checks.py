@@ -10,84 +10,18 @@ The construction is :mod:`resnet_noBN.theory.expressivity`;
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory.expressivity import ExpressivityError
+from resnet_noBN.theory.settings import ExpressivitySettings
 
 # Widths tried for Lemma B.1's hypotheses: 16 · 1.25^j, up to 8192.
 LEMMA_WIDTHS = np.unique(np.round(16 * 1.25 ** np.arange(29)).astype(int))
-
-
-@dataclass(frozen=True)
-class ExpressivitySettings:
-    """The settings of the Section 3 checks; each field is a flag of ``launch/expressivity.py``
-    (``resnet_noBN.configs.flag_config``), its ``help`` the flag's, which the errors name."""
-
-    output_dir: str = field(
-        default="runs/expressivity",
-        metadata={"help": "Where expressivity.json and margins.png go."},
-    )
-    seed: int = field(
-        default=0, metadata={"help": "Seed of the data, labels, projection and surrogate labels."}
-    )
-    num_classes: int = field(default=10, metadata={"help": "r, the number of (random) classes."})
-    num_points: int = field(
-        default=5000, metadata={"help": "n random points on the sphere (0: skip)."}
-    )
-    dim: int = field(default=128, metadata={"help": "d of the sphere points."})
-    sphere_width: int = field(
-        default=96, metadata={"help": "k, the width of the network for the sphere points."}
-    )
-    num_images: int = field(
-        default=5170, metadata={"help": "n images (0: skip); at most the number in --cifar_dir."}
-    )
-    image_width: int = field(
-        default=512, metadata={"help": "k, the width of the network for the images."}
-    )
-    cifar_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "Folder of the official CIFAR-10 binary files (data_batch_*.bin); "
-            "generated images are used when it is not given."
-        },
-    )
-    sweep: bool = field(
-        default=False,
-        metadata={
-            "help": "Also sweep n: Lemma B.1's smallest width and the parameter "
-            "count against n (minutes; see --sweep_sizes)."
-        },
-    )
-    sweep_sizes: tuple[int, ...] = field(
-        default=(250, 500, 1000, 2000, 5000, 10000, 20000),
-        metadata={"help": "n of the sphere points of --sweep."},
-    )
-    sweep_images: int = field(
-        default=5170, metadata={"help": "n of the CIFAR slice in --sweep (with --cifar_dir)."}
-    )
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the flag) for a setting out of range."""
-        counts = ("num_classes", "dim", "sphere_width", "image_width", "sweep_images")
-        check_at_least(self, counts, 1, ">= 1")
-        check_at_least(self, ("num_points", "num_images"), 0, ">= 0")
-        if self.cifar_dir is not None and not os.path.isdir(self.cifar_dir):
-            raise ValueError(
-                f"--cifar_dir {self.cifar_dir} is no folder; point it at "
-                "cifar-10-batches-bin or leave it out (generated images)"
-            )
-        if not self.sweep_sizes or min(self.sweep_sizes) < 2:
-            raise ValueError(
-                f"--sweep_sizes must be integers >= 2, got '{','.join(map(str, self.sweep_sizes))}'"
-            )
 
 
 def cifar_images(cifar_dir: str, n: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from resnet_noBN import plotting
 from resnet_noBN.progress import Progress, step_of
 from resnet_noBN.theory import expressivity as ex
 from resnet_noBN.theory import expressivity_checks as checks
-from resnet_noBN.theory.expressivity_checks import ExpressivitySettings
+from resnet_noBN.theory.settings import ExpressivitySettings
 
 # The figures of each fit in the last line.
 SUMMARY_KEYS = (

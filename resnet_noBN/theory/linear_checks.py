@@ -9,13 +9,12 @@ these checks in order and reports them. Every check draws from the one generator
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.theory import linear
 from resnet_noBN.theory.linear import LinearTheoryError
+from resnet_noBN.theory.settings import LinearSettings
 
 TAUS = (0.1, 0.5, 0.9)
 TAU_DEPTHS = (2, 5, 10)
@@ -30,59 +29,6 @@ GD_TARGETS = {
     "near_pi": lambda d, rng: linear.random_rotation(d, [math.pi - 0.05] * (d // 2), rng),
     "large_scale": lambda d, rng: linear.random_target(d, math.pi / 2, 2.0, rng),
 }
-
-
-@dataclass(frozen=True)
-class LinearSettings:
-    """The settings of the Section 2 checks; each field is a flag of ``launch/linear.py``
-    (``resnet_noBN.configs.flag_config``), its ``help`` the flag's."""
-
-    output_dir: str = field(
-        default="runs/linear", metadata={"help": "Where the plots and linear.json go."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of every random matrix."})
-    mc_samples: int = field(
-        default=1_000_000, metadata={"help": "Monte-Carlo samples for Claim 2.3."}
-    )
-    tau_samples: int = field(
-        default=20, metadata={"help": "Random A per (tau, depth, d) for eq. (2.3)."}
-    )
-    dim: int = field(default=8, metadata={"help": "d of the gradient-descent experiment."})
-    depths: tuple[int, ...] = field(
-        default=(2, 4, 8, 16), metadata={"help": "Depths of the gradient-descent experiment."}
-    )
-    steps: int = field(default=500, metadata={"help": "Gradient-descent steps."})
-    init_scale: float = field(
-        default=0.1,
-        metadata={
-            "help": "Standard parameterisation's small random init: entries N(0, scale^2/d)."
-        },
-    )
-    adversarial_starts: int = field(
-        default=3,
-        metadata={"help": "Starts of the adversarial search for eq. (2.3), per (tau, depth, d)."},
-    )
-    adversarial_steps: int = field(
-        default=200, metadata={"help": "Projected-gradient steps per start."}
-    )
-
-    def validate(self) -> None:
-        """Raise ValueError (one line, naming the flag) for a setting out of range."""
-        counts = (
-            "mc_samples",
-            "tau_samples",
-            "dim",
-            "steps",
-            "adversarial_starts",
-            "adversarial_steps",
-        )
-        check_at_least(self, counts, 1, ">= 1")
-        if self.init_scale < 0:
-            raise ValueError(f"--init_scale must be >= 0, got {self.init_scale}")
-        if not self.depths or min(self.depths) < 1:
-            raise ValueError(
-                f"--depths must be positive integers, got '{','.join(map(str, self.depths))}'"
-            )
 
 
 def claim_2_3(rng: np.random.Generator, mc_samples: int) -> dict:

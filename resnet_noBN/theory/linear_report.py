@@ -16,7 +16,7 @@ from resnet_noBN import plotting
 from resnet_noBN.progress import Progress, step_of
 from resnet_noBN.theory import linear
 from resnet_noBN.theory import linear_checks as checks
-from resnet_noBN.theory.linear_checks import LinearSettings
+from resnet_noBN.theory.settings import LinearSettings
 
 
 def plot_factorization(rng: np.random.Generator, path: str) -> str:
