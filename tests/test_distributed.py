@@ -19,7 +19,7 @@ import tensorflow as tf
 from launchers import REPO
 
 from resnet_noBN.backends import distribute
-from resnet_noBN.configs.errors import PEER_LOST_EXIT
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
 from resnet_noBN.host import cluster
 from resnet_noBN.trainers.training import scratch_dir_name
 
@@ -277,6 +277,29 @@ def test_a_lost_parameter_server_ends_the_chief_in_one_line_and_status_5(tmp_pat
     assert line.startswith("[chief0] error: ps 0 ended or stopped answering ("), line
     assert latest and line.endswith(f"; rerun the job to resume from {latest}\n")
     assert result["ended_in"] < 5
+
+
+def test_an_error_line_is_one_write(monkeypatch):
+    """The one line is written with its newline in one write: ``print`` wrote the newline
+    apart, and under load gRPC's own "failed to connect ... Connection refused", logged to the
+    same stream by a thread of the surviving task as the chief died, landed between the two
+    (the survivor's line then ended with gRPC's text: ``[kill-0]`` above, beside two
+    trainings on 2026-11-26, in 1 of 3 repeats of its family)."""
+    writes = []
+
+    class Stream:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            writes.append("<flush>")
+
+    monkeypatch.setattr(sys, "stderr", Stream())
+    say("error: worker 0 (chief) ended or stopped answering (...); rerun the job")
+    assert writes == [
+        "error: worker 0 (chief) ended or stopped answering (...); rerun the job\n",
+        "<flush>",
+    ]
 
 
 def scratch_folders(tmp_path):

@@ -44,7 +44,7 @@ import time
 
 import jax
 
-from resnet_noBN.configs.errors import PEER_LOST_EXIT
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
 from resnet_noBN.host.cluster import ClusterError, check_port_free, parse_tf_config
 
 ALIVE_KEY = "resnet_noBN/alive/"  # + process id: the counter a process advances while it lives
@@ -120,7 +120,7 @@ def _first_line(error) -> str:
 def end(line: str) -> None:
     """Print ``error: <line>`` and end the process with PEER_LOST_EXIT at once
     (:func:`exit_now`)."""
-    print(f"error: {line}; rerun the job to resume from its latest checkpoint", file=sys.stderr)
+    say(f"error: {line}; rerun the job to resume from its latest checkpoint")
     exit_now(PEER_LOST_EXIT)
 
 

@@ -14,7 +14,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING
 
-from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.errors import InputError, say
 
 if TYPE_CHECKING:
     from resnet_noBN.backends.base import Backend
@@ -71,6 +71,6 @@ def serving(launcher: str) -> Backend:
         backend = current()
         backend.serve(launcher)
     except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         sys.exit(2)
     return backend

@@ -1,12 +1,14 @@
 """The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2,
 of a failed write into the run's folder, of a run that diverged or cannot be restored, and the
-exit statuses of a preempted run and of that write. No Keras: a launcher catches them before
-any backend loads.
+exit statuses of a preempted run and of that write, and :func:`say`, which writes such a line.
+No Keras: a launcher catches them before any backend loads.
 
 Exit status: 0 trained; 1 the loss diverged; 2 bad input, before anything is written;
 :data:`PREEMPTED_EXIT` preempted; :data:`STORAGE_EXIT` a write into the run's folder failed;
 :data:`PEER_LOST_EXIT` a peer of a multi-process job died or stopped answering.
 """
+
+import sys
 
 PREEMPTED_EXIT = 3  # SIGTERM or SIGINT: a checkpoint of the step reached saved; rerun to resume
 # A checkpoint, log or config.json write failed (no space left, any OSError): the latest whole
@@ -47,3 +49,11 @@ class CheckpointError(RuntimeError):
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the latest checkpoint is the last good one (exit 1)."""
+
+
+def say(line: str) -> None:
+    """Write ``line`` and its newline to stderr in one write, flushed. ``print`` writes the text
+    and the newline apart, and a thread of TensorFlow's or JAX's logging to the same stream in
+    between (gRPC's "failed to connect" as a peer dies) would end the line with its own text."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

@@ -44,7 +44,7 @@ from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 
-from resnet_noBN.configs.errors import PEER_LOST_EXIT
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
 
 # What a collective or a coordination-service call raises when a peer died or was declared dead
 PEER_ERRORS = (
@@ -206,7 +206,7 @@ def end(line: str) -> None:
     and TensorFlow's shutdown would wait on the lost peer); only the first caller prints."""
     _ending.acquire()  # a second caller (the watch, the main thread) waits here for the exit
     sys.stdout.flush()
-    print(f"error: {line}", file=sys.stderr, flush=True)
+    say(f"error: {line}")
     os._exit(PEER_LOST_EXIT)
 
 

@@ -35,6 +35,7 @@ from resnet_noBN.configs.errors import (
     Preempted,
     StorageError,
     TrainingDiverged,
+    say,
 )
 from resnet_noBN.host import cpu
 
@@ -91,7 +92,7 @@ def run(main) -> None:
         try:
             return FLAGS(argv)
         except flags.Error as e:
-            print(f"error: {e}", file=sys.stderr)
+            say(f"error: {e}")
             sys.exit(2)
 
     def quiet_tf_info(argv):  # absl's default verbosity shows TensorFlow's INFO chatter
@@ -114,16 +115,16 @@ def exit_codes(main):
                 raise InputError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
             return main(argv)
         except (InputError, DataError, CheckpointError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            say(f"error: {e}")
             exit_alone(2)
         except TrainingDiverged as e:
-            print(f"error: {e}", file=sys.stderr)
+            say(f"error: {e}")
             sys.exit(1)
         except Preempted as e:
-            print(str(e), file=sys.stderr, flush=True)
+            say(str(e))
             sys.exit(PREEMPTED_EXIT)
         except StorageError as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
+            say(f"error: {e}")
             exit_alone(STORAGE_EXIT)
         except Exception as e:
             backend = registry.loaded()
