@@ -284,7 +284,7 @@ def test_an_error_line_is_one_write(monkeypatch):
     apart, and under load gRPC's own "failed to connect ... Connection refused", logged to the
     same stream by a thread of the surviving task as the chief died, landed between the two
     (the survivor's line then ended with gRPC's text: ``[kill-0]`` above, beside two
-    trainings on 2026-11-26, in 1 of 3 repeats of its family)."""
+    trainings on 2026-11-26, in 1 of 2 whole repeats of its family)."""
     writes = []
 
     class Stream:
