@@ -25,7 +25,7 @@ import json
 
 from absl import flags
 
-from resnet_noBN.runs import cli, run_config  # no Keras: a bad flag is answered in a second
+from resnet_noBN.runs import cli, preflight, run_config  # no Keras: bad input answered in a second
 
 FLAGS = flags.FLAGS
 run_config.define("cifar")
@@ -49,11 +49,13 @@ def main(argv):
     if FLAGS.print_config:
         return print(json.dumps(config.sections(), indent=1))
     # the flags hold: the network and the backend load now (TensorFlow's import: seconds)
-    from resnet_noBN.models.model import build_cifar_model, print_summary
+    if FLAGS.summary_only:
+        from resnet_noBN.models.model import build_cifar_model, print_summary
+
+        return print_summary(build_cifar_model(config.network))
+    preflight.check(config)  # the cluster and the data, before the backend loads too
     from resnet_noBN.runs import setup
 
-    if FLAGS.summary_only:
-        return print_summary(build_cifar_model(config.network))
     model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
     run = setup.start(config, model_dir, title=f"{config.data.dataset}, Hardt & Ma ResNet (no BN)")
     paper_width = config.network.stage_widths == (64, 128, 256)

@@ -613,10 +613,11 @@ def test_local_cluster_without_namespaces_says_so_and_runs(tmp_path):
     assert reports["worker0"]["netns"] == os.readlink("/proc/self/ns/net")
 
 
-def run_cifar(tmp_path, args, tf_config=None):
+def run_cifar(tmp_path, args, tf_config=None, env=None):
     if tf_config is not None and not isinstance(tf_config, str):
         tf_config = json.dumps(tf_config)
-    return launchers.run("launch/cifar.py", *args, env={"TF_CONFIG": tf_config}, timeout=120)
+    env = {"TF_CONFIG": tf_config, **(env or {})}
+    return launchers.run("launch/cifar.py", *args, env=env, timeout=120)
 
 
 BAD_TF_CONFIG = [  # TF_CONFIG (None: unset), the start of the launch's last line
@@ -640,7 +641,9 @@ def bad_tf_config_runs(tmp_path_factory, cifar_bin):
     dirs = [root / f"run{i}" for i in range(len(BAD_TF_CONFIG))]
     args = ["--strategy=multi_worker", f"--data_path={cifar_bin}", *SMALL]
     launches = [
-        functools.partial(run_cifar, root, [*args, f"--model_dir={d}"], tf_config)
+        functools.partial(
+            run_cifar, root, [*args, f"--model_dir={d}"], tf_config, launchers.IMPORT_TIMES
+        )
         for d, (tf_config, _) in zip(dirs, BAD_TF_CONFIG)
     ]
     return list(zip(dirs, launchers.run_many(launches)))
@@ -652,6 +655,7 @@ def test_bad_tf_config_is_one_line_and_status_2(bad_tf_config_runs, case):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(BAD_TF_CONFIG[case][1])
     assert not model_dir.exists()
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # runs.preflight's
 
 
 def test_port_in_use_is_one_line_and_status_2(tmp_path, cifar_bin):

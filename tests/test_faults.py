@@ -19,7 +19,7 @@ import time
 import launchers
 import pytest
 
-from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached
+from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached, first_line
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import storage
 from resnet_noBN.runs import folder_claim, record
@@ -143,6 +143,28 @@ def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
         "config.json",
         "train.jsonl",
     ]
+
+
+def test_an_error_without_a_message_is_still_named_in_one_line():
+    """What a one-line error quotes of another (``configs.errors.first_line``): its first line,
+    at most 200 characters; an error with no message, its type (a failed write and an
+    unreadable checkpoint quoting ``OSError()`` raised IndexError before)."""
+    assert first_line(ValueError("lost a peer\n  at graph op ...")) == "lost a peer"
+    assert first_line("x" * 300) == "x" * 200 and first_line("x" * 300, limit=None) == "x" * 300
+    assert first_line(OSError()) == "OSError" and first_line("  ") == "no message"
+    assert storage.reason(OSError()) == "OSError"
+    assert storage.reason(RuntimeError("/a/long/path ... No space left on device")) == (
+        "No space left on device"
+    )
+    from resnet_noBN.trainers.loop import unreadable_checkpoint_line  # Keras
+
+    assert unreadable_checkpoint_line("/run/ckpt-2", OSError()) == (
+        "warning: checkpoint /run/ckpt-2 cannot be restored (OSError); trying the one before it"
+    )
+    assert unreadable_checkpoint_line("/run/ckpt-2", ValueError("bad shape\nat ...")) == (
+        "warning: checkpoint /run/ckpt-2 cannot be restored (ValueError: bad shape); trying the "
+        "one before it"
+    )
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ import time
 
 import jax
 
-from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, first_line, say
 from resnet_noBN.host.cluster import ClusterError, check_port_free, parse_tf_config
 
 ALIVE_KEY = "resnet_noBN/alive/"  # + process id: the counter a process advances while it lives
@@ -111,12 +111,6 @@ def form(resolver: str, peer_timeout_s: float) -> int:
     return processes
 
 
-def _first_line(error) -> str:
-    """The first line of ``error``'s text (at most 200 characters), else its type's name."""
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
-
-
 def end(line: str) -> None:
     """Print ``error: <line>`` and end the process with PEER_LOST_EXIT at once
     (:func:`exit_now`)."""
@@ -142,7 +136,7 @@ def end_if_peer_lost(error: BaseException) -> None:
     if not (jax.distributed.is_initialized() and isinstance(error, jax.errors.JaxRuntimeError)):
         return
     if any(word in str(error) for word in PEER_ERROR_WORDS):
-        end(f"process {jax.process_index()} of the JAX job lost a peer ({_first_line(error)})")
+        end(f"process {jax.process_index()} of the JAX job lost a peer ({first_line(error)})")
 
 
 class PeerWatch:
@@ -180,7 +174,7 @@ class PeerWatch:
                         self.seen[peer] = (now_value, time.monotonic())
             except jax.errors.JaxRuntimeError as e:  # the coordinator (process 0) is gone
                 if self.me:
-                    end(f"process 0, the JAX job's coordinator, is gone ({_first_line(e)})")
+                    end(f"process 0, the JAX job's coordinator, is gone ({first_line(e)})")
             else:
                 self.answered = time.monotonic()
             beat += 1

@@ -1,6 +1,7 @@
 """The one-line errors of bad input, which the launchers report as ``error: ...`` and exit 2,
 of a failed write into the run's folder, of a run that diverged or cannot be restored, and the
-exit statuses of a preempted run and of that write, and :func:`say`, which writes such a line.
+exit statuses of a preempted run and of that write, and :func:`say`, which writes such a line
+(:func:`first_line`: what one quotes of another error).
 No Keras: a launcher catches them before any backend loads.
 
 Exit status: 0 trained; 1 the loss diverged; 2 bad input, before anything is written;
@@ -57,3 +58,13 @@ def say(line: str) -> None:
     between (gRPC's "failed to connect" as a peer dies) would end the line with its own text."""
     sys.stderr.write(f"{line}\n")
     sys.stderr.flush()
+
+
+def first_line(error: object, limit: int | None = 200) -> str:
+    """The first line of an error's message (or of a text), at most ``limit`` characters: what
+    a one-line error quotes of another (TensorFlow's messages go on with the graph's call
+    stack). An error with no message gives its type's name, an empty text "no message"."""
+    lines = str(error).strip().splitlines()
+    if lines:
+        return lines[0][:limit]
+    return type(error).__name__ if isinstance(error, BaseException) else "no message"

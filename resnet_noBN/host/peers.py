@@ -44,7 +44,7 @@ from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 
-from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
+from resnet_noBN.configs.errors import PEER_LOST_EXIT, first_line, say
 
 # What a collective or a coordination-service call raises when a peer died or was declared dead
 PEER_ERRORS = (
@@ -152,7 +152,7 @@ def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         try:
             channel.unary_unary("/tensorflow.WorkerService/GetStatus")(b"", timeout=timeout_s)
         except grpc.RpcError as e:
-            return _first_line(e.details() or e.code().name)
+            return first_line(e.details() or e.code().name)
     return None
 
 
@@ -215,9 +215,4 @@ def cause(error: Exception) -> str:
     graph's call stack): what aborted the collectives, else the first line."""
     text = str(getattr(error, "message", error))
     aborted = re.search(r"aborted by: (.*)", text)
-    return _first_line(aborted[1] if aborted else text)
-
-
-def _first_line(text: str) -> str:
-    text = str(text).strip()
-    return text.splitlines()[0][:200] if text else "no message"
+    return first_line(aborted[1] if aborted else text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from resnet_noBN.configs.errors import StorageError
+from resnet_noBN.configs.errors import StorageError, first_line
 
 TEMPORARY_SUFFIX = ".tmp"  # what atomic_write writes first, beside the file it replaces
 # The file that lists a folder's checkpoints, on each backend: TensorFlow's CheckpointManager
@@ -65,7 +65,7 @@ def append_line(path: str, line: str) -> None:
 def reason(error: BaseException) -> str:
     """The cause of a failed write, in a few words (an OSError's strerror, else the first line
     of the message)."""
-    text = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
+    text = getattr(error, "strerror", None) or first_line(error, limit=None)
     if "No space left on device" in text:  # TensorFlow's messages end so, after long paths
         return "No space left on device"
     return text[:200]

@@ -22,7 +22,12 @@ import time
 import numpy as np
 from keras import ops
 
-from resnet_noBN.configs.errors import CheckpointError, TimeBudgetReached, TrainingDiverged
+from resnet_noBN.configs.errors import (
+    CheckpointError,
+    TimeBudgetReached,
+    TrainingDiverged,
+    first_line,
+)
 from resnet_noBN.host import storage
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
 from resnet_noBN.trainers import health
@@ -407,12 +412,11 @@ def next_multiple(step: int, interval: int) -> int:
 
 
 def unreadable_checkpoint_line(path: str, error: Exception) -> str:
-    """The warning printed for a checkpoint that cannot be restored (the one before is tried)."""
-    return (
-        f"warning: checkpoint {path} cannot be restored ("
-        f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}); "
-        "trying the one before it"
-    )
+    """The warning printed for a checkpoint that cannot be restored (the one before is tried):
+    the error's type and the first line of its message, where it has one."""
+    kind, said = type(error).__name__, first_line(error)
+    why = kind if said == kind else f"{kind}: {said}"
+    return f"warning: checkpoint {path} cannot be restored ({why}); trying the one before it"
 
 
 def no_checkpoint_message(model_dir: str, paths: list[str]) -> str:
