@@ -43,7 +43,7 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import claims, cli, folder_claim, record, run_config
+from resnet_noBN.runs import arm_runs, claims, cli, folder_claim, record, run_config
 
 FLAGS = flags.FLAGS
 define_flags(DataConfig, exclude=("pad", "cifar100_layout", "jpeg_quality"))
@@ -147,7 +147,7 @@ def run_configs(runs, sweep, data: DataConfig) -> dict:
     already there (a folder of other settings is refused before anything is written)."""
     backend, configs = registry.current().name, {}
     for arm, seed in runs:
-        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
+        model_dir = arm_runs.run_dir(FLAGS.output_dir, arm.name, seed)
         config = claims.arm_config(arm, sweep, data, FLAGS.precision)
         configs[model_dir] = config, run_config.checked_record(config, model_dir, backend, seed)
     return configs
@@ -227,7 +227,7 @@ def main(argv):
     host = backend.report(runtime, runtime_cfg.strategy)
     header = report_header(label, sweep, data, host)
     start = time.perf_counter()
-    todo = [r for r in runs if claims.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
+    todo = [r for r in runs if arm_runs.read_result(FLAGS.output_dir, r[0].name, r[1]) is None]
     print(
         f"claims: {len(runs)} runs ({len(arms)} arms x {sweep.seeds} seeds), "
         f"{len(runs) - len(todo)} already finished; {label}; {machine(host)}",
@@ -236,7 +236,7 @@ def main(argv):
     progress = Progress(len(todo), every_units=1)
     for i, (arm, seed) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {arm.name}, seed {seed}: {arm.what}", flush=True)
-        model_dir = claims.run_dir(FLAGS.output_dir, arm.name, seed)
+        model_dir = arm_runs.run_dir(FLAGS.output_dir, arm.name, seed)
         config, saved = configs[model_dir]
         runtime_section = {**saved[record.RUNTIME_KEY], **host}
         record.record_config(model_dir, {**saved, record.RUNTIME_KEY: runtime_section})

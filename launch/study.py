@@ -33,6 +33,7 @@ from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
 from resnet_noBN.configs.flag_config import validated
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import cli, folder_claim, study
+from resnet_noBN.runs.arm_runs import run_dir, write_result
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
@@ -76,7 +77,7 @@ def header(budget: study.Budget) -> str:
 
 
 def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Popen:
-    folder = study.run_dir(FLAGS.output_dir, arm, seed)
+    folder = run_dir(FLAGS.output_dir, arm, seed)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "launch.log"), "a") as log:
         return subprocess.Popen(
@@ -87,23 +88,20 @@ def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Pope
 def outcome(arm: str, seed: int, proc: subprocess.Popen) -> str:
     """A run that ended: its result written (its last line of JSON, or its divergence), in
     words; where it failed otherwise, why (its log)."""
-    with open(os.path.join(study.run_dir(FLAGS.output_dir, arm, seed), "launch.log")) as f:
+    folder = run_dir(FLAGS.output_dir, arm, seed)
+    with open(os.path.join(folder, "launch.log")) as f:
         lines = [line for line in f if line.startswith("{")]
     if proc.returncode == 0 and lines:
         result = json.loads(lines[-1])
-        study.write_result(FLAGS.output_dir, arm, seed, result)
+        write_result(folder, result)
         return f"test error {100 * result['test_error']:.2f}%"
     if proc.returncode == 1:
-        step = max((r["step"] for r in _metrics(arm, seed)), default=0)
-        study.write_result(FLAGS.output_dir, arm, seed, {"diverged": True, "final_step": step})
+        from resnet_noBN.trainers.run_log import read_metrics  # TensorBoard's writer: seconds
+
+        step = max((r["step"] for r in read_metrics(folder)), default=0)
+        write_result(folder, {"diverged": True, "final_step": step})
         return f"diverged after step {step}"
     return f"stopped with exit {proc.returncode} (see its launch.log); rerun to resume it"
-
-
-def _metrics(arm, seed):
-    from resnet_noBN.trainers.run_log import read_metrics
-
-    return read_metrics(study.run_dir(FLAGS.output_dir, arm, seed))
 
 
 @cli.exit_codes

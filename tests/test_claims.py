@@ -6,7 +6,7 @@ import launchers
 import pytest
 
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs import claims
+from resnet_noBN.runs import arm_runs, claims
 
 
 def run_claims(*args, env=None):
@@ -76,17 +76,17 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
     assert table.count("\n| `") == 2 and table.count("| 2/2 (0) |") == 2
     for arm in two:
         run = out / "runs" / f"{arm}-seed1"
-        assert json.loads((run / claims.RESULT_FILE).read_text())["final_step"] == 6
+        assert json.loads((run / arm_runs.RESULT_FILE).read_text())["final_step"] == 6
         assert curves(run) == [[2, 4, 6], [3, 6]]
     # seeds are shared by the arms: the same seed gives the baseline the same weights and data
     digests = {
-        json.loads((out / "runs" / f"hardt_ma-seed{s}" / claims.RESULT_FILE).read_text())[
+        json.loads((out / "runs" / f"hardt_ma-seed{s}" / arm_runs.RESULT_FILE).read_text())[
             "weights_sha256"
         ]
         for s in (0, 1)
     }
     assert len(digests) == 2
-    kept = {arm: (out / "runs" / f"{arm}-seed0" / claims.RESULT_FILE).read_bytes() for arm in two}
+    kept = {arm: (out / "runs" / f"{arm}-seed0" / arm_runs.RESULT_FILE).read_bytes() for arm in two}
     plot = (out / claims.PLOT_FILE).read_bytes()
 
     again = run_claims(
@@ -108,7 +108,7 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
         f"[{i}/6] {arm}, seed 0" for i, arm in enumerate(claims.ARM_NAMES[2:], 1)
     ]
     for arm, text in kept.items():
-        assert (out / "runs" / f"{arm}-seed0" / claims.RESULT_FILE).read_bytes() == text, arm
+        assert (out / "runs" / f"{arm}-seed0" / arm_runs.RESULT_FILE).read_bytes() == text, arm
     table = (out / claims.TABLE_FILE).read_text()
     assert table.startswith("# The paper's claims, measured: tiny tree")
     assert table.count("\n| `") == 8 and table.count("| 1/1 (0) |") == 8
@@ -117,7 +117,7 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
     assert new_plot[:8] == b"\x89PNG\r\n\x1a\n" and new_plot != plot
     for arm in claims.ARM_NAMES:
         run = out / "runs" / f"{arm}-seed0"
-        assert json.loads((run / claims.RESULT_FILE).read_text())["final_step"] == 6
+        assert json.loads((run / arm_runs.RESULT_FILE).read_text())["final_step"] == 6
         assert curves(run) == [[2, 4, 6], [3, 6]]
 
 
@@ -140,7 +140,7 @@ def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, im
     assert arm["diverged"] == 1 and arm["mean"] == pytest.approx(90.0)
     assert "hardt_ma, seed 0: diverged at step" in proc.stdout
     assert "| 1/1 (1) |" in (out / claims.TABLE_FILE).read_text()
-    result = json.loads((out / "runs/hardt_ma-seed0" / claims.RESULT_FILE).read_text())
+    result = json.loads((out / "runs/hardt_ma-seed0" / arm_runs.RESULT_FILE).read_text())
     assert result["diverged"] and "training diverged" in result["why"]
 
     other = run_claims(

@@ -4,16 +4,14 @@ backend; ``launch/claims.py`` imports it once its flags hold."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import keras
 
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs.errors import TrainingDiverged
 from resnet_noBN.runs import setup
-from resnet_noBN.runs.claims import RESULT_FILE, Arm
+from resnet_noBN.runs.arm_runs import write_result
+from resnet_noBN.runs.claims import Arm
 from resnet_noBN.runs.run_config import RunConfig
 
 
@@ -37,8 +35,7 @@ def train_one(
         print_fn(f"diverged: {e}")
         result = {"final_step": trainer.step, "diverged": True, "why": str(e)}
     result = {"arm": arm.name, "seed": seed, **result}
-    with open(os.path.join(model_dir, RESULT_FILE), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    write_result(model_dir, result)
     return result
 
 

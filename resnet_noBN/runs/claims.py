@@ -23,9 +23,9 @@ import statistics
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import arm_curves, run_config
+from resnet_noBN.runs.arm_runs import read_result, run_dir
 from resnet_noBN.runs.run_config import RunConfig
 
-RESULT_FILE = "result.json"
 TABLE_FILE = "claims.md"
 SUMMARY_FILE = "claims.json"
 PLOT_FILE = "claims_curves.png"
@@ -154,19 +154,6 @@ def arm_config(arm: Arm, sweep: Sweep, data: DataConfig, precision: str = "float
         recipe=dataclasses.asdict(sweep.recipe),
         runtime={"precision": precision},
     )
-
-
-def run_dir(output_dir: str, arm: str, seed: int) -> str:
-    return os.path.join(output_dir, "runs", f"{arm}-seed{seed}")
-
-
-def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
-    """The finished run's result (``None`` while it has not finished)."""
-    path = os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def arm_summary(results: list[dict], num_classes: int) -> dict:

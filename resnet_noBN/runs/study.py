@@ -23,9 +23,9 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import arm_curves, original_eval
+from resnet_noBN.runs.arm_runs import read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
-RESULT_FILE = "result.json"
 TABLE_FILE = "study.md"
 SUMMARY_FILE = "study.json"
 PLOT_FILE = "study_curves.png"
@@ -54,10 +54,6 @@ class Budget:
         check_at_least(self, ("train_steps", "eval_every", "seeds"), 1, "positive")
 
 
-def run_dir(output_dir: str, arm: str, seed: int) -> str:
-    return os.path.join(output_dir, "runs", f"{arm}-seed{seed}")
-
-
 def runs(arms: tuple[str, ...], budget: Budget) -> list[tuple[str, int]]:
     """(arm, seed) of every run, every arm's seed 0 first (the table fills evenly)."""
     return [(arm, seed) for seed in range(budget.seeds) for arm in arms]
@@ -82,20 +78,6 @@ def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int |
         *([f"--intra_op_threads={threads}"] if threads else []),
         *budget.flags,
     ]
-
-
-def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
-    """The finished run's result (None while it has not finished)."""
-    path = os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def write_result(output_dir: str, arm: str, seed: int, result: dict) -> None:
-    with open(os.path.join(run_dir(output_dir, arm, seed), RESULT_FILE), "w") as f:
-        json.dump(result, f, indent=2)
 
 
 def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
