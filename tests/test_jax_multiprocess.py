@@ -73,6 +73,19 @@ def job(args, workers=2, devices=2) -> subprocess.Popen:
     )
 
 
+def shown(out: str) -> str:
+    """A failed job's output for the assertion: the report of a worker that crashed (Python's
+    fatal-error stack, which the output's tail cuts off behind the other workers' lines), then
+    the last 3,000 characters."""
+    lines = out.splitlines()
+    crash = next((i for i, line in enumerate(lines) if "Fatal Python error" in line), None)
+    if crash is None:
+        return out[-3000:]
+    worker = lines[crash].split("]")[0] + "]"
+    report = [line for line in lines[crash:] if line.startswith(worker)][:80]
+    return "\n".join(report) + "\n...\n" + out[-3000:]
+
+
 def one_process(args, devices) -> dict:
     run = subprocess.run(
         [sys.executable, "-c", NO_TF, *args],
@@ -105,7 +118,7 @@ def whole(data):
     """The uninterrupted 2 x 2 job: (its output, its folder)."""
     run = job(flags(data / "data", data / "whole"))
     out, _ = run.communicate(timeout=300)
-    assert run.returncode == 0, out[-4000:]
+    assert run.returncode == 0, shown(out)
     return out, data / "whole"
 
 
@@ -130,7 +143,7 @@ def test_two_processes_train_as_one_and_only_process_0_writes(data, whole):
 
     run = job(flags(data / "data", data / "4x1"), workers=4, devices=1)
     out, _ = run.communicate(timeout=300)
-    assert run.returncode == 0, out[-4000:]
+    assert run.returncode == 0, shown(out)
     digests = {final["weights_sha256"] for final in final_lines(out).values()}
     assert digests == {finals["worker0"]["weights_sha256"]}
     four = one_process(flags(data / "data", data / "four", strategy="mirrored"), devices=4)
@@ -184,7 +197,7 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resumes(data
             break
     rest, _ = run.communicate(timeout=300)
     out = "".join(lines) + rest
-    assert run.returncode == PREEMPTED_EXIT, out[-4000:]
+    assert run.returncode == PREEMPTED_EXIT, shown(out)
     assert "preempted: every trainer saved a checkpoint" in out
     stops = {
         line.split("]")[0][1:]: int(line.split("preempted at step ")[1].split(":")[0])
@@ -199,7 +212,7 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step_and_resumes(data
 
     again = job(args)
     out, _ = again.communicate(timeout=300)
-    assert again.returncode == 0, out[-4000:]
+    assert again.returncode == 0, shown(out)
     assert f"resumed from {data / 'cut' / f'ckpt-{stopped}.npz'} at step {stopped}" in out
     finals = final_lines(out)
     expected = final_lines(whole[0])["worker0"]["weights_sha256"]
@@ -370,6 +383,48 @@ def test_a_failed_write_on_process_0_alone_ends_the_job_at_once(data, free_port,
     assert len(errors) == 1 and "process 1 of the JAX job lost a peer" in errors[0], errors
 
 
+def test_the_peer_watch_stops_before_the_interpreter_exits(monkeypatch):
+    """The watch's beats go to the store (this process's counter, 0, 1, 2, ...; the peer's read),
+    and ``stop``, registered with atexit when the watch starts, ends both threads and every call
+    into the store: a call in flight as Python finalizes aborts the process (gh-87135)."""
+    from jax._src.distributed import global_state
+
+    from resnet_noBN.backends import jax_job
+
+    calls = []
+
+    class Store:  # the coordination client's two calls; the peer's counter moves at each read
+        def key_value_set(self, key, value, allow_overwrite):
+            calls.append(("set", key, value))
+
+        def key_value_try_get(self, key):
+            calls.append(("get", key))
+            return str(len(calls))
+
+    monkeypatch.setattr(global_state, "client", Store())
+    monkeypatch.setattr(global_state, "process_id", 1)
+    monkeypatch.setattr(global_state, "num_processes", 2)
+    registered = []
+    monkeypatch.setattr(jax_job.atexit, "register", registered.append)
+    watch = jax_job.PeerWatch(timeout_s=2.0)  # a beat every 0.5 s
+    watch.start()
+    assert registered == [watch.stop]
+    deadline = time.monotonic() + 60
+    while len(calls) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watch.stop()
+    assert not any(thread.is_alive() for thread in watch.threads)
+    made = list(calls)
+    assert made[:4] == [
+        ("set", "resnet_noBN/alive/1", "0"),
+        ("get", "resnet_noBN/alive/0"),
+        ("set", "resnet_noBN/alive/1", "1"),
+        ("get", "resnet_noBN/alive/0"),
+    ]
+    time.sleep(2 * watch.interval_s)
+    assert calls == made  # none after stop
+
+
 def test_the_job_is_read_from_tf_config_or_slurm(monkeypatch, free_port):
     """The coordinator is the chief (else worker 0), the process id the task's place after it;
     parameter servers are refused in one line; SLURM: the step's first node, tasks and rank."""
@@ -413,12 +468,12 @@ def test_the_time_budget_stops_every_process_at_the_same_step(data):
         )
     )
     out, _ = run.communicate(timeout=300)
-    assert run.returncode == PREEMPTED_EXIT, out[-4000:]
+    assert run.returncode == PREEMPTED_EXIT, shown(out)
     stops = {
         line.split("]")[0][1:]: line.split("reached at step ")[1].split(":")[0]
         for line in out.splitlines()
         if "time budget of 2 s reached at step" in line
     }
-    assert set(stops) == {"worker0", "worker1"} and len(set(stops.values())) == 1, out[-4000:]
+    assert set(stops) == {"worker0", "worker1"} and len(set(stops.values())) == 1, shown(out)
     index = json.loads((data / "budget" / "checkpoints.json").read_text())["checkpoints"]
     assert index == [f"ckpt-{stops['worker0']}.npz"]

@@ -36,6 +36,7 @@ forming, and the end of a process whose peer is lost.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
@@ -143,7 +144,13 @@ class PeerWatch:
     """Two daemon threads: one advances this process's counter in the coordination service's
     key-value store and reads the peers' every ``timeout_s / 4`` seconds (at most 5); the
     other, which never waits on the network, ends the process (:func:`end`) when a peer's
-    counter has not moved for ``timeout_s`` or the store has not answered for that long."""
+    counter has not moved for ``timeout_s`` or the store has not answered for that long.
+
+    Both stop, and are waited for, when the interpreter exits (:meth:`stop`, an ``atexit``
+    handler): Python 3.11 ends a daemon thread that comes back from C++ after finalization has
+    begun with ``pthread_exit``, whose unwinding through the client's C++ frames aborts the
+    process ("FATAL: exception not rethrown", rc 134; CPython issue gh-87135). A store call in
+    flight as a finished process exits did that to 1 of 30 four-process jobs on a loaded CPU."""
 
     def __init__(self, timeout_s: float):
         from jax._src.distributed import global_state  # the job's coordination client
@@ -156,16 +163,27 @@ class PeerWatch:
         now = time.monotonic()
         self.seen = {p: (None, now) for p in range(self.count) if p != self.me}
         self.answered = now  # the last time the store answered this process
+        self.stopped = threading.Event()
+        self.threads = [
+            threading.Thread(target=target, daemon=True, name=f"peer-watch{target.__name__}")
+            for target in (self._beat, self._check)
+        ]
 
     def start(self) -> None:
-        for target in (self._beat, self._check):
-            threading.Thread(
-                target=target, daemon=True, name=f"peer-watch{target.__name__}"
-            ).start()
+        for thread in self.threads:
+            thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """End both threads and wait for them (a store call in flight answers at once while
+        the job lives; at most ``timeout_s`` where it does not)."""
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(self.timeout_s)
 
     def _beat(self) -> None:
         beat = 0
-        while True:
+        while not self.stopped.is_set():
             try:
                 self.client.key_value_set(f"{ALIVE_KEY}{self.me}", str(beat), allow_overwrite=True)
                 for peer, (value, _) in self.seen.items():
@@ -173,12 +191,12 @@ class PeerWatch:
                     if now_value != value:
                         self.seen[peer] = (now_value, time.monotonic())
             except jax.errors.JaxRuntimeError as e:  # the coordinator (process 0) is gone
-                if self.me:
+                if self.me and not self.stopped.is_set():
                     end(f"process 0, the JAX job's coordinator, is gone ({first_line(e)})")
             else:
                 self.answered = time.monotonic()
             beat += 1
-            time.sleep(self.interval_s)
+            self.stopped.wait(self.interval_s)
 
     def _read(self, peer: int) -> str | None:
         """``peer``'s counter, None before it wrote one."""
@@ -190,8 +208,7 @@ class PeerWatch:
             raise
 
     def _check(self) -> None:
-        while True:
-            time.sleep(self.interval_s)
+        while not self.stopped.wait(self.interval_s):
             now = time.monotonic()
             silent = [p for p, (_, at) in self.seen.items() if now - at >= self.timeout_s]
             if now - self.answered >= self.timeout_s:
