@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import launchers
@@ -300,6 +301,32 @@ def test_an_error_line_is_one_write(monkeypatch):
         "error: worker 0 (chief) ended or stopped answering (...); rerun the job\n",
         "<flush>",
     ]
+
+
+def test_stopping_the_peer_watch_waits_for_its_request_in_flight(monkeypatch):
+    """``PeerWatch.stop`` (training over) returns once the status request in flight has
+    answered, and no request follows: a thread still in gRPC's C++ as Python finalizes can
+    abort the process (CPython gh-87135)."""
+    from resnet_noBN.host import peers
+
+    asked, answer = [], threading.Event()
+
+    def probe(address, timeout_s=peers.PROBE_TIMEOUT_S):
+        asked.append(address)
+        answer.wait(30)  # a request in flight until the test lets it answer
+        return None
+
+    monkeypatch.setattr(peers, "probe", probe)
+    watch = peers.PeerWatch({"10.0.0.1:2222": "worker 0 (chief)"}, timeout_s=0.4).start()
+    deadline = time.monotonic() + 60
+    while not asked and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert asked == ["10.0.0.1:2222"]
+    threading.Timer(0.2, answer.set).start()
+    watch.stop()
+    assert answer.is_set() and not watch._thread.is_alive()
+    time.sleep(3 * watch.interval_s)
+    assert asked == ["10.0.0.1:2222"]
 
 
 def scratch_folders(tmp_path):

@@ -105,8 +105,13 @@ class PeerWatch:
         return self
 
     def stop(self) -> None:
-        """Stop watching: training is over, and the peers end in their own time."""
+        """Stop watching: training is over, and the peers end in their own time. Waits for a
+        status request in flight (at most :data:`PROBE_TIMEOUT_S`): a thread still in gRPC's
+        C++ as Python finalizes is ended with ``pthread_exit``, which can abort the process
+        (CPython gh-87135; the JAX job's watch did so, ``backends.jax_job.PeerWatch``)."""
         self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(PROBE_TIMEOUT_S + 1)
 
     @property
     def stopped(self) -> bool:
@@ -123,6 +128,8 @@ class PeerWatch:
     def _watch(self) -> None:
         while not self._stopped.wait(self.interval_s):
             for address, label in self.peers.items():
+                if self.stopped:
+                    return
                 why = probe(address, min(PROBE_TIMEOUT_S, self.timeout_s))
                 now, answered = time.monotonic(), self._answered[address]
                 if why is None:
