@@ -110,7 +110,7 @@ class PeerWatch:
         C++ as Python finalizes is ended with ``pthread_exit``, which can abort the process
         (CPython gh-87135; the JAX job's watch did so, ``backends.jax_job.PeerWatch``)."""
         self._stopped.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread.is_alive():
             self._thread.join(PROBE_TIMEOUT_S + 1)
 
     @property
