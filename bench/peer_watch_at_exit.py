@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import datetime
@@ -25,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from suite_under_load import machine  # noqa: E402
+
+from resnet_noBN.host.cluster import free_ports  # noqa: E402
 
 PROCESS = """
 import os, sys
@@ -44,16 +45,10 @@ for _ in range(20):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def one_round(tree: Path) -> list[int]:
     """The two processes' exit codes."""
     env = {**os.environ, "PYTHONPATH": str(tree), "JAX_PLATFORMS": "cpu"}
-    address = f"127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{free_ports(1)[0]}"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", PROCESS, address, str(i)],
@@ -74,9 +69,9 @@ def main() -> int:
     parser.add_argument("--record", type=Path, default=REPO / "bench" / "peer_watch_at_exit.jsonl")
     args = parser.parse_args()
     git = ["git", "-C", str(args.tree)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     changed = subprocess.run([*git, "status", "--porcelain", "resnet_noBN"], capture_output=True)
-    commit = commit.stdout.strip() + (" with changes to resnet_noBN" if changed.stdout else "")
+    commit = head.stdout.strip() + (" with changes to resnet_noBN" if changed.stdout else "")
     codes = []
     for r in range(args.rounds):
         codes.append(one_round(args.tree))

@@ -59,6 +59,7 @@ import time
 from absl import app, flags
 
 from resnet_noBN.configs.errors import PEER_LOST_EXIT, PREEMPTED_EXIT
+from resnet_noBN.host.cluster import free_ports
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
@@ -116,18 +117,6 @@ def isolate_network() -> str | None:
         lo_flags = struct.unpack("16sh22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", lo_flags | IFF_UP))
     return None
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free on 127.0.0.1 a moment ago."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def cluster_spec(workers: int, ps: int) -> dict[str, list[str]]:

@@ -270,14 +270,9 @@ def ended(proc, within_s) -> tuple[int, str, float]:
 
 @pytest.fixture
 def free_port():
-    import socket
+    from resnet_noBN.host.cluster import free_ports
 
-    def port():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    return port
+    return lambda: free_ports(1)[0]
 
 
 def test_a_killed_process_ends_the_other_at_once(data, free_port):

@@ -73,3 +73,15 @@ def check_port_free(address: str, who: str) -> None:
                 f"port {port} of {who} ({address}) is in use: stop what holds it "
                 "or give this task another port in TF_CONFIG"
             ) from None
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free on 127.0.0.1 a moment ago (a local job's)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
