@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from launchers import REPO
+from layer_kinds import assert_all_convolutional
 
 from resnet_noBN.configs.network_config import ImageNetConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
@@ -118,19 +119,7 @@ def test_paper_model_counts_and_shapes(paper_model):
 
 
 def test_no_batch_norm_or_max_pool_and_fixed_head(paper_model):
-    names = {type(layer).__name__ for layer in paper_model.layers}
-    assert not {n for n in names if "Norm" in n or "Dropout" in n or "MaxPool" in n}
-    assert names <= {
-        "InputLayer",
-        "Conv2D",
-        "ReLU",
-        "Add",
-        "AveragePooling2D",
-        "ZeroPadChannels",
-        "GlobalAveragePooling2D",
-        "Dense",
-    }
-    assert sum(isinstance(layer, keras.layers.ReLU) for layer in paper_model.layers) == 16
+    assert_all_convolutional(paper_model, relus=16)
     head = paper_model.get_layer("projection")
     assert not head.trainable and head.bias is None and head.kernel.shape == (512, 1000)
     assert all(w is not head.kernel for w in paper_model.trainable_weights)

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_kinds import assert_all_convolutional
 
 from resnet_noBN.configs import network_config, recipe_config
 from resnet_noBN.configs.network_config import BlockConfig, ImageNetConfig, ModelConfig
@@ -69,20 +70,7 @@ def test_ablation_counts(cfg, trainable, non_trainable):
 
 
 def test_no_batch_norm_dropout_or_max_pool(paper_model):
-    names = {type(layer).__name__ for layer in paper_model.layers}
-    assert not {n for n in names if "Norm" in n or "Dropout" in n or "MaxPool" in n}
-    assert names <= {
-        "InputLayer",
-        "Conv2D",
-        "ReLU",
-        "Add",
-        "AveragePooling2D",
-        "ZeroPadChannels",
-        "GlobalAveragePooling2D",
-        "Dense",
-    }
-    # one ReLU per residual block, none elsewhere
-    assert sum(isinstance(layer, keras.layers.ReLU) for layer in paper_model.layers) == 27
+    assert_all_convolutional(paper_model, relus=27)
 
 
 def test_stage_shapes_and_output(paper_model):
