@@ -16,6 +16,7 @@ import ast
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,6 +228,17 @@ def invocations(cmd: Command) -> list[Invocation]:
     return found
 
 
+def prose_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a Markdown file outside its fenced blocks, fence lines excluded."""
+    in_fence = None
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = FENCE.match(line)
+        if m:
+            in_fence = None if in_fence and line.strip().startswith(in_fence) else m.group(2)
+        elif not in_fence:
+            yield n, line
+
+
 # Inline code that calls a repository script, e.g. `python launch/evaluate.py --model_dir=RUN`.
 INLINE_COMMAND = re.compile(
     r"`((?:[A-Za-z_][A-Za-z0-9_]*=\S+ )*(?:\S*/)?python3? (?:launch|bench|data)/[^`]+)`"
@@ -237,14 +249,8 @@ def inline_commands(path: Path) -> list[tuple[int, str]]:
     """(line, command) of the inline code spans of a Markdown file that call a repository
     script (outside fenced blocks)."""
     found = []
-    in_fence = None
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        m = FENCE.match(line)
-        if m:
-            in_fence = None if in_fence and line.strip().startswith(in_fence) else m.group(2)
-            continue
-        if not in_fence:
-            found += [(n, c) for c in INLINE_COMMAND.findall(line)]
+    for n, line in prose_lines(path):
+        found += [(n, c) for c in INLINE_COMMAND.findall(line)]
     return found
 
 
@@ -409,13 +415,8 @@ def heading_anchor(heading: str) -> str:
 
 def anchors(path: Path) -> set[str]:
     found = set()
-    in_fence = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        m = FENCE.match(line)
-        if m:
-            in_fence = None if in_fence and line.strip().startswith(in_fence) else m.group(2)
-            continue
-        if not in_fence and line.startswith("#"):
+    for _, line in prose_lines(path):
+        if line.startswith("#"):
             found.add(heading_anchor(line))
     return found
 
@@ -423,14 +424,7 @@ def anchors(path: Path) -> set[str]:
 def links(path: Path) -> list[tuple[int, str]]:
     """(line, target) of the relative links of a Markdown file (outside fenced blocks)."""
     found = []
-    in_fence = None
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        m = FENCE.match(line)
-        if m:
-            in_fence = None if in_fence and line.strip().startswith(in_fence) else m.group(2)
-            continue
-        if in_fence:
-            continue
+    for n, line in prose_lines(path):
         for target in LINK.findall(line):
             if not re.match(r"[a-z]+:", target):
                 found.append((n, target))
@@ -448,14 +442,7 @@ def named_files(path: Path) -> list[tuple[int, str]]:
     """(line, path) of the repository files a Markdown file names in inline code outside fenced
     blocks (``launch/cifar.py``, ``docker/slurm/train_cifar.sbatch``), but those runs make."""
     found = []
-    in_fence = None
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        m = FENCE.match(line)
-        if m:
-            in_fence = None if in_fence and line.strip().startswith(in_fence) else m.group(2)
-            continue
-        if in_fence:
-            continue
+    for n, line in prose_lines(path):
         for span in CODE_SPAN.findall(line):
             if FILE_PATH.fullmatch(span) and not span.startswith(MADE_BY_RUNS):
                 found.append((n, span))
