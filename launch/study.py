@@ -11,8 +11,9 @@ Each (arm, seed) is one ``launch/cifar.py`` run (``--experiment=ARM`` at the bud
 ``<output_dir>/runs/<arm>-seed<k>``, its output in ``launch.log`` there; ``--parallel`` of them
 at a time, the cores shared between them. Interrupted (SIGTERM, SIGINT: each run saves a
 checkpoint), the same command resumes: a finished run is kept, an unfinished one resumes. After
-each run: ``study.md`` (the table), ``study.json`` and ``study_curves.png``, and a line with the
-runs done, the time left and the finish. Ends with one line of JSON.
+each run: ``study.md`` (the table), ``study.json``, ``study_curves.png`` (the curves) and
+``study_errors.png`` (each arm's final errors against the baseline's range), and a line with
+the runs done, the time left and the finish. Ends with one line of JSON.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import launchers
 import numpy as np
 import pytest
 
-from resnet_noBN.runs import study
+from resnet_noBN.runs import arm_errors, study
 from resnet_noBN.trainers.answers import read_answers
 
 CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
@@ -76,6 +76,7 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     table = (out / study.TABLE_FILE).read_text().splitlines()
     assert sum(line.startswith("| `cifar10_") for line in table) == 2
     assert (out / study.PLOT_FILE).stat().st_size > 0
+    assert (out / study.ERRORS_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = run_study(cifar_bin, out)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "2 runs (2 arms x 1 seeds), 2 already finished" in again.stdout
@@ -92,3 +93,37 @@ def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
         "cifar10_preactivation_trained_head,cifar10_13_59m"
     )
     assert not (tmp_path / "study").exists()
+
+
+def test_the_final_errors_picture_names_each_arm_with_its_gap_and_spread(tmp_path):
+    def figure(values, gap=None, exceeds=None):
+        entry = {"values": values, "mean": float(np.mean(values)), "sd": float(np.std(values))}
+        return entry if gap is None else {**entry, "gap": gap, "exceeds_spread": exceeds}
+
+    summary = {
+        "cifar10_paper": {"seeds": 2, "diverged": [], "final_error": figure([12.76, 12.80])},
+        "cifar10_leaky": {
+            "seeds": 2,
+            "diverged": [],
+            "final_error": figure([12.70, 12.9], 0.02, False),
+            "original_2016_error": figure([12.5, 12.7], -0.1, False),
+        },
+        "cifar10_original_2016": {
+            "seeds": 2,
+            "diverged": [],
+            "final_error": figure([11.0, 11.2], -1.68, True),
+        },
+        "cifar10_wd_2016": {"seeds": 2, "diverged": [7500], "final_error": figure([13.0], 0.22)},
+        "cifar10_jpeg_q75": {"seeds": 1, "diverged": [500]},  # every seed diverged: no point
+    }
+    arms = ("cifar10_paper", "cifar10_jpeg_q75", "cifar10_leaky", "cifar10_wd_2016")
+    arms += ("cifar10_original_2016", "cifar10_preactivation")  # the last one not run yet
+    path = tmp_path / "errors.png"
+    assert arm_errors.plot(summary, arms, str(path), "small network") == [
+        "cifar10_paper (baseline)",
+        "cifar10_jpeg_q75, 1 of 1 diverged",
+        "cifar10_leaky (+0.02, within spread)",
+        "cifar10_wd_2016 (+0.22), 1 of 2 diverged",
+        "cifar10_original_2016 (−1.68, > spread)",
+    ]
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

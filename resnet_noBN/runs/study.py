@@ -22,13 +22,14 @@ import sys
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.runs import arm_curves, original_eval
+from resnet_noBN.runs import arm_curves, arm_errors, original_eval
 from resnet_noBN.runs.arm_runs import read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
 TABLE_FILE = "study.md"
 SUMMARY_FILE = "study.json"
 PLOT_FILE = "study_curves.png"
+ERRORS_FILE = "study_errors.png"
 FIGURES = (
     ("final_error", "final"),
     ("best_error", "best (over evaluations)"),
@@ -167,8 +168,8 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
 
 
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
-    """``study.md`` (``header`` and the table), ``study.json`` and the curves' PNG, from the runs
-    finished so far; returns the summary."""
+    """``study.md`` (``header`` and the table), ``study.json``, the curves' PNG and the final
+    errors' (``arm_errors``), from the runs finished so far; returns the summary."""
     summary = summarize(output_dir, arms, budget)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
         f.write(header + "\n" + markdown_table(summary, arms, budget))
@@ -176,13 +177,15 @@ def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header:
         json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
     folders = {a: [run_dir(output_dir, a, s) for s in range(budget.seeds)] for a in arms}
     diverged = {a: max(e["diverged"]) for a, e in summary.items() if e["diverged"]}
+    title = f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
     arm_curves.plot(
         folders,
         os.path.join(output_dir, PLOT_FILE),
-        f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds",
+        title,
         batch_size=TrainConfig().batch_size,
         diverged=diverged,
     )
+    arm_errors.plot(summary, arms, os.path.join(output_dir, ERRORS_FILE), title)
     return summary
 
 
