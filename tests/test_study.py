@@ -95,7 +95,7 @@ def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
     assert not (tmp_path / "study").exists()
 
 
-def test_the_final_errors_picture_names_each_arm_with_its_gap_and_spread(tmp_path):
+def test_the_final_errors_picture_names_each_arm_in_the_tables_words(tmp_path):
     def figure(values, gap=None, exceeds=None):
         entry = {"values": values, "mean": float(np.mean(values)), "sd": float(np.std(values))}
         return entry if gap is None else {**entry, "gap": gap, "exceeds_spread": exceeds}
@@ -118,12 +118,14 @@ def test_the_final_errors_picture_names_each_arm_with_its_gap_and_spread(tmp_pat
     }
     arms = ("cifar10_paper", "cifar10_jpeg_q75", "cifar10_leaky", "cifar10_wd_2016")
     arms += ("cifar10_original_2016", "cifar10_preactivation")  # the last one not run yet
-    path = tmp_path / "errors.png"
-    assert arm_errors.plot(summary, arms, str(path), "small network") == [
-        "cifar10_paper (baseline)",
-        "cifar10_jpeg_q75, 1 of 1 diverged",
-        "cifar10_leaky (+0.02, within spread)",
-        "cifar10_wd_2016 (+0.22), 1 of 2 diverged",
-        "cifar10_original_2016 (−1.68, > spread)",
+    labels = study.row_labels(summary, arms)
+    assert labels == [
+        "cifar10_paper: baseline",
+        "cifar10_jpeg_q75: - (1 diverged)",
+        "cifar10_leaky: +0.02 (within spread)",
+        "cifar10_wd_2016: +0.22 (1 diverged)",
+        "cifar10_original_2016: -1.68 (> spread)",
     ]
+    path = tmp_path / "errors.png"
+    arm_errors.plot(summary, arms, labels, str(path), "small network")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

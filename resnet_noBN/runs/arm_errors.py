@@ -2,35 +2,19 @@
 whole-test final error a dot, their mean a tick, the original 2016 code's figure (the best
 drifting 5,000-image window, arXiv:1611.04231's Table 2 as its code printed it) a cross, and the
 baseline's seeds' range shaded across every row, so that a reader sees which change moves the
-error past the seed-to-seed spread. Reads nothing but the study's summary (``runs.study``)."""
+error past the seed-to-seed spread. Reads nothing but the study's summary and its rows' names
+(``runs.study``)."""
 
 from __future__ import annotations
 
 
-def label(arm: str, entry: dict, baseline: bool) -> str:
-    """The row's name: the arm, and its final error's gap to the baseline with whether it
-    exceeds the spread (the two sd's summed); its diverged seeds, if any."""
-    final = entry.get("final_error")
-    if baseline:
-        text = f"{arm} (baseline)"
-    elif final is None or "gap" not in final:
-        text = arm
-    else:
-        spread = {True: ", > spread", False: ", within spread", None: ""}[final["exceeds_spread"]]
-        text = f"{arm} ({final['gap']:+.2f}{spread})".replace("-", "−")
-    if entry["diverged"]:
-        text += f", {len(entry['diverged'])} of {entry['seeds']} diverged"
-    return text
-
-
-def plot(summary: dict, arms: tuple[str, ...], path: str, title: str) -> list[str]:
+def plot(summary: dict, arms: tuple[str, ...], labels: list[str], path: str, title: str) -> None:
     """Draw the arms of ``summary`` (``runs.study.summarize``) in the order of ``arms`` (the
-    baseline first, its colour and every arm's the same as in the study's curves) to ``path``;
-    returns the rows' labels, top to bottom."""
+    baseline first, its colour and every arm's the same as in the study's curves) to ``path``,
+    each row named by ``labels`` (``runs.study.row_labels``: the table's gap and spread words)."""
     from resnet_noBN import plotting  # matplotlib only where the picture is drawn
 
     shown = [arm for arm in arms if arm in summary]
-    labels = [label(arm, summary[arm], arm == arms[0]) for arm in shown]
     fig, (ax,) = plotting.figure(width=9.0, height=1.6 + 0.4 * len(shown))
     base = summary.get(arms[0], {}).get("final_error")
     if base:
@@ -66,4 +50,3 @@ def plot(summary: dict, arms: tuple[str, ...], path: str, title: str) -> list[st
     )
     ax.set_title(title, fontsize=10)
     plotting.save(fig, path)
-    return labels

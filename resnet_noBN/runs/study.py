@@ -145,6 +145,21 @@ def _gap(figure: dict | None) -> str:
     return f"{figure['gap']:+.2f}{mark}"
 
 
+def _diverged(entry: dict) -> str:
+    return f" ({len(entry['diverged'])} diverged)" if entry["diverged"] else ""
+
+
+def row_labels(summary: dict, arms: tuple[str, ...]) -> list[str]:
+    """The final errors' picture's row names in the table's words: each arm of ``summary`` in
+    the order of ``arms``, its final error's gap to the baseline (with whether it exceeds the
+    spread) and its diverged seeds."""
+    return [
+        f"{arm}: {_gap(summary[arm].get('final_error'))}{_diverged(summary[arm])}"
+        for arm in arms
+        if arm in summary
+    ]
+
+
 def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
     """One row per arm: the figures (% test error, mean ± sd over seeds) and the gaps of the
     final and of the 2016 figure to the baseline."""
@@ -158,10 +173,9 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
         if arm not in summary:
             continue
         s = summary[arm]
-        diverged = f" ({len(s['diverged'])} diverged)" if s["diverged"] else ""
         cells = " | ".join(_cell(s.get(key)) for key, _ in FIGURES)
         lines.append(
-            f"| `{arm}` | {s['about']} | {s['seeds']}/{budget.seeds}{diverged} | {cells} | "
+            f"| `{arm}` | {s['about']} | {s['seeds']}/{budget.seeds}{_diverged(s)} | {cells} | "
             f"{_gap(s.get('final_error'))} | {_gap(s.get('original_2016_error'))} |"
         )
     return "\n".join(lines) + "\n"
@@ -185,7 +199,8 @@ def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header:
         batch_size=TrainConfig().batch_size,
         diverged=diverged,
     )
-    arm_errors.plot(summary, arms, os.path.join(output_dir, ERRORS_FILE), title)
+    path = os.path.join(output_dir, ERRORS_FILE)
+    arm_errors.plot(summary, arms, row_labels(summary, arms), path, title)
     return summary
 
 
