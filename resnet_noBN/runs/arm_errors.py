@@ -12,7 +12,9 @@ def plot(summary: dict, arms: tuple[str, ...], labels: list[str], path: str, tit
     """Draw the arms of ``summary`` (``runs.study.summarize``) in the order of ``arms`` (the
     baseline first, its colour and every arm's the same as in the study's curves) to ``path``,
     each row named by ``labels`` (``runs.study.row_labels``: the table's gap and spread words)."""
-    from resnet_noBN import plotting  # matplotlib only where the picture is drawn
+    from matplotlib.transforms import ScaledTranslation  # matplotlib only where it is drawn
+
+    from resnet_noBN import plotting
 
     shown = [arm for arm in arms if arm in summary]
     fig, (ax,) = plotting.figure(width=9.0, height=1.6 + 0.4 * len(shown))
@@ -43,7 +45,8 @@ def plot(summary: dict, arms: tuple[str, ...], labels: list[str], path: str, tit
             ax.fill_between([], [], color="0.88", label="baseline's seeds' range"),
         ],
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.5 / (1 + 0.25 * len(shown))),
+        bbox_to_anchor=(0.5, 0.0),  # 0.45 inch under the axes, below the x label, at any height
+        bbox_transform=ax.transAxes + ScaledTranslation(0.0, -0.45, fig.dpi_scale_trans),
         ncol=4,
         fontsize=8,
         frameon=False,
