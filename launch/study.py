@@ -72,8 +72,8 @@ def header(budget: study.Budget) -> str:
         f"evaluations every {budget.eval_every} steps), and the original 2016 code's figure "
         "(the best precision over 5,000-image windows: resnet_noBN/runs/original_eval.py), "
         "mean ± sd over the seeds. "
-        f"Machine: {cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs side by "
-        f"side. Date: {datetime.date.today().isoformat()}.\nCommand: `{command}`\n"
+        f"This invocation: {cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs "
+        f"side by side, {datetime.date.today().isoformat()}.\nCommand: `{command}`\n"
     )
 
 

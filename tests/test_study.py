@@ -3,11 +3,13 @@ side by side as launch/cifar.py runs, resumed where they stopped, summed up in a
 final, best and original-2016 figures with the seed spread."""
 
 import json
+from pathlib import Path
 
 import launchers
 import numpy as np
 import pytest
 
+from resnet_noBN.configs import experiments
 from resnet_noBN.runs import arm_errors, study
 from resnet_noBN.trainers.answers import read_answers
 
@@ -74,6 +76,7 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     )
     assert leaky["final_error"]["exceeds_spread"] is None  # one seed: no spread
     table = (out / study.TABLE_FILE).read_text().splitlines()
+    assert sum(line.startswith("Runs (each run's config.json): 2 on a CPU") for line in table) == 1
     assert sum(line.startswith("| `cifar10_") for line in table) == 2
     assert (out / study.PLOT_FILE).stat().st_size > 0
     assert (out / study.ERRORS_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -129,3 +132,22 @@ def test_the_final_errors_picture_names_each_arm_in_the_tables_words(tmp_path):
     path = tmp_path / "errors.png"
     arm_errors.plot(summary, arms, labels, str(path), "small network")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_report_counts_where_its_runs_computed_from_their_own_configs(tmp_path):
+    """A study resumed over days mixes machines: study.md says how many runs computed where,
+    read from each run's config.json (the committed small table: seeds 0 and 1 on an AVX2 EPYC,
+    the later runs on an AVX-512 Xeon), not only the machine of the invocation that wrote it."""
+    arms = tuple(experiments.STUDIES["table2"])
+    small = study.Budget(model="small", seeds=3)
+    committed = str(Path(__file__).parents[1] / "results" / "table2_small")
+    assert study.machines(committed, arms, small) == (
+        "22 on a CPU with AVX2, 8 on a CPU with AVX-512 and AMX"
+    )
+    folder = tmp_path / "runs" / "cifar10_paper-seed0"
+    folder.mkdir(parents=True)
+    runtime = {"devices": ["NVIDIA H100 80GB HBM3"], "cpu_isa": ["avx2", "avx512f"]}
+    (folder / "config.json").write_text(json.dumps({"runtime": runtime}))
+    assert study.machines(str(tmp_path), arms, small) == ""  # no result.json: not finished
+    (folder / "result.json").write_text("{}")
+    assert study.machines(str(tmp_path), arms, small) == "1 on NVIDIA H100 80GB HBM3"
