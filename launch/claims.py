@@ -165,7 +165,7 @@ def report_header(label: str, sweep, data: DataConfig, host: dict) -> str:
         f"{', '.join(map(str, recipe.boundary_steps()))}), {sweep.seeds} seeds per arm, "
         f"{FLAGS.precision}; "
         f"test error on the whole test split after the last step.\n"
-        f"Machine: {machine(host)}. Date: {datetime.date.today().isoformat()}.\n"
+        f"This invocation: {machine(host)}, {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
     )
 

@@ -74,6 +74,7 @@ def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, 
     table = (out / claims.TABLE_FILE).read_text()
     assert table.startswith("# The paper's claims, measured: tiny tree")
     assert table.count("\n| `") == 2 and table.count("| 2/2 (0) |") == 2
+    assert "\nRuns (each run's config.json): 4 on a CPU with " in table  # its ISA, read back
     for arm in two:
         run = out / "runs" / f"{arm}-seed1"
         assert json.loads((run / arm_runs.RESULT_FILE).read_text())["final_step"] == 6

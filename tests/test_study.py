@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from resnet_noBN.configs import experiments
-from resnet_noBN.runs import arm_errors, study
+from resnet_noBN.runs import arm_errors, arm_runs, study
 from resnet_noBN.trainers.answers import read_answers
 
 CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
@@ -141,13 +141,13 @@ def test_the_report_counts_where_its_runs_computed_from_their_own_configs(tmp_pa
     arms = tuple(experiments.STUDIES["table2"])
     small = study.Budget(model="small", seeds=3)
     committed = str(Path(__file__).parents[1] / "results" / "table2_small")
-    assert study.machines(committed, arms, small) == (
+    assert arm_runs.machines(committed, study.runs(arms, small)) == (
         "22 on a CPU with AVX2, 8 on a CPU with AVX-512 and AMX"
     )
     folder = tmp_path / "runs" / "cifar10_paper-seed0"
     folder.mkdir(parents=True)
     runtime = {"devices": ["NVIDIA H100 80GB HBM3"], "cpu_isa": ["avx2", "avx512f"]}
     (folder / "config.json").write_text(json.dumps({"runtime": runtime}))
-    assert study.machines(str(tmp_path), arms, small) == ""  # no result.json: not finished
+    assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == ""  # not ended
     (folder / "result.json").write_text("{}")
-    assert study.machines(str(tmp_path), arms, small) == "1 on NVIDIA H100 80GB HBM3"
+    assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == "1 on NVIDIA H100 80GB HBM3"

@@ -5,8 +5,10 @@ a folder without one is a run to start or resume. Plain files: no backend."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+from collections.abc import Iterable
 
 RESULT_FILE = "result.json"
 
@@ -22,6 +24,31 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def _machine(runtime: dict) -> str:
+    """Where a run computed, from its config.json's ``runtime``: its accelerator, or on a CPU
+    the widest vector extension it had (what sets a CPU run's speed here)."""
+    if runtime.get("devices", ["CPU"]) != ["CPU"]:
+        return " + ".join(runtime["devices"])
+    if "cpu_isa" not in runtime:
+        return "a CPU its config.json does not name"
+    isa = runtime["cpu_isa"]
+    if "avx512f" in isa:
+        return "a CPU with AVX-512 and AMX" if "amx_tile" in isa else "a CPU with AVX-512"
+    return "a CPU with AVX2" if "avx2" in isa else "a CPU without AVX2"
+
+
+def machines(output_dir: str, runs: Iterable[tuple[str, int]]) -> str:
+    """How many of the ended ``runs`` ((arm, seed) pairs) computed where, most first, each read
+    from the run's own config.json: a comparison resumed over days may mix machines, and its
+    wall times compare only within one."""
+    counts = collections.Counter()
+    for arm, seed in runs:
+        if read_result(output_dir, arm, seed) is not None:
+            with open(os.path.join(run_dir(output_dir, arm, seed), "config.json")) as f:
+                counts[_machine(json.load(f).get("runtime", {}))] += 1
+    return ", ".join(f"{n} on {where}" for where, n in counts.most_common())
 
 
 def write_result(folder: str, result: dict) -> None:

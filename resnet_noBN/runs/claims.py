@@ -23,7 +23,7 @@ import statistics
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import arm_curves, run_config
-from resnet_noBN.runs.arm_runs import read_result, run_dir
+from resnet_noBN.runs.arm_runs import machines, read_result, run_dir
 from resnet_noBN.runs.run_config import RunConfig
 
 TABLE_FILE = "claims.md"
@@ -263,11 +263,13 @@ def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
 
 
 def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:
-    """``claims.md`` (``header`` and the table), ``claims.json`` and the curves' PNG, from the
-    runs finished so far; returns the summary."""
+    """``claims.md`` (``header``, where the runs computed, and the table), ``claims.json`` and
+    the curves' PNG, from the runs finished so far; returns the summary."""
     summary = summarize(output_dir, sweep, num_classes)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        f.write(header + "\n" + markdown_table(summary, sweep))
+        where = machines(output_dir, [(a.name, s) for a in ARMS for s in range(sweep.seeds)])
+        f.write(f"{header}\nRuns (each run's config.json): {where}.\n\n")
+        f.write(markdown_table(summary, sweep))
     with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
         json.dump({"sweep": dataclasses.asdict(sweep), "arms": summary}, f, indent=2)
     plot_curves(output_dir, sweep, os.path.join(output_dir, PLOT_FILE), title)

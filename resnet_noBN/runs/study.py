@@ -12,7 +12,6 @@ nothing but the runs' folders: ``result.json`` (the run's last line of JSON, or 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import math
@@ -24,7 +23,7 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import arm_curves, arm_errors, original_eval
-from resnet_noBN.runs.arm_runs import read_result, run_dir
+from resnet_noBN.runs.arm_runs import machines, read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
 TABLE_FILE = "study.md"
@@ -182,36 +181,13 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _machine(runtime: dict) -> str:
-    """Where a run computed, from its config.json's ``runtime``: its accelerator, or on a CPU
-    the widest vector extension it had (what sets a CPU run's speed here)."""
-    if runtime.get("devices", ["CPU"]) != ["CPU"]:
-        return " + ".join(runtime["devices"])
-    isa = runtime.get("cpu_isa", [])
-    if "avx512f" in isa:
-        return "a CPU with AVX-512 and AMX" if "amx_tile" in isa else "a CPU with AVX-512"
-    return "a CPU with AVX2" if "avx2" in isa else "a CPU without AVX2"
-
-
-def machines(output_dir: str, arms: tuple[str, ...], budget: Budget) -> str:
-    """How many of the finished runs computed where (each run's own config.json), most first:
-    a study resumed over days may mix machines, and its wall times compare only within one."""
-    counts = collections.Counter()
-    for arm, seed in runs(arms, budget):
-        if finished(output_dir, arm, seed):
-            path = os.path.join(run_dir(output_dir, arm, seed), "config.json")
-            with open(path, encoding="utf-8") as f:
-                counts[_machine(json.load(f)["runtime"])] += 1
-    return ", ".join(f"{n} on {where}" for where, n in counts.most_common())
-
-
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
     """``study.md`` (``header``, where the runs computed, and the table), ``study.json``, the
     curves' PNG and the final errors' (``arm_errors``), from the runs finished so far; returns
     the summary."""
     summary = summarize(output_dir, arms, budget)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        where = machines(output_dir, arms, budget)
+        where = machines(output_dir, runs(arms, budget))
         f.write(f"{header}\nRuns (each run's config.json): {where}.\n\n")
         f.write(markdown_table(summary, arms, budget))
     with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
