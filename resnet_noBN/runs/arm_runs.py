@@ -10,6 +10,8 @@ import json
 import os
 from collections.abc import Iterable
 
+from resnet_noBN.runs.record import read_config
+
 RESULT_FILE = "result.json"
 
 
@@ -46,8 +48,7 @@ def machines(output_dir: str, runs: Iterable[tuple[str, int]]) -> str:
     counts = collections.Counter()
     for arm, seed in runs:
         if read_result(output_dir, arm, seed) is not None:
-            with open(os.path.join(run_dir(output_dir, arm, seed), "config.json")) as f:
-                counts[_machine(json.load(f).get("runtime", {}))] += 1
+            counts[_machine(read_config(run_dir(output_dir, arm, seed)).get("runtime", {}))] += 1
     return ", ".join(f"{n} on {where}" for where, n in counts.most_common())
 
 
