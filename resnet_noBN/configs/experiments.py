@@ -84,6 +84,13 @@ ORIGINAL_2016 = derived(
     "head), batch norm removed, the paper's recipe",
     network=ORIGINAL_2016_NETWORK,
 )
+CIFAR100_HELD = derived(
+    CIFAR100,
+    "cifar100_held_lr",
+    "CIFAR-100 at the paper's lr 0.05 held constant (no drop): the loss and health the "
+    "full-width runs diverged from (Section 4's rate)",
+    recipe={"lr_boundaries": ()},
+)
 
 _ALL = (
     CIFAR10,
@@ -194,6 +201,23 @@ _ALL = (
         "CIFAR-100 on the 2016 code's network, batch norm removed, the paper's recipe",
         network=ORIGINAL_2016_NETWORK,
     ),
+    # --- CIFAR-100 at the paper's lr 0.05 held (launch/study.py, "cifar100_held"): where the
+    # full-width runs diverged before their first drop (results/gpu_h100), does a CPU's run
+    # bottom out and climb, and which health figure moves first?
+    CIFAR100_HELD,
+    derived(
+        CIFAR100_HELD,
+        "cifar100_held_lr_wd_2016",
+        "CIFAR-100 at lr 0.05 held, with the 2016 code's weight decay (2e-4 * w)",
+        recipe=ORIGINAL_2016_DECAY,
+    ),
+    derived(
+        CIFAR100_HELD,
+        "cifar100_held_lr_original_2016",
+        "CIFAR-100 at lr 0.05 held, on the 2016 code's network (leaky ReLU 0.1, pre-activation "
+        "units, its trained head), batch norm removed",
+        network=ORIGINAL_2016_NETWORK,
+    ),
     # --- the quarter-width CPU runs (results/cifar10_jpeg_cpu, results/cifar100_cpu); their
     # boundaries as those runs had them
     derived(
@@ -283,5 +307,10 @@ STUDIES = {
         "cifar10_trained_head_2016",
         "cifar10_preactivation_trained_head",
         "cifar10_13_59m",
+    ),
+    "cifar100_held": (
+        "cifar100_held_lr",
+        "cifar100_held_lr_wd_2016",
+        "cifar100_held_lr_original_2016",
     ),
 }
