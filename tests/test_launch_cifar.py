@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import sys
 import launchers
 import pytest
 from launchers import REPO
+
+from resnet_noBN.runs import folder_claim
 
 SMALL = [
     "--model=small",
@@ -111,15 +114,41 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
             "there, 2 now)"
         )
     )
-    adam = cifar(
-        f"--data_path={cifar_bin.parent}",
-        f"--model_dir={model_dir}",
-        "--train_steps=16",
-        *SMALL,
-        "--optimizer=adam",
+    # another optimizer, or the 2016 code's form of momentum (its accumulator in gradient
+    # units) for Keras' form the run started with: refused, the folder as it was (the second
+    # on a copy of the folder, so the two run side by side: a folder takes one run at a time)
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+
+    def files(folder):  # but the claim's lock file, which names the last process to claim it
+        return {
+            p.name: p.read_bytes()
+            for p in folder.iterdir()
+            if p.is_file() and p.name != folder_claim.LOCK_FILE
+        }
+
+    before = files(copy)
+    adam, form_2016 = launchers.run_many(
+        [
+            functools.partial(
+                cifar,
+                f"--data_path={cifar_bin.parent}",
+                f"--model_dir={folder}",
+                "--train_steps=16",
+                *SMALL,
+                f"--optimizer={optimizer}",
+            )
+            for folder, optimizer in ((model_dir, "adam"), (copy, "momentum_2016"))
+        ]
     )
     assert adam.returncode == 2
     assert "(optimizer='momentum' there, 'adam' now)" in adam.stderr.strip().splitlines()[-1]
+    assert form_2016.returncode == 2
+    assert form_2016.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir {copy} holds a run of another model (optimizer='momentum' "
+        "there, 'momentum_2016' now); use a new --model_dir or the same flags"
+    )
+    assert files(copy) == before and "ckpt-12.index" in before
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     config["network"]["conv_bias"] = True
@@ -227,8 +256,6 @@ BROKEN_DATA = {  # a flaw of the data folder, what the error line names
 def broken_data_runs(tmp_path_factory, cifar_bin):
     """A copy of the generated data set with each flaw, launched on (both at once): its
     --model_dir and its process."""
-    import shutil
-
     root, launches = tmp_path_factory.mktemp("broken"), []
     for kind in BROKEN_DATA:
         folder = root / kind / "cifar-10-batches-bin"

@@ -137,6 +137,32 @@ def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tm
             resume(str(tmp_path), network, dataclasses.replace(recipe, **recipe_change), data)
 
 
+def test_a_run_of_one_momentum_form_refuses_the_other(tmp_path, one_line):
+    """config.json records the momentum form (Keras' ``momentum``, the 2016 code's
+    ``momentum_2016``); a run started with either is not resumed with the other (their state
+    is in other units: velocity -lr a against the accumulator a), and an older record without
+    the field stands for Keras' form, the one there was."""
+    network = ModelConfig.preset("small")
+    for form, other in (("momentum_2016", "momentum"), ("momentum", "momentum_2016")):
+        model_dir = tmp_path / form
+        run = resume(str(model_dir), network, dataclasses.replace(CPU_RUN, optimizer=form))
+        assert run["recipe"]["optimizer"] == form
+        record.record_config(str(model_dir), run)
+        assert run_config.from_record(record.read_config(str(model_dir))).recipe.optimizer == form
+        resume(str(model_dir), network, dataclasses.replace(CPU_RUN, optimizer=form))
+        with pytest.raises(InputError) as refused:
+            resume(str(model_dir), network, dataclasses.replace(CPU_RUN, optimizer=other))
+        one_line(refused, f"(optimizer='{form}' there, '{other}' now)")
+    saved = record.read_config(str(tmp_path / "momentum"))
+    del saved["recipe"]["optimizer"]
+    record.record_config(str(tmp_path / "old"), saved)
+    resume(str(tmp_path / "old"), network, CPU_RUN)
+    with pytest.raises(InputError, match=r"\(optimizer='momentum' there, 'momentum_2016' now\)"):
+        resume(
+            str(tmp_path / "old"), network, dataclasses.replace(CPU_RUN, optimizer="momentum_2016")
+        )
+
+
 def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
     assert run_config.FREE_ON_RESUME == {
         "train_steps",

@@ -38,7 +38,10 @@ def run_study(cifar_bin, output_dir, *more, env=None):
 @pytest.mark.parametrize(
     "flag, message",
     [
-        ("--study=nope", "error: flag --study=nope: value should be one of <table2>"),
+        (
+            "--study=nope",
+            "error: flag --study=nope: value should be one of <table2|cifar100_held>",
+        ),
         ("--seeds=0", "error: --seeds must be positive, got 0"),
         ("--eval_every=0", "error: --eval_every must be positive, got 0"),
         ("--parallel=0", "error: --parallel must be positive, got 0"),
@@ -91,8 +94,8 @@ def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --arms: cifar10_nope is not an arm of table2; choose from "
-        "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_original_2016,"
-        "cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,"
+        "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_momentum_2016,"
+        "cifar10_original_2016,cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,"
         "cifar10_preactivation_trained_head,cifar10_13_59m"
     )
     assert not (tmp_path / "study").exists()

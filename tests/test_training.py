@@ -3,9 +3,14 @@
 import dataclasses
 import glob
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
+import optimizer_probe
 import pytest
 import tensorflow as tf
 
@@ -16,6 +21,7 @@ from resnet_noBN.models.model import build_cifar_model
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
+    Momentum2016,
     learning_rate_schedule,
     make_optimizer,
     objective,
@@ -216,7 +222,7 @@ def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):
         (dict(learning_rate=0.0), "--learning_rate must be positive"),
         (
             dict(optimizer="lamb"),
-            "--optimizer=lamb is unknown; choose one of momentum, nesterov, adam",
+            "--optimizer=lamb is unknown; choose one of momentum, momentum_2016, nesterov, adam",
         ),
         (dict(loss="hinge"), "--loss=hinge is unknown; choose one of softmax_cross_entropy, "),
         (dict(label_smoothing=1.0), r"--label_smoothing must be in \[0, 1\), got 1.0"),
@@ -273,10 +279,12 @@ def test_tied_logits_are_one_prediction_not_all(tmp_path, top5):
         assert result["test_top5_error"] == pytest.approx(0.5)  # classes 0-4
 
 
-def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar):
+@pytest.mark.parametrize("optimizer", ["momentum", "momentum_2016"])
+def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar, optimizer):
     """The real CIFAR pipeline (100 training records, batches of 16: epochs end mid-batch):
     30 steps in one go, or 13 steps (no interval divides 13), then a new process-like Trainer
-    resuming from that checkpoint to 30: the same weights, to the bit."""
+    resuming from that checkpoint to 30: the same weights, to the bit. Keras' momentum form and
+    the 2016 code's (its accumulators in the checkpoint; the rate drops after the resume)."""
     from resnet_noBN.datasets import cifar_input
 
     root = tmp_path / "cifar-10-batches-bin"
@@ -285,7 +293,9 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
 
     def run(model_dir, steps):
         # the learning rate drops at steps: the 13-step run's schedule is the 30-step run's
-        trainer = make_trainer(model_dir, train_steps=steps, batch_size=16, lr_boundaries=(20,))
+        trainer = make_trainer(
+            model_dir, train_steps=steps, batch_size=16, lr_boundaries=(20,), optimizer=optimizer
+        )
         return trainer.train(
             dataset_fn("train", 16), dataset_fn("test", 32), print_fn=lambda _: None
         )
@@ -295,7 +305,8 @@ def test_a_run_resumed_at_an_awkward_step_is_bit_identical(tmp_path, write_cifar
     resumed = run(tmp_path / "twice", 30)
     assert resumed["final_step"] == 30
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
-    assert run(tmp_path / "other", 30)["weights_sha256"] == uninterrupted["weights_sha256"]
+    if optimizer == "momentum":  # a second run from scratch: the same (once is enough)
+        assert run(tmp_path / "other", 30)["weights_sha256"] == uninterrupted["weights_sha256"]
 
 
 def _log_softmax(logits):
@@ -337,4 +348,125 @@ def test_the_named_optimizers():
     assert nesterov.momentum == 0.8
     adam = make_optimizer(TrainConfig(optimizer="adam", momentum=0.85), schedule)
     assert type(adam) is keras.optimizers.Adam and adam.beta_1 == 0.85
-    assert set(OPTIMIZERS) == {"momentum", "nesterov", "adam"}
+    form_2016 = make_optimizer(TrainConfig(optimizer="momentum_2016", momentum=0.8), schedule)
+    assert type(form_2016) is Momentum2016 and form_2016.momentum == 0.8
+    config = keras.optimizers.serialize(form_2016)
+    assert config["config"]["momentum"] == 0.8
+    again = keras.optimizers.deserialize(config)
+    assert type(again) is Momentum2016 and again.momentum == 0.8
+    assert set(OPTIMIZERS) == {"momentum", "momentum_2016", "nesterov", "adam"}
+
+
+# --- the two momentum forms: Keras' (v = m v - lr g, w += v) and the 2016 code's
+# tf.train.MomentumOptimizer (a = m a + g, w -= lr a), each against its formula in numpy
+
+
+def momentum_formula(form: str, weights, gradients, rates, m: float):
+    """The weights after each update, in float64: ``form`` "momentum" (Keras' velocity in the
+    rate's units) or "momentum_2016" (the accumulator in gradient units, the rate at use)."""
+    weights = [np.asarray(w, np.float64).copy() for w in weights]
+    state = [np.zeros_like(w) for w in weights]
+    after = []
+    for grads, lr in zip(gradients, rates):
+        for w, s, g in zip(weights, state, grads):
+            if form == "momentum":
+                s *= m
+                s -= lr * np.asarray(g, np.float64)
+                w += s
+            else:
+                s *= m
+                s += g
+                w -= lr * s
+        after.append(np.concatenate([w.ravel() for w in weights]))
+    return np.array(after)
+
+
+def flat(steps) -> np.ndarray:
+    """[step][weight] nested lists -> [step, all weights]."""
+    return np.array([np.concatenate([np.ravel(w) for w in ws]) for ws in steps])
+
+
+def probe_backend(backend: str) -> dict:
+    """tests/optimizer_probe.py's trajectories on ``backend``: in this process on TensorFlow;
+    on JAX or PyTorch in a process of its own with TensorFlow unimportable (skipped where the
+    backend is not installed)."""
+    if backend == "tensorflow":
+        return optimizer_probe.trajectories()
+    pytest.importorskip(backend)
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "JAX_PLATFORMS": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    proc = subprocess.run(
+        [sys.executable, optimizer_probe.__file__],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_the_two_momentum_forms_agree_at_a_constant_rate_and_part_at_a_drop(backend):
+    """On each backend, as its trainer applies updates (JAX: ``stateless_apply`` in
+    ``jax.jit``): lr 0.05, momentum 0.9, a tenfold drop at step 4 of 8, random gradients. Each
+    form follows its own formula (numpy, float64); the two are equal while the rate is constant
+    and differ after the drop by what the formulas say; stopped after 3 updates and carried on
+    from the optimizer's variables (a checkpoint's), each continues to the bit."""
+    out = probe_backend(backend)
+    probe = optimizer_probe
+    rates = [probe.LEARNING_RATE * (0.1 if k >= probe.DROP else 1) for k in range(probe.STEPS)]
+    expected = {
+        name: momentum_formula(
+            name, probe.initial_weights(), probe.gradients(), rates, probe.MOMENTUM
+        )
+        for name in probe.NAMES
+    }
+    got = {name: flat(out[name]["weights"]) for name in probe.NAMES}
+    for name in probe.NAMES:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(flat(out[name]["resumed"]), got[name], err_msg=name)
+        # the step counter (the schedule's), and one velocity or accumulator per weight
+        assert out[name]["variables"] == len(probe.SHAPES) + 1
+    keras_form, form_2016 = got["momentum"], got["momentum_2016"]
+    drop = probe.DROP
+    np.testing.assert_allclose(keras_form[:drop], form_2016[:drop], rtol=1e-6, atol=1e-6)
+    apart = expected["momentum"][drop:] - expected["momentum_2016"][drop:]
+    assert np.abs(apart[0]).max() > 0.01  # far beyond the float32 tolerance
+    np.testing.assert_allclose(keras_form[drop:] - form_2016[drop:], apart, rtol=0, atol=2e-6)
+
+
+def test_the_worked_example_of_a_rate_drop():
+    """A constant gradient 1, momentum 0.9, 20 updates at lr 0.05, then 20 at 0.005 (the
+    schedule's boundary at step 20), from w = 0, float64 weights: Keras' form moves w by -0.400
+    on the 21st update, the 2016 form by -0.0445; 20 updates after the drop Keras' has moved
+    3.1 units further. The optimizers' steps are their formulas' (numpy) to 1e-6."""
+    rates = [0.05] * 20 + [0.005] * 20
+    ones = [[np.ones(1)]] * 40
+    expected = {
+        name: momentum_formula(name, [np.zeros(1)], ones, rates, 0.9)[:, 0]
+        for name in ("momentum", "momentum_2016")
+    }
+    steps = {name: np.diff(w, prepend=0.0) for name, w in expected.items()}
+    keras_step, step_2016 = steps["momentum"][20], steps["momentum_2016"][20]
+    gap = expected["momentum_2016"][-1] - expected["momentum"][-1]
+    assert (round(keras_step, 3), round(step_2016, 4), round(gap, 1)) == (-0.4, -0.0445, 3.1)
+    np.testing.assert_allclose(steps["momentum"][:20], steps["momentum_2016"][:20], rtol=1e-12)
+    cfg = TrainConfig(learning_rate=0.05, lr_boundaries=("20",), train_steps=40, momentum=0.9)
+    got = {}
+    for name, want in expected.items():
+        w = keras.Variable(np.zeros(1), dtype="float64")
+        optimizer = make_optimizer(dataclasses.replace(cfg, optimizer=name))
+        after = []
+        for _ in range(40):
+            optimizer.apply([tf.ones(1, tf.float64)], [w])
+            after.append(float(w.numpy()[0]))
+        got[name] = np.array(after)
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(np.diff(after, prepend=0.0)[20], steps[name][20], rtol=1e-6)
+    assert got["momentum_2016"][-1] - got["momentum"][-1] == pytest.approx(gap, rel=1e-6)

@@ -17,7 +17,7 @@ from resnet_noBN.configs.flag_config import check_at_least, check_choices
 
 # --loss and --optimizer (trainers.recipe.LOSSES, trainers.recipe.OPTIMIZERS)
 LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy")
-OPTIMIZERS = ("momentum", "nesterov", "adam")
+OPTIMIZERS = ("momentum", "momentum_2016", "nesterov", "adam")
 
 # Where the paper's learning rate drops, as fractions of the run: its 30,000 and 50,000 of
 # 60,000 steps (Section 4), the same shape at any length (TrainConfig.boundary_steps)
@@ -80,8 +80,12 @@ class TrainConfig:
         default="momentum",
         metadata={
             "choices": OPTIMIZERS,
-            "help": "momentum: SGD with momentum (the paper's); nesterov; adam (--momentum is "
-            "its beta_1). recipe.OPTIMIZERS.",
+            "help": "momentum: SGD with momentum (the paper's) in Keras' form: v = m v - lr g, "
+            "w += v (the velocity in the rate's units; after a learning-rate drop it shrinks by m "
+            "a step); momentum_2016: SGD with momentum as the 2016 resnet_main.py's "
+            "tf.train.MomentumOptimizer: a = m a + g, w -= lr a (the accumulator in gradient "
+            "units; a learning-rate drop shrinks the whole step at once); nesterov; adam "
+            "(--momentum is its beta_1). recipe.OPTIMIZERS.",
         },
     )
     momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})
