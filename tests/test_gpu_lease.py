@@ -114,9 +114,11 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert 420 < estimate(knobs.runs[0]) < 480  # 60,000 steps at 18,861 images/s and the rest
     left = 900 - 30 - 60  # the start, the first carry calls
     fits, why = plan.schedule(knobs.runs, left, estimate, knobs.margin_s)
-    assert fits == ["cifar10_paper"] and "cifar10_original_2016_wd" in why
+    assert fits == ["cifar10_original_2016_wd"] and "cifar10_paper-s1" in why
     fits, _ = plan.schedule(knobs.runs, 1100 - 30 - 60, estimate, knobs.margin_s)
-    assert fits == ["cifar10_paper", "cifar10_original_2016_wd"]  # LEASE_S=1100 holds both
+    assert fits == ["cifar10_original_2016_wd", "cifar10_paper-s1"]  # LEASE_S=1100 holds both
+    assert 1_500 < estimate(c100) < 1_800  # true float32 at the rate one H200 measured
+    assert knobs.speed == ("baseline", "latency_hiding") and knobs.probes == ()
     bad = subprocess.run(
         [sys.executable, "-m", "resnet_noBN.lease", "budget"],
         cwd=ROOT,
@@ -406,4 +408,10 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
     line = next(x for x in checked.stdout.splitlines() if x.startswith("cifar10_paper:"))
     assert "predictions differ from the GPU's" in line and "=" in line.split("digest")[1]
     assert "cifar100_true_float32: no --data cifar100=DIR given" in checked.stdout
+    record = json.loads((back / "cifar10_paper" / "cpu_check.json").read_text())
+    assert record["digest_equal"] is True
+    tested = json.loads(answers[-1])["examples"]  # the generated test split's images
+    assert record["cpu"]["test_examples"] == tested and record["cpu"]["step"] == 4
+    assert f"{record['cpu']['predictions_differ']:,} of {tested:,} predictions differ" in line
+    assert not (back / "cifar100_true_float32" / "cpu_check.json").exists()
     assert np.load(back / "cifar10_paper" / "weights-4.npz")["step"] == 4

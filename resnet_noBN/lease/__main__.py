@@ -50,9 +50,13 @@ def prepare(knobs: plan.Knobs, data_dir: str, part_bytes: int) -> int:
     return 0
 
 
+CHECK_FILE = "cpu_check.json"  # beside a run's results: its weights evaluated here
+
+
 def check(into: Path, data: dict[str, str]) -> int:
     """Each run with joined weights evaluated on this CPU (launch/evaluate.py --weights, by this
-    Python: the project's, with Keras), its predictions compared with the GPU's final ones."""
+    Python: the project's, with Keras), its predictions compared with the GPU's final ones; the
+    evaluation's JSON and the comparison written to the run's ``cpu_check.json``."""
     status = json.loads((into / "status.json").read_text())
     failed = 0
     for name, run in status["runs"].items():
@@ -83,6 +87,15 @@ def check(into: Path, data: dict[str, str]) -> int:
             failed += 1
             continue
         digest = result.get("weights_sha256")
+        check = {
+            "command": " ".join(cmd),
+            "gpu_test_error": run.get("test_error"),
+            "gpu_weights_sha256": weights.get("run_weights_sha256"),
+            "weights_file_sha256": weights.get("sha256"),
+            "digest_equal": digest == weights.get("run_weights_sha256"),
+            "cpu": result,
+        }
+        (into / name / CHECK_FILE).write_text(json.dumps(check, indent=1) + "\n")
         print(
             f"{name}: on this CPU test error {result['test_error']:.4f} (the GPU's "
             f"{run.get('test_error')}); {result['predictions_differ']:,} of "
