@@ -54,6 +54,7 @@ def main(argv):
 
         return print_summary(build_cifar_model(config.network))
     preflight.check(config)  # the cluster and the data, before the backend loads too
+    from resnet_noBN.datasets import cifar_data
     from resnet_noBN.runs import setup
 
     model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
@@ -62,7 +63,9 @@ def main(argv):
     faster = cli.faster_paths(
         run.runtime, config.runtime.precision, *((QUARTER_HINT,) if paper_width else ())
     )
-    cli.train_and_report(run, faster=faster, dataset=config.data.dataset)
+    data = config.data
+    train_examples = cifar_data.num_records(data.dataset, data.data_path, "train")
+    cli.train_and_report(run, faster=faster, dataset=data.dataset, train_examples=train_examples)
 
 
 if __name__ == "__main__":

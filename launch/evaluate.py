@@ -34,10 +34,10 @@ import os
 import numpy as np
 from absl import flags
 
+from resnet_noBN.configs.choices import FIRST_RED_PIXEL
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
-from resnet_noBN.runs import cli
-from resnet_noBN.runs.evaluation import FIRST_RED_PIXEL, evaluate_run
+from resnet_noBN.runs import cli  # no Keras: bad input answered before the backend loads
 from resnet_noBN.trainers.answers import final_predictions
 
 FLAGS = flags.FLAGS
@@ -90,6 +90,8 @@ def differing(path: str, answers) -> int:
 
 @cli.exit_codes
 def main(argv):
+    from resnet_noBN.runs.evaluation import evaluate_run  # the backend loads now
+
     lines = []
     for result in evaluate_run(
         FLAGS.model_dir,

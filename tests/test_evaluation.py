@@ -2,6 +2,7 @@
 and the probe of the original CIFAR-100 reader's label leak (the first red pixel replaced)."""
 
 import json
+import shutil
 
 import launchers
 import numpy as np
@@ -125,3 +126,20 @@ def test_a_folder_without_a_run_is_one_line(tmp_path, c100):
         "the folder a run wrote"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_checkpoint_is_skipped_where_every_checkpoint_is_listed(
+    leaky_run, c100, tmp_path
+):
+    """A checkpoint cut short (a full disk, a copy broken off) is skipped with one line, as a
+    resume skips it: the others are evaluated and the command ends with exit 0."""
+    run = tmp_path / "run"
+    shutil.copytree(leaky_run, run)
+    data = next(run.glob("ckpt-4.data-*"))
+    data.write_bytes(data.read_bytes()[:100])
+    proc = evaluate(f"--model_dir={run}", f"--data_path={c100[0]}", "--every_checkpoint")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [json.loads(line)["step"] for line in proc.stdout.splitlines() if line[:1] == "{"]
+    assert steps == [2]
+    skipped = [line for line in proc.stdout.splitlines() if line.endswith("; skipped")]
+    assert len(skipped) == 1 and skipped[0].startswith(f"warning: checkpoint {run}/ckpt-4 ")

@@ -100,7 +100,7 @@ def test_bad_labels_and_checkpoints_without_config_write_nothing(
         "they cannot be checked against this run; put back its config.json, or move the "
         "checkpoints away to start afresh"
     )
-    assert sorted(p.name for p in model_dir.iterdir()) == [index, folder_claim.LOCK_FILE]
+    assert sorted(p.name for p in model_dir.iterdir()) == [index]  # as found: no claim left
 
 
 # ------------------------------------------------------------------------------ a full disk

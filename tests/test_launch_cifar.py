@@ -12,6 +12,8 @@ import launchers
 import pytest
 from launchers import REPO
 
+from resnet_noBN.backends import registry
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.runs import folder_claim
 
 SMALL = [
@@ -68,6 +70,10 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     result = json.loads(first.stdout.strip().splitlines()[-1])
     assert result["dataset"] == "cifar10" and result["final_step"] == 8
     assert result["test_examples"] == 16 and 0 <= result["test_error"] <= 1
+    assert (
+        result["train_examples"]
+        == json.loads((model_dir / "config.json").read_text())["data"]["train_examples"]
+    )
     assert result["images_per_sec"] > 0 and result["wall_time_s"] > 0
     assert "step       4  loss " in first.stdout and "images/s" in first.stdout
     for name in (
@@ -115,17 +121,14 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         )
     )
     # another optimizer, or the 2016 code's form of momentum (its accumulator in gradient
-    # units) for Keras' form the run started with: refused, the folder as it was (the second
-    # on a copy of the folder, so the two run side by side: a folder takes one run at a time)
+    # units) for Keras' form the run started with: refused, the folder as it was, its lock
+    # file naming the last run's process still (the second on a copy of the folder, so the two
+    # run side by side: a folder takes one run at a time)
     copy = tmp_path / "copy"
     shutil.copytree(model_dir, copy)
 
-    def files(folder):  # but the claim's lock file, which names the last process to claim it
-        return {
-            p.name: p.read_bytes()
-            for p in folder.iterdir()
-            if p.is_file() and p.name != folder_claim.LOCK_FILE
-        }
+    def files(folder):
+        return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
     before = files(copy)
     adam, form_2016 = launchers.run_many(
@@ -149,6 +152,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         "there, 'momentum_2016' now); use a new --model_dir or the same flags"
     )
     assert files(copy) == before and "ckpt-12.index" in before
+    assert folder_claim.LOCK_FILE in before
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     config["network"]["conv_bias"] = True
@@ -213,6 +217,8 @@ BAD_INPUT = [  # a launch's arguments, the start of its last line
     ),
     (["--strategy=multi_worker"], "error: --strategy=multi_worker needs TF_CONFIG"),
     (["stray"], "error: unexpected arguments ['stray']; flags are written --name=value"),
+    (["--seed=-1"], "error: --seed=-1 is outside 0 to 4,294,967,295"),
+    (["--seed=4294967296"], "error: --seed=4294967296 is outside 0 to 4,294,967,295"),
 ]
 
 
@@ -287,6 +293,53 @@ def test_broken_data_files_are_named(broken_data_runs, kind):
     assert line.startswith("error: ") and BROKEN_DATA[kind] in line
     assert not model_dir.exists()
     assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # runs.preflight's
+
+
+def test_help_exits_0_and_a_backend_keras_cannot_load_is_one_line(tmp_path, cifar_bin):
+    """--help prints the flags with exit 0; an unknown KERAS_BACKEND is refused with one line
+    and exit 2 before Keras is imported (registry.check_chosen, below)."""
+    helped = cifar("--help")
+    assert helped.returncode == 0 and "--model_dir" in helped.stdout + helped.stderr
+    run = [f"--model_dir={tmp_path / 'run'}", f"--data_path={cifar_bin}", *SMALL]
+    bogus = cifar(*run, env={"KERAS_BACKEND": "bogus", **launchers.IMPORT_TIMES})
+    assert bogus.returncode == 2
+    assert bogus.stderr.strip().splitlines()[-1] == (
+        "error: KERAS_BACKEND=bogus is not supported; use tensorflow or jax or torch"
+    )
+    assert "keras" not in launchers.imported(bogus)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_backend_whose_framework_is_not_installed_is_named(monkeypatch):
+    monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(InputError) as refused:
+        registry.check_chosen({"KERAS_BACKEND": "jax"})
+    assert str(refused.value) == (
+        "KERAS_BACKEND=jax, but jax is not installed: pip install -e '.[jax]', or choose "
+        "another backend"
+    )
+
+
+def test_refused_after_the_data_is_read_writes_nothing(tmp_path, cifar_bin):
+    """A batch larger than the training split is refused before the folder is made; a data
+    folder of fewer records than the official split is said in one line and recorded."""
+    big = cifar(
+        f"--model_dir={tmp_path / 'big'}", f"--data_path={cifar_bin}", *SMALL, "--batch_size=100000"
+    )
+    assert big.returncode == 2
+    line = big.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --batch_size=100000 exceeds the ") and "training images" in line
+    assert not (tmp_path / "big").exists()
+    small = cifar(
+        f"--model_dir={tmp_path / 'small'}", f"--data_path={cifar_bin}", "--train_steps=1", *SMALL
+    )
+    assert small.returncode == 0, small.stderr[-2000:]
+    config = json.loads((tmp_path / "small" / "config.json").read_text())["data"]
+    assert (
+        f"note: {cifar_bin} holds {config['train_examples']:,} of the 50,000 train images and "
+        f"{config['test_examples']:,} of the 10,000 test images of cifar10: the figures are this "
+        "subset's (config.json records it)"
+    ) in small.stdout
 
 
 def test_scale_lr_is_the_linear_scaling_rule(tmp_path, cifar_bin):

@@ -11,6 +11,9 @@ unless it runs).
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -42,6 +45,36 @@ def _torch() -> Backend:
 BACKENDS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
 
 
+# the framework each backend needs installed (Keras imports it at its own import), and how
+INSTALL = {
+    "tensorflow": "pip install -e .",
+    "jax": "pip install -e '.[jax]'",
+    "torch": "pip install -e '.[torch]'",
+}
+
+
+def check_chosen(env=os.environ) -> None:
+    """The Keras backend chosen (``KERAS_BACKEND``, else ``~/.keras/keras.json``'s, else
+    TensorFlow) checked before Keras is imported: InputError, one line, for one no launcher
+    supports or whose framework is not installed (Keras would end in a traceback)."""
+    chosen = env.get("KERAS_BACKEND")
+    if not chosen:
+        home = env.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+        try:
+            with open(os.path.join(home, "keras.json")) as f:
+                chosen = json.load(f).get("backend")
+        except (OSError, ValueError, AttributeError):
+            chosen = None
+    chosen = chosen or "tensorflow"
+    if chosen not in BACKENDS:
+        raise InputError(f"KERAS_BACKEND={chosen} is not supported; use {' or '.join(BACKENDS)}")
+    if importlib.util.find_spec(chosen) is None:
+        raise InputError(
+            f"KERAS_BACKEND={chosen}, but {chosen} is not installed: {INSTALL[chosen]}, or "
+            "choose another backend"
+        )
+
+
 def name() -> str:
     """The Keras backend in use (Keras imported here, on the first call)."""
     import keras
@@ -68,6 +101,7 @@ def serving(launcher: str) -> Backend:
     ``error: ...`` on stderr and exit 2, for a launcher to call before it imports what the
     backend cannot load (nothing is written before)."""
     try:
+        check_chosen()
         backend = current()
         backend.serve(launcher)
     except InputError as e:

@@ -19,3 +19,9 @@ def dtype_policy(precision: str) -> str:
     """The Keras dtype policy a network is built in under ``--precision``: the precision itself,
     but true_float32's, which is float32 (the backend, not the policy, turns TF32 off)."""
     return "float32" if precision == "true_float32" else precision
+
+
+# launch/evaluate.py --first_red_pixel (resnet_noBN/runs/evaluation.py): the images as the run's
+# reader makes them, or the pixel the 2016 CIFAR-100 reader leaked the label into replaced by
+# another class's label or by the image's real pixel
+FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")

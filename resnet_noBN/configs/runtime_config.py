@@ -14,6 +14,9 @@ TIME_BUDGET_ERROR = (
 )
 
 
+SEED_LIMIT = 2**32  # a seed is 32-bit (numpy's MT19937, the backends' generators)
+
+
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """Where and how a training launcher runs: its runtime flags, each declared here once (its
@@ -114,6 +117,11 @@ class RuntimeConfig:
             self.time_budget_s <= 0 or self.strategy == "parameter_server"
         ):
             raise ValueError(TIME_BUDGET_ERROR.format(self.time_budget_s))
+        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(
+                f"--seed={self.seed} is outside 0 to {SEED_LIMIT - 1:,} (numpy's and the "
+                "backends' seeds are 32-bit): give a seed in that range, or none to draw one"
+            )
         if self.peer_timeout_s <= 0:
             raise ValueError(
                 f"--peer_timeout_s={self.peer_timeout_s:g} must be positive: the seconds a silent "

@@ -85,8 +85,13 @@ def train_and_report(run, faster: str = "", **report) -> dict:
     return result
 
 
+# absl's help flags: each prints the help it was asked for and exits 1, which ``run`` makes 0
+HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def run(main) -> None:
-    """``app.run(main)``, with a bad flag reported as one line ``error: ...`` and exit 2."""
+    """``app.run(main)``, with a bad flag or a Keras backend that cannot load reported as one
+    line ``error: ...`` and exit 2, and the help, asked for, printed with exit 0."""
 
     def parse(argv):
         try:
@@ -94,9 +99,18 @@ def run(main) -> None:
         except flags.Error as e:
             say(f"error: {e}")
             sys.exit(2)
+        except SystemExit as e:
+            if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+                sys.exit(0)
+            raise
 
     def quiet_tf_info(argv):  # absl's default verbosity shows TensorFlow's INFO chatter
         logging.set_verbosity(logging.WARNING)
+        try:
+            registry.check_chosen()  # before anything imports Keras
+        except InputError as e:
+            say(f"error: {e}")
+            sys.exit(2)
         return main(argv)
 
     app.run(quiet_tf_info, flags_parser=parse)

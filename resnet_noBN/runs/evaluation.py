@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from resnet_noBN.backends import registry
+from resnet_noBN.configs.choices import FIRST_RED_PIXEL
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
@@ -29,8 +30,7 @@ from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import record, run_config, setup
-
-FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")
+from resnet_noBN.trainers.loop import unreadable_checkpoint_line
 
 
 def probed_test_split(
@@ -117,7 +117,11 @@ def evaluate_run(
             except (OSError, ValueError, KeyError) as e:
                 raise InputError(f"--weights {path} are not this run's weights: {e}") from None
         else:
-            trainer.read_checkpoint(path)
+            try:
+                trainer.read_checkpoint(path)
+            except trainer.unreadable as e:  # damaged: skipped here as a resume skips it
+                print_fn(unreadable_checkpoint_line(path, e, "skipped"))
+                continue
         result = trainer.evaluate(source, Progress(math.ceil(len(labels) / batch)), print_fn)
         yield {
             "model_dir": model_dir,

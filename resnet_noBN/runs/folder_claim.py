@@ -42,10 +42,15 @@ class FolderBusy(InputError):
 
 
 class Claim:
-    """The claim on one folder: held until :meth:`release` or the end of the process."""
+    """The claim on one folder: held until :meth:`release` or the end of the process;
+    ``created``: the paths the claim made (the folder, its lock file), which :meth:`withdraw`
+    removes; ``previous``: what a lock file there before held (the last holder), which it puts
+    back."""
 
-    def __init__(self, folder: str, fd: int | None):
-        self.folder, self._fd = folder, fd
+    def __init__(
+        self, folder: str, fd: int | None, created: tuple[str, ...] = (), previous: bytes = b""
+    ):
+        self.folder, self._fd, self.created, self.previous = folder, fd, created, previous
 
     @property
     def locked(self) -> bool:
@@ -56,6 +61,23 @@ class Claim:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def withdraw(self) -> None:
+        """Release the claim of a run refused before it wrote anything, and remove what the
+        claim made (the lock file, then the folder where it is left empty): the folder as the
+        command found it."""
+        if self._fd is not None and self.previous:
+            try:
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, self.previous, 0)
+            except OSError:  # a lock file only names its holder: the refusal stands
+                pass
+        self.release()
+        for path in reversed(self.created):
+            try:
+                os.rmdir(path) if os.path.isdir(path) else os.remove(path)
+            except OSError:  # the folder holds something else now: it stays
+                pass
 
 
 def holder() -> dict:
@@ -80,9 +102,11 @@ def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
     gets the one warning where the file system cannot lock."""
     import fcntl
 
+    lock = os.path.join(folder, LOCK_FILE)
+    created = tuple(p for p in (folder, lock) if not os.path.exists(p))
     try:
         os.makedirs(folder, exist_ok=True)
-        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise InputError(
             f"{flag} {folder} cannot be written ({e.strerror}); pick a writable folder"
@@ -104,11 +128,12 @@ def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
             f"warning: the file system of {folder} cannot lock ({e.strerror}): this run does "
             "not claim it, so nothing stops a second run from writing there too"
         )
-        return Claim(folder, None)
+        return Claim(folder, None, created)
     try:
+        previous = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder()).encode(), 0)
     except OSError as e:
         os.close(fd)
         raise storage.storage_error(LOCK_FILE, folder, e, "the latest checkpoint") from None
-    return Claim(folder, fd)
+    return Claim(folder, fd, created, previous)

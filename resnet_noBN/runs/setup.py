@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
+from resnet_noBN.configs.errors import CheckpointError, DataError, InputError
+from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.model import build_cifar_model
 from resnet_noBN.runs import folder_claim, record, run_config
@@ -54,6 +56,22 @@ class Inputs:
 
     def prepare(self, config: RunConfig, runtime: Runtime) -> None:
         registry.current().prepare_data(config.data)
+        data, batch = config.data, config.recipe.batch_size
+        train = cifar_data.num_records(data.dataset, data.data_path, "train")
+        if batch > train:
+            raise DataError(
+                f"--batch_size={batch} exceeds the {train:,} training images of "
+                f"{data.data_path or data.dataset}; use a smaller --batch_size"
+            )
+        official = {s: cifar_data.num_records(data.dataset, None, s) for s in cifar_data.SPLITS}
+        held = {s: cifar_data.num_records(data.dataset, data.data_path, s) for s in official}
+        if held != official and runtime.is_chief:
+            print(
+                f"note: {data.data_path} holds "
+                + " and ".join(f"{held[s]:,} of the {official[s]:,} {s} images" for s in official)
+                + f" of {data.dataset}: the figures are this subset's (config.json records it)",
+                flush=True,
+            )
 
     def sources(self, config: RunConfig, runtime: Runtime) -> tuple[object, object]:
         recipe = config.recipe
@@ -131,9 +149,15 @@ def start(
     config = run_config.resumed(config, model_dir)
     runtime = start_runtime(config, model_dir)
     inputs.prepare(config, runtime)
-    if runtime.is_chief:  # the whole job's claim: other tasks write nothing there
-        folder_claim.claim(model_dir)
-    begin(config, runtime, model_dir, inputs.label(config))
+    # the whole job's claim: other tasks write nothing there; a run refused before it writes
+    # (the folder holds another run) leaves the folder as it found it
+    claim = folder_claim.claim(model_dir) if runtime.is_chief else None
+    try:
+        begin(config, runtime, model_dir, inputs.label(config))
+    except (InputError, DataError, CheckpointError):
+        if claim is not None:
+            claim.withdraw()
+        raise
     if getattr(config.data, "cifar100_layout", "official") == "original_2016":
         print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)
     train_source, eval_source = inputs.sources(config, runtime)

@@ -411,12 +411,15 @@ def next_multiple(step: int, interval: int) -> int:
     return (step // interval + 1) * interval
 
 
-def unreadable_checkpoint_line(path: str, error: Exception) -> str:
-    """The warning printed for a checkpoint that cannot be restored (the one before is tried):
-    the error's type and the first line of its message, where it has one."""
+def unreadable_checkpoint_line(
+    path: str, error: Exception, then: str = "trying the one before it"
+) -> str:
+    """The warning printed for a checkpoint that cannot be restored (``then``: what happens
+    instead; a resume tries the one before): the error's type and the first line of its
+    message, where it has one."""
     kind, said = type(error).__name__, first_line(error)
     why = kind if said == kind else f"{kind}: {said}"
-    return f"warning: checkpoint {path} cannot be restored ({why}); trying the one before it"
+    return f"warning: checkpoint {path} cannot be restored ({why}); {then}"
 
 
 def no_checkpoint_message(model_dir: str, paths: list[str]) -> str:
