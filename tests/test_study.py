@@ -83,6 +83,7 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     assert sum(line.startswith("| `cifar10_") for line in table) == 2
     assert (out / study.PLOT_FILE).stat().st_size > 0
     assert (out / study.ERRORS_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / study.HEALTH_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = run_study(cifar_bin, out)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "2 runs (2 arms x 1 seeds), 2 already finished" in again.stdout
@@ -154,3 +155,37 @@ def test_the_report_counts_where_its_runs_computed_from_their_own_configs(tmp_pa
     assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == ""  # not ended
     (folder / "result.json").write_text("{}")
     assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == "1 on NVIDIA H100 80GB HBM3"
+
+
+def test_the_health_panels_draw_each_arms_mean_over_its_seeds(tmp_path, monkeypatch):
+    """arm_health.plot: a panel per health figure, a line per arm at the mean of its seeds
+    that reached each step (a run still going counts as far as it got), on a log scale for the
+    norms, the decay term and the logit."""
+    from resnet_noBN import plotting
+    from resnet_noBN.runs import arm_health
+
+    def write(folder, rows):
+        folder.mkdir(parents=True)
+        lines = [
+            json.dumps({"step": step, **dict.fromkeys(arm_health.PANELS, v)}) for step, v in rows
+        ]
+        (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+
+    write(tmp_path / "a0", [(100, 1.0), (200, 3.0)])
+    write(tmp_path / "a1", [(100, 2.0)])  # still going: one record so far
+    write(tmp_path / "b0", [(100, 5.0), (200, 6.0)])
+    drawn = {}
+    monkeypatch.setattr(plotting, "save", lambda fig, path: drawn.update(fig=fig, path=path))
+    arms = {"a": [str(tmp_path / "a0"), str(tmp_path / "a1")], "b": [str(tmp_path / "b0")]}
+    arm_health.plot(arms, str(tmp_path / "health.png"), "t", batch_size=128)
+    axes = drawn["fig"].axes
+    assert [ax.get_title() for ax in axes] == list(arm_health.PANELS.values())
+    for ax in axes:
+        (a, b) = ax.get_lines()
+        assert (a.get_label(), list(a.get_xdata()), list(a.get_ydata())) == (
+            "a",
+            [100, 200],
+            [1.5, 3.0],
+        )
+        assert (b.get_label(), list(b.get_ydata())) == ("b", [5.0, 6.0])
+    assert [ax.get_yscale() for ax in axes] == ["linear", "log", "log", "log", "log"]

@@ -22,7 +22,7 @@ import sys
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.runs import arm_curves, arm_errors, original_eval
+from resnet_noBN.runs import arm_curves, arm_errors, arm_health, original_eval
 from resnet_noBN.runs.arm_runs import machines, read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
@@ -30,6 +30,7 @@ TABLE_FILE = "study.md"
 SUMMARY_FILE = "study.json"
 PLOT_FILE = "study_curves.png"
 ERRORS_FILE = "study_errors.png"
+HEALTH_FILE = "study_health.png"
 FIGURES = (
     ("final_error", "final"),
     ("best_error", "best (over evaluations)"),
@@ -183,8 +184,8 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
 
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
     """``study.md`` (``header``, where the runs computed, and the table), ``study.json``, the
-    curves' PNG and the final errors' (``arm_errors``), from the runs finished so far; returns
-    the summary."""
+    curves' PNG, the final errors' (``arm_errors``) and the health's (``arm_health``), from the
+    runs finished so far (the health also of the runs still going); returns the summary."""
     summary = summarize(output_dir, arms, budget)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
         where = machines(output_dir, runs(arms, budget))
@@ -204,6 +205,8 @@ def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header:
     )
     path = os.path.join(output_dir, ERRORS_FILE)
     arm_errors.plot(summary, arms, row_labels(summary, arms), path, title)
+    health = os.path.join(output_dir, HEALTH_FILE)
+    arm_health.plot(folders, health, title, batch_size=TrainConfig().batch_size)
     return summary
 
 
