@@ -342,6 +342,49 @@ def test_refused_after_the_data_is_read_writes_nothing(tmp_path, cifar_bin):
     ) in small.stdout
 
 
+def test_a_run_replayed_from_its_config_json_is_the_same_run(tmp_path, cifar_bin):
+    """--config=RUN/config.json trains the run it records again (its seed included): the same
+    weights at the same step; a flag given beside it overrides its value; a file that is no
+    record, or --model beside it, is one line."""
+    first = cifar(
+        f"--model_dir={tmp_path / 'a'}", f"--data_path={cifar_bin}", "--train_steps=8", *SMALL
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    record = tmp_path / "a" / "config.json"
+    replay, shorter = launchers.run_many(
+        [
+            functools.partial(cifar, f"--config={record}", f"--model_dir={tmp_path / 'b'}"),
+            functools.partial(
+                cifar, f"--config={record}", f"--model_dir={tmp_path / 'c'}", "--train_steps=4"
+            ),
+        ]
+    )
+    assert replay.returncode == 0 and shorter.returncode == 0, replay.stderr[-2000:]
+    a, b, c = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (first, replay, shorter))
+    assert (b["final_step"], b["weights_sha256"]) == (a["final_step"], a["weights_sha256"])
+    assert c["final_step"] == 4 and a["final_step"] > 4
+    saved = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in "abc"}
+    for section in ("network", "data", "experiment"):
+        assert saved["a"][section] == saved["b"][section] == saved["c"][section], section
+    assert saved["a"]["recipe"] == saved["b"]["recipe"] and saved["a"]["seed"] == saved["c"]["seed"]
+    assert saved["c"]["recipe"]["train_steps"] == 4
+    for args, line in (
+        (
+            [f"--config={tmp_path / 'none.json'}"],
+            f"error: --config {tmp_path / 'none.json'} cannot be read (No such file or "
+            "directory); give a run's config.json",
+        ),
+        (
+            [f"--config={record}", "--model=quarter"],
+            f"error: --config replays the run {record} records; --model cannot change it: give "
+            "the network's, data's, recipe's or runtime's own flags instead",
+        ),
+    ):
+        refused = cifar(*args, f"--model_dir={tmp_path / 'd'}")
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == line
+    assert not (tmp_path / "d").exists()
+
+
 def test_scale_lr_is_the_linear_scaling_rule(tmp_path, cifar_bin):
     """--scale_lr: 0.05 x 32 / 128 (the paper's batch) = 0.0125 at --batch_size=32."""
     proc = cifar(

@@ -27,6 +27,7 @@ flat, or hold the precision in ``recipe``: :func:`from_record` reads each (``run
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 
 from absl import flags
@@ -168,9 +169,9 @@ def _network(cls, model: str, changes: dict, data) -> NetworkConfig:
 
 # ------------------------------------------------------------------------------ the flags
 def define(launcher: str) -> None:
-    """The flags of a launcher's run config: --experiment, --model (CIFAR), every field of its
-    four sections (their defaults the default experiment's, which ``--help`` shows), and
-    --scale_lr. Call it at the launcher's import."""
+    """The flags of a launcher's run config: --experiment or --config, --model (CIFAR), every
+    field of its four sections (their defaults the default experiment's, which ``--help``
+    shows), and --scale_lr. Call it at the launcher's import."""
     default = experiments.EXPERIMENTS[experiments.DEFAULTS[launcher]]
     ours = [n for n, e in experiments.EXPERIMENTS.items() if e.launcher == launcher]
     flags.DEFINE_string(
@@ -178,6 +179,13 @@ def define(launcher: str) -> None:
         default.name,
         f"The experiment to run (resnet_noBN/configs/experiments.py: {', '.join(ours)}); every "
         "flag given beside it overrides its value.",
+    )
+    flags.DEFINE_string(
+        "config",
+        None,
+        "A run's config.json to replay instead of an experiment: its network, data, recipe "
+        "(the learning-rate drops at the steps it had them) and runtime, its seed included; "
+        "every flag given beside it overrides its value (--data_path where the data lives here).",
     )
     base = build(default)
     if launcher == "cifar":
@@ -203,13 +211,17 @@ def define(launcher: str) -> None:
 
 
 def from_flags(launcher: str) -> RunConfig:
-    """The run the command line describes: --experiment's, each flag given replacing its value
-    (--model its network preset), --scale_lr applied; InputError for a bad value."""
-    try:
-        exp = experiments.named(FLAGS.experiment, launcher)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    base = build(exp, FLAGS["model"].value if launcher == "cifar" else None)
+    """The run the command line describes: --experiment's (or the run --config records), each
+    flag given replacing its value (--model its network preset), --scale_lr applied; InputError
+    for a bad value."""
+    if FLAGS.config:
+        base = replayed(FLAGS.config, launcher)
+    else:
+        try:
+            exp = experiments.named(FLAGS.experiment, launcher)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        base = build(exp, FLAGS["model"].value if launcher == "cifar" else None)
     data = config_from_flags(type(base.data), base=base.data)
     network = base.network
     if launcher == "cifar":
@@ -224,7 +236,39 @@ def from_flags(launcher: str) -> RunConfig:
             recipe, learning_rate=recipe.learning_rate * recipe.batch_size / base.recipe.batch_size
         )
     runtime = config_from_flags(RuntimeConfig, base=base.runtime)
-    return validated_run(RunConfig(network, data, recipe, runtime, exp.name))
+    return validated_run(RunConfig(network, data, recipe, runtime, base.experiment))
+
+
+def replayed(path: str, launcher: str) -> RunConfig:
+    """The run the ``config.json`` at ``path`` records (:func:`from_record`), its seed the one
+    it ran with, for ``launch/<launcher>.py`` to train again; InputError (one line) for a file
+    that is no run's record, one of the other launcher, or --experiment / --model beside it
+    (the record is the whole run: its network's flags change it)."""
+    given = [
+        f"--{name}" for name in ("experiment", "model") if name in FLAGS and FLAGS[name].present
+    ]
+    if given:
+        raise InputError(
+            f"--config replays the run {path} records; {' and '.join(given)} cannot change it: "
+            "give the network's, data's, recipe's or runtime's own flags instead"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else e
+        raise InputError(
+            f"--config {path} cannot be read ({why}); give a run's config.json"
+        ) from None
+    run = from_record(saved)
+    if run.launcher != launcher:
+        raise InputError(
+            f"--config {path} records a run of launch/{run.launcher}.py; replay it there"
+        )
+    seed = run.runtime.seed if run.runtime.seed is not None else saved.get(record.SEED_KEY)
+    return dataclasses.replace(run, runtime=dataclasses.replace(run.runtime, seed=seed))
 
 
 def _is_field(config, name: str) -> bool:
