@@ -54,7 +54,6 @@ def main(argv):
 
         return print_summary(build_cifar_model(config.network))
     preflight.check(config)  # the cluster and the data, before the backend loads too
-    from resnet_noBN.datasets import cifar_data
     from resnet_noBN.runs import setup
 
     model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
@@ -63,9 +62,10 @@ def main(argv):
     faster = cli.faster_paths(
         run.runtime, config.runtime.precision, *((QUARTER_HINT,) if paper_width else ())
     )
-    data = config.data
-    train_examples = cifar_data.num_records(data.dataset, data.data_path, "train")
-    cli.train_and_report(run, faster=faster, dataset=data.dataset, train_examples=train_examples)
+    train_examples = run.record["data"]["train_examples"]
+    cli.train_and_report(
+        run, faster=faster, dataset=config.data.dataset, train_examples=train_examples
+    )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ ORIGINAL_2016_WARNING = (
 
 @dataclasses.dataclass
 class Run:
-    """A run set up: its config and folder, the runtime, the trainer and its two sources."""
+    """A run set up: its config and folder, the runtime, the trainer and its two sources, and
+    its record (what ``config.json`` holds: the data's counts among it)."""
 
     config: RunConfig
     model_dir: str
@@ -47,6 +48,7 @@ class Run:
     trainer: TrainLoop
     train_source: object
     eval_source: object
+    record: dict
 
 
 class Inputs:
@@ -57,14 +59,15 @@ class Inputs:
     def prepare(self, config: RunConfig, runtime: Runtime) -> None:
         registry.current().prepare_data(config.data)
         data, batch = config.data, config.recipe.batch_size
-        train = cifar_data.num_records(data.dataset, data.data_path, "train")
-        if batch > train:
+        held = {
+            s: cifar_data.num_records(data.dataset, data.data_path, s) for s in cifar_data.SPLITS
+        }
+        if batch > held["train"]:
             raise DataError(
-                f"--batch_size={batch} exceeds the {train:,} training images of "
+                f"--batch_size={batch} exceeds the {held['train']:,} training images of "
                 f"{data.data_path or data.dataset}; use a smaller --batch_size"
             )
-        official = {s: cifar_data.num_records(data.dataset, None, s) for s in cifar_data.SPLITS}
-        held = {s: cifar_data.num_records(data.dataset, data.data_path, s) for s in official}
+        official = {s: cifar_data.num_records(data.dataset, None, s) for s in held}
         if held != official and runtime.is_chief:
             print(
                 f"note: {data.data_path} holds "
@@ -153,7 +156,7 @@ def start(
     # (the folder holds another run) leaves the folder as it found it
     claim = folder_claim.claim(model_dir) if runtime.is_chief else None
     try:
-        begin(config, runtime, model_dir, inputs.label(config))
+        saved = begin(config, runtime, model_dir, inputs.label(config))
     except (InputError, DataError, CheckpointError):
         if claim is not None:
             claim.withdraw()
@@ -162,4 +165,4 @@ def start(
         print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)
     train_source, eval_source = inputs.sources(config, runtime)
     trainer = make_trainer(config, runtime, model_dir, title, **kwargs)
-    return Run(config, model_dir, runtime, trainer, train_source, eval_source)
+    return Run(config, model_dir, runtime, trainer, train_source, eval_source, saved)
