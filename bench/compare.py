@@ -45,7 +45,7 @@ def run_torch_twin(args, threads: int, device: str = "cpu") -> dict:
             f"--warmup={max(args.warmup, 1)}",
             f"--threads={threads}",
             f"--seed={args.seed}",
-            f"--precision={COMPUTE_PRECISIONS[args.precision]}",
+            f"--autocast={COMPUTE_PRECISIONS[args.precision]}",
         ]
     )
 

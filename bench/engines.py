@@ -7,7 +7,8 @@ the class of the backend Keras loaded (``KERAS_BACKEND``), and each starts the r
 the trainer through the launchers' backend object (``resnet_noBN.backends.registry.current()``):
 the same threads, precision, seed and refusals.
 
-* TensorFlow: ``training.Trainer`` fed by ``cifar_input.build_dataset`` (tf.data on the host).
+* TensorFlow: ``tensorflow_training.Trainer`` fed by ``cifar_input.build_dataset`` (tf.data on
+  the host).
 * JAX: ``jax_training.JaxTrainer``, which makes each augmented batch on the device inside the
   compiled step from the uint8 split held there; "the input alone" is that batch maker, compiled
   on its own.
@@ -44,19 +45,39 @@ def engine(args) -> TensorFlowEngine | JaxEngine | TorchEngine:
     return engines[backend.name](args)
 
 
-def _start(args):
-    """The launchers' runtime for ``args`` (threads, precision, seed; one device), the flags
-    the backend cannot take refused: 'error: ...' and exit 1."""
-    cfg = RuntimeConfig(
-        precision=args.precision,
-        jit_compile=args.jit_compile,
-        intra_op_threads=args.intra_op_threads,
-        inter_op_threads=args.inter_op_threads,
+def run_config(args):
+    """The benchmarked run as a launcher's ``RunConfig``: the ``--model`` preset in
+    ``--data_format``, the recipe's batches, the runtime's precision, XLA, threads and seed."""
+    from resnet_noBN.configs.network_config import ModelConfig
+    from resnet_noBN.configs.recipe_config import TrainConfig
+    from resnet_noBN.datasets.data_config import DataConfig
+    from resnet_noBN.runs.run_config import RunConfig
+
+    return RunConfig(
+        ModelConfig.preset(args.model, data_format=args.data_format),
+        DataConfig(),
+        TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size),
+        RuntimeConfig(
+            precision=args.precision,
+            jit_compile=args.jit_compile,
+            intra_op_threads=args.intra_op_threads,
+            inter_op_threads=args.inter_op_threads,
+            seed=args.seed,
+        ),
     )
-    backend = registry.current()
+
+
+def _start(args):
+    """The launchers' runtime for ``args`` (``setup.start_runtime`` of :func:`run_config`: one
+    device), the flags the backend cannot take refused: 'error: ...' and exit 1."""
+    from resnet_noBN.runs import setup
+
+    config = run_config(args)
     try:
-        backend.refuse(cfg, {"onednn": args.onednn, "synthetic": args.synthetic})
-        return backend.start(cfg, {"batch_size": args.batch_size}, args.seed)
+        registry.current().refuse(
+            config.runtime, {"onednn": args.onednn, "synthetic": args.synthetic}
+        )
+        return setup.start_runtime(config)
     except InputError as e:
         raise SystemExit(f"error: {e}") from None
 
@@ -69,33 +90,16 @@ def _float32_as_tf32() -> bool:
 
 
 def _trainer(runtime, args, model_dir: str):
-    """The launchers' trainer of the benchmarked network and recipe, on one device, writing no
-    run log (a non-chief's)."""
-    from resnet_noBN.models.model import build_cifar_model
+    """The launchers' trainer of :func:`run_config` (``setup.make_trainer``), on one device,
+    writing no run log (a non-chief's)."""
+    from resnet_noBN.runs import setup
 
-    model_cfg, train_cfg = _configs(args)
-    return registry.current().make_trainer(
-        dataclasses.replace(runtime, is_chief=False),
-        lambda: build_cifar_model(model_cfg, args.precision),
-        train_cfg,
-        model_dir,
-        jit_compile=args.jit_compile,
-    )
-
-
-def _configs(args):
-    """The benchmarked network (the ``--model`` preset in ``--data_format``) and recipe."""
-    from resnet_noBN.configs.network_config import ModelConfig
-    from resnet_noBN.configs.recipe_config import TrainConfig
-
-    return (
-        ModelConfig.preset(args.model, data_format=args.data_format),
-        TrainConfig(batch_size=args.batch_size, eval_batch_size=args.eval_batch_size),
-    )
+    config = run_config(args)
+    return setup.make_trainer(config, dataclasses.replace(runtime, is_chief=False), model_dir)
 
 
 class TensorFlowEngine:
-    """tf.data input, ``training.Trainer`` under the default strategy, tf.profiler."""
+    """tf.data input, ``tensorflow_training.Trainer`` under the default strategy, tf.profiler."""
 
     name = "tensorflow"
 

@@ -23,8 +23,8 @@ import tensorflow as tf
 
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.models.model import build_cifar_model
-from resnet_noBN.trainers.training import Trainer
+from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.trainers.tensorflow_training import Trainer
 
 
 class WithoutHealth(Trainer):

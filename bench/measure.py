@@ -33,7 +33,7 @@ def measure_input_pipeline(args, eng, data_path: str) -> dict:
 
 def count_model(model) -> dict:
     """Parameter and layer counts, and the forward FLOPs per image read off the Keras layers."""
-    from resnet_noBN.models.model import param_counts
+    from resnet_noBN.models.networks import param_counts
 
     return {**param_counts(model), "keras_forward_flops_per_image": keras_model_flops(model)}
 
@@ -52,7 +52,7 @@ def measure_first_step(args, trainer, iterator) -> dict:
 def time_steps(trainer, iterator, steps: int) -> tuple[list[float], list[float]]:
     """(wall, CPU) seconds of ``steps`` steps, each its own ``run_steps`` call, which returns
     the loss, so the step has finished; RuntimeError where the loss is not finite."""
-    wall, cpu_seconds, loss_sum = time_each(lambda: trainer.run_steps(iterator, 1)[0], steps)
+    wall, cpu_seconds, loss_sum = time_each(lambda: trainer.run_steps(iterator, 1)["loss"], steps)
     if not math.isfinite(loss_sum):
         raise RuntimeError(f"the loss is {loss_sum}: the benchmark's training diverged")
     return wall, cpu_seconds
@@ -132,7 +132,7 @@ def measure_loss(args, trainer, iterator) -> dict:
     done = 1 + args.warmup
     if args.loss_at_step > done + 1:
         trainer.run_steps(iterator, args.loss_at_step - done - 1)
-    loss = float(trainer.run_steps(iterator, 1)[0])
+    loss = float(trainer.run_steps(iterator, 1)["loss"])
     say(f"loss of step {args.loss_at_step}: {loss:.5f}")
     return {"loss_step": args.loss_at_step, "loss_at_step": round(loss, 6)}
 

@@ -10,7 +10,7 @@ Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, jax or torch).
     python bench/throughput.py --synthetic --compare_backend   # TF, then the same on JAX
     KERAS_BACKEND=torch python bench/throughput.py             # the PyTorch backend's trainer
 
-Measures, for the launchers' trainer (``training.Trainer`` on TensorFlow,
+Measures, for the launchers' trainer (``tensorflow_training.Trainer`` on TensorFlow,
 ``jax_training.JaxTrainer`` on JAX, ``torch_training.TorchTrainer`` on PyTorch: the real
 training step, forward, backward, weight decay, momentum SGD) on the current device:
 
@@ -80,8 +80,10 @@ from measure import (  # noqa: E402
 )
 from peaks import COMPUTE_PRECISIONS, device_peak_flops, peak_precision  # noqa: E402
 
-from resnet_noBN.configs.choices import PRECISIONS  # noqa: E402
+from resnet_noBN.configs.flag_config import add_argument  # noqa: E402
+from resnet_noBN.configs.network_config import BlockConfig  # noqa: E402
 from resnet_noBN.configs.presets import MODELS  # noqa: E402  the architectures, by name
+from resnet_noBN.configs.runtime_config import RuntimeConfig  # noqa: E402
 
 # the counts each flag must reach: one at least, or none (0: skip that measurement)
 AT_LEAST_ONE = ("batch_size", "steps", "compare_rounds", "eval_batch_size", "profile_steps")
@@ -137,7 +139,7 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
 
 def add_runtime_flags(p: argparse.ArgumentParser) -> None:
     """How the step runs: precision, XLA, layout, threads, oneDNN."""
-    p.add_argument("--precision", choices=PRECISIONS, default="float32")
+    add_argument(p, RuntimeConfig, "precision")  # the launchers' flag, declared once there
     p.add_argument(
         "--jit_compile",
         action=argparse.BooleanOptionalAction,
@@ -145,9 +147,7 @@ def add_runtime_flags(p: argparse.ArgumentParser) -> None:
         help="XLA-compile the forward/backward (Trainer(jit_compile=True)); TensorFlow only: "
         "JAX always compiles",
     )
-    p.add_argument(
-        "--data_format", choices=("channels_last", "channels_first"), default="channels_last"
-    )
+    add_argument(p, BlockConfig, "data_format")
     p.add_argument(
         "--intra_op_threads",
         type=int,

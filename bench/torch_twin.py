@@ -1,11 +1,11 @@
 """A PyTorch twin of the paper's CIFAR network, timed the way ``bench/throughput.py`` times TF.
 
     python bench/torch_twin.py                       # paper model, batch 128, float32, 2 threads
-    python bench/torch_twin.py --precision=bfloat16  # CPU bf16 autocast
+    python bench/torch_twin.py --autocast=bfloat16   # CPU bf16 autocast
     python bench/torch_twin.py --model=small --steps=2 --warmup=1
-    python bench/torch_twin.py --device=cuda --precision=bfloat16 --compile   # torch.compile
+    python bench/torch_twin.py --device=cuda --autocast=bfloat16 --compile    # torch.compile
 
-The same layers as ``resnet_noBN.models.model.build_cifar_model`` (arXiv:1611.04231, Section 4,
+The same layers as ``resnet_noBN.models.networks.build_cifar_model`` (arXiv:1611.04231, Section 4,
 Table 1): a 3x3 conv 3->16 (He init), 3 stages x N blocks ``x + C2(ReLU(C1 x))`` (sigma = 1/(k^2 c),
 no conv biases unless ``conv_bias``, TF's SAME padding, stride 2 in C1 of stages 2 and 3), shortcuts
 by average pooling (kernel = stride) and zero channels (half on each side), global average pool, and
@@ -44,7 +44,7 @@ from torch import nn  # noqa: E402
 
 from resnet_noBN.configs.presets import MODELS  # noqa: E402
 
-# resnet_noBN.models.model.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
+# resnet_noBN.models.layers.INIT_STDDEVS, restated so that timing torch never imports TensorFlow.
 STDDEVS = {
     "hardt_ma": lambda k, c: 1.0 / (k * k * c),
     "standard": lambda k, c: 1.0 / (k * math.sqrt(c)),
@@ -308,10 +308,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (>= 1)")
     parser.add_argument("--threads", type=int, default=0, help="0: one per available core")
     parser.add_argument(
-        "--precision",
+        "--autocast",
         choices=tuple(COMPUTE_PRECISIONS.values()),  # what each Keras precision computes in
         default="float32",
-        help="bfloat16: torch.autocast(device, bfloat16)",
+        help="the dtype the convolutions compute in: bfloat16 is torch.autocast(device, "
+        "bfloat16), the twin of --precision=mixed_bfloat16 (the launchers' flag)",
     )
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where the step runs"
@@ -339,7 +340,7 @@ def main(argv=None) -> dict:
         args.steps,
         args.warmup,
         args.threads,
-        args.precision,
+        args.autocast,
         args.channels_last,
         args.flush_denormal,
         args.seed,

@@ -50,7 +50,7 @@ def main(argv):
         return print(json.dumps(config.sections(), indent=1))
     # the flags hold: the network and the backend load now (TensorFlow's import: seconds)
     if FLAGS.summary_only:
-        from resnet_noBN.models.model import build_cifar_model, print_summary
+        from resnet_noBN.models.networks import build_cifar_model, print_summary
 
         return print_summary(build_cifar_model(config.network))
     preflight.check(config)  # the cluster and the data, before the backend loads too

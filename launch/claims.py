@@ -36,14 +36,13 @@ from absl import flags
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs import presets
-from resnet_noBN.configs.choices import PRECISIONS
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags, validated
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import arm_runs, claims, cli, folder_claim, record, run_config
+from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, record, run_config
 
 FLAGS = flags.FLAGS
 define_flags(DataConfig, exclude=("pad", "cifar100_layout", "jpeg_quality"))
@@ -68,12 +67,7 @@ flags.DEFINE_enum(
     f"The network preset of every arm (default {claims.Sweep().model}; --quick {_QUICK.model}); "
     "`paper` is Table 1's full width, for a GPU.",
 )
-flags.DEFINE_enum(
-    "precision",
-    "float32",
-    list(PRECISIONS),
-    "float32 (the paper's), or mixed_bfloat16 (bfloat16 convolutions, a float32 residual stream).",
-)
+define_flags(RuntimeConfig, only=("precision",))  # --precision, declared once (RuntimeConfig)
 flags.DEFINE_integer(
     "seeds", None, f"Seeds per arm (default {claims.Sweep().seeds}; --quick {_QUICK.seeds})."
 )
@@ -215,14 +209,14 @@ def main(argv):
     label = FLAGS.label or f"{data.dataset} ({where})"
     runs = [(arm, seed) for seed in range(sweep.seeds) for arm in arms]  # every arm's seed 0 first
     # one runtime for every run (each reseeds it): one process, one device, one precision
-    backend, runtime_cfg = registry.current(), RuntimeConfig(precision=FLAGS.precision)
+    backend, runtime_cfg = registry.current(), config_from_flags(RuntimeConfig)
     recipe = sweep.recipe
     runtime = backend.start(
         runtime_cfg, {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}
     )
     backend.prepare_data(data)
     # one sweep per --output_dir, held until the process ends; each run's folder checked
-    folder_claim.claim(FLAGS.output_dir, "--output_dir")
+    folder_lock.lock(FLAGS.output_dir, "--output_dir")
     configs = run_configs(runs, sweep, data)
     host = backend.report(runtime, runtime_cfg.strategy)
     header = report_header(label, sweep, data, host)

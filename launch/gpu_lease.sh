@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lent GPU machine (JAX, no TensorFlow, no Keras, no network), held for LEASE_S seconds of GPU
 # time (900 by default, its start included), in calls of at most 10 minutes that carry at most
-# 64 MiB: the full-width runs of arXiv:1611.04231 on the exact data (resnet_noBN/lease: the
+# 64 MiB: the full-width runs of arXiv:1611.04231 on the exact data (ops/lease: the
 # plan, the parts, the supervisor, what comes back).
 #
 #   bash launch/gpu_lease.sh prepare DATA_DIR   # here, with PyPI: .carry/base and .carry/parts
@@ -30,15 +30,15 @@ case "${1:-call}" in
     [ -d "$data" ] || { echo "error: $data is not a folder: give the folder that holds the exact data" >&2; exit 2; }
     mkdir -p .carry/base
     rm -rf .carry/base/wheels
-    wheels=$("$PY" -c 'from resnet_noBN.lease.carry import WHEELS; print(" ".join(WHEELS))')
+    wheels=$("$PY" -c 'from ops.lease.carry import WHEELS; print(" ".join(WHEELS))')
     # shellcheck disable=SC2086
     "${PIP_PYTHON:-$PY}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux2014_x86_64 -d .carry/base/wheels $wheels
-    exec "$PY" -m resnet_noBN.lease prepare "$data" ;;
+    exec "$PY" -m ops.lease prepare "$data" ;;
   call|budget|collect|check|supervise)
     what=${1:-call}; [ $# -gt 0 ] && shift
-    exec "$PY" -m resnet_noBN.lease "$what" "$@" ;;
+    exec "$PY" -m ops.lease "$what" "$@" ;;
   *)
     echo "usage: bash launch/gpu_lease.sh [prepare DATA_DIR | budget | collect DIR... | check --data DATASET=DIR]" >&2
     exit 2 ;;

@@ -32,7 +32,7 @@ from resnet_noBN.datasets import imagenet_input
 from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.input_common import per_replica_dataset
 from resnet_noBN.models.imagenet_model import build_imagenet_model
-from resnet_noBN.models.model import print_summary
+from resnet_noBN.models.networks import print_summary
 from resnet_noBN.runs import cli, run_config, setup
 from resnet_noBN.trainers.recipe import exponential_learning_rate_schedule
 

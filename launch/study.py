@@ -33,7 +33,7 @@ from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
 from resnet_noBN.configs.flag_config import validated
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import cli, folder_claim, study
+from resnet_noBN.runs import cli, folder_lock, study
 from resnet_noBN.runs.arm_runs import run_dir, write_result
 
 FLAGS = flags.FLAGS
@@ -119,7 +119,7 @@ def main(argv):
         raise InputError(f"--parallel must be positive, got {FLAGS.parallel}")
     arm_names = arms()
     os.makedirs(FLAGS.output_dir, exist_ok=True)
-    folder_claim.claim(FLAGS.output_dir, "--output_dir")
+    folder_lock.lock(FLAGS.output_dir, "--output_dir")
     todo = [r for r in study.runs(arm_names, budget) if not study.finished(FLAGS.output_dir, *r)]
     total = len(study.runs(arm_names, budget))
     print(

@@ -7,10 +7,6 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
   configs   plain declarations: the flags' choices, the named architectures, the named
             experiments, the one-line errors and exit codes, the runtime's config dataclass, and
             the flags made from them. No Keras, TensorFlow or JAX.
-  lease     a lent GPU machine driven call by call: the plan (named experiments in the order
-            that decides the most), the exact data carried in parts under each call's 64 MiB,
-            the detached supervisor, what comes back (README.md there). Standard library and
-            ``configs`` only: it runs on the GPU machine before anything is unpacked.
   host      the facts of the machine a run computes on: its CPU, its cluster, the signals that
             stop it, its peers, its storage.
   plotting  the matplotlib set-up of every plot (a module).
@@ -26,13 +22,13 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
             setup, exit codes, one run per folder, the claims sweep, studies, a finished run
             evaluated again and its figures.
 
-``launch/`` (the entry points) and ``bench/`` stand above them all. Every entry point calls
-``host.cpu.default_onednn()`` first, before anything loads TensorFlow.
+``launch/`` (the entry points), ``bench/`` (the benchmarks) and ``ops/`` (what runs the
+project rather than the paper: the GPU lease, the CI harnesses) stand above them all. Every entry
+point calls ``host.cpu.default_onednn()`` first, before anything loads TensorFlow.
 """
 
 LAYERS = (
     "configs",
-    "lease",
     "host",
     "plotting",
     "progress",

@@ -25,7 +25,7 @@ from resnet_noBN.configs.recipe_config import TrainConfig  # noqa: E402
 from resnet_noBN.configs.runtime_config import RuntimeConfig  # noqa: E402
 from resnet_noBN.datasets import stream  # noqa: E402
 from resnet_noBN.datasets.stream import TrainSplit  # noqa: E402
-from resnet_noBN.models.model import build_cifar_model, param_counts  # noqa: E402
+from resnet_noBN.models.networks import build_cifar_model, param_counts  # noqa: E402
 from resnet_noBN.runs import run_config  # noqa: E402
 
 given = np.load(sys.argv[1])
@@ -51,7 +51,7 @@ for name in spec["models"]:
     model_dir = os.path.join(spec["dir"], f"{backend.name}_{name}")
     trainer = backend.make_trainer(runtime, build, TrainConfig(**spec["train"]), model_dir)
     data = trainer.start(TrainSplit(given["images"], given["labels"], spec["seed"]), 0)
-    out[f"losses_{name}"] = np.array([trainer.run_steps(data, 1)[0] for _ in range(3)])
+    out[f"losses_{name}"] = np.array([trainer.run_steps(data, 1)["loss"] for _ in range(3)])
 mixed = build_cifar_model(ModelConfig.preset("small"), "mixed_bfloat16")
 probe = keras.Model(
     mixed.input, [mixed.get_layer(f"stage1_unit0_{part}").output for part in ("add", "conv2")]

@@ -279,10 +279,18 @@ def split_placeholders(args: list[str]) -> tuple[list[str], list[str]]:
 
 def argparse_options(script: Path) -> set[str]:
     """The option strings an argparse script declares (``add_argument("--x", ...)``; with
-    ``BooleanOptionalAction`` also ``--no-x``), read from its source without importing it."""
+    ``BooleanOptionalAction`` also ``--no-x``; ``flag_config.add_argument(parser, Config,
+    "x")``: ``--x``, a config field's option), read from its source without importing it."""
     options = set()
     for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+        if not isinstance(node, ast.Call):
+            continue
+        if getattr(node.func, "id", "") == "add_argument" and isinstance(
+            node.args[-1], ast.Constant
+        ):
+            options.add(f"--{node.args[-1].value}")  # a config field's option (flag_config)
+            continue
+        if getattr(node.func, "attr", "") != "add_argument":
             continue
         names = [a.value for a in node.args if isinstance(a, ast.Constant)]
         boolean = any(

@@ -125,12 +125,32 @@ def test_the_figures_command_reads_a_run_folder(tmp_path):
     ]
 
 
+def parts(correct, cross_entropy, weight_decay, max_abs_logit):
+    """``recipe.objective``'s parts of one step."""
+    return dict(
+        correct=correct,
+        cross_entropy=cross_entropy,
+        weight_decay=weight_decay,
+        max_abs_logit=max_abs_logit,
+    )
+
+
 def test_a_calls_health_sums_its_steps_keeps_the_last_gradient_and_the_largest_logit():
     # two steps of loss 2.5 (cross-entropy 2.4 + decay 0.1), 10 of 16 right, |g| 3 then 4
-    first = health.step_totals(2.5, np.array([10.0, 2.4, 0.1, 7.0]), 16, 9.0)
-    second = health.step_totals(2.5, np.array([10.0, 2.4, 0.1, 5.0]), 16, 16.0)
-    totals = np.asarray(health.add_step(health.add_step(health.zeros(), first), second))
-    np.testing.assert_allclose(totals, [5.0, 20.0, 32.0, 4.8, 0.2, 16.0, 7.0], rtol=1e-6)
+    first = health.step_metrics(2.5, parts(10.0, 2.4, 0.1, 7.0), 16, 9.0)
+    second = health.step_metrics(2.5, parts(10.0, 2.4, 0.1, 5.0), 16, 16.0)
+    totals = health.to_numpy(health.add_step(health.add_step(health.zeros(), first), second))
+    expected = dict(
+        loss=5.0,
+        correct=20.0,
+        examples=32.0,
+        cross_entropy=4.8,
+        weight_decay=0.2,
+        grad_norm_sq=16.0,
+        max_abs_logit=7.0,
+    )
+    assert list(totals) == list(expected)
+    assert totals == pytest.approx(expected, rel=1e-6)
     values = health.scalars(totals, 2)
     assert values == pytest.approx(
         {
@@ -143,9 +163,8 @@ def test_a_calls_health_sums_its_steps_keeps_the_last_gradient_and_the_largest_l
         }
     )
     # one-step calls of the parameter-server trainer, combined as one call
-    np.testing.assert_allclose(
-        health.combine_calls([np.asarray(first), np.asarray(second)]), totals
-    )
+    combined = health.combine_calls([health.to_numpy(first), health.to_numpy(second)])
+    assert combined == pytest.approx(expected, rel=1e-6)
     assert health.text({**values, "weight_norm": 12.0}) == (
         "cross_entropy 2.4, weight_decay 0.1, weight_norm 12, grad_norm 4, max_abs_logit 7"
     )

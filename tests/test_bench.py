@@ -15,7 +15,7 @@ import pytest
 from resnet_noBN.configs.choices import PRECISIONS
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.models.model import build_cifar_model, param_counts
+from resnet_noBN.models.networks import build_cifar_model, param_counts
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -389,7 +389,7 @@ def test_benchmark_synthetic_compared_with_torch(tmp_path):
 
 
 def test_torch_twin_inits_are_the_models(twin):
-    from resnet_noBN.models.model import INIT_STDDEVS
+    from resnet_noBN.models.layers import INIT_STDDEVS
 
     assert set(twin.STDDEVS) == set(INIT_STDDEVS)
     for name, stddev in INIT_STDDEVS.items():

@@ -227,9 +227,10 @@ def test_the_budgeted_recipe_keeps_the_papers_proportions():
     )
     data = DataConfig()
     model = claims.arm_config(claims.ARMS[-1], claims.Sweep(), data).network
-    assert (model.num_residual_units, model.stage_widths, model.norm, model.init) == (
+    assert (model.num_residual_units, model.stage_widths, model.block, model.norm, model.init) == (
         9,
         (16, 32, 64),
+        "preactivation",
         "batch",
         "he",
     )

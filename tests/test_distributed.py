@@ -22,7 +22,7 @@ from launchers import REPO
 from resnet_noBN.backends import distribute
 from resnet_noBN.configs.errors import PEER_LOST_EXIT, say
 from resnet_noBN.host import cluster
-from resnet_noBN.trainers.training import scratch_dir_name
+from resnet_noBN.trainers.tensorflow_training import scratch_dir_name
 
 CIFAR_RECORDS = 32  # a file, in the cifar_bin fixture (conftest.py)
 SMALL = [

@@ -183,9 +183,9 @@ def test_every_command_names_a_script_that_exists_and_flags_it_accepts(absl_erro
 
 def _check_knobs(where: str, script: str, env: dict) -> list[str]:
     """A call of a shell script: no ``LEASE_*`` knob that neither it, a Python module beside it
-    nor the lease package reads (the lease's knobs: resnet_noBN/lease/README.md)."""
+    nor the lease package reads (the lease's knobs: ops/lease/README.md)."""
     path = REPO / script
-    modules = [*path.parent.glob("*.py"), *(REPO / "resnet_noBN" / "lease").glob("*.py")]
+    modules = [*path.parent.glob("*.py"), *(REPO / "ops" / "lease").glob("*.py")]
     sources = path.read_text() + "".join(p.read_text() for p in modules)
     return [
         f"{where}: {script}: nothing reads {name}"

@@ -87,9 +87,9 @@ def test_the_2016_code_as_named_choices():
     """The 2016 code with batch norm removed: leaky 0.1, its activations, its head; and with its
     weight decay, 2e-4 * W on the gradient, recorded as such."""
     network = run_config.build("cifar10_original_2016").network
-    assert (network.relu_leakiness, network.preactivation, network.head) == (
+    assert (network.relu_leakiness, network.block, network.head) == (
         0.1,
-        True,
+        "preactivation",
         "original_2016",
     )
     assert (network.init, network.stage_widths, network.head_decay) == (
@@ -121,7 +121,9 @@ def test_the_learning_rate_drops_follow_the_run(steps, boundaries, expected):
 
 def test_a_budget_and_a_network_preset_apply_over_an_experiment():
     run = run_config.build("claims_batch_norm", model="small", recipe={"train_steps": 6})
-    assert run.network == ModelConfig.preset("small", norm="batch", init="he")
+    assert run.network == ModelConfig.preset(
+        "small", block="preactivation", norm="batch", init="he"
+    )
     assert (run.recipe.train_steps, run.recipe.boundary_steps()) == (6, (3, 5))
     with pytest.raises(InputError, match="--experiment=nope is not an experiment of launch/cifar"):
         run_config.build("nope")

@@ -22,7 +22,7 @@ import pytest
 from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached, first_line
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import storage
-from resnet_noBN.runs import folder_claim, record
+from resnet_noBN.runs import folder_lock, record
 
 CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
 SMALL = [
@@ -211,13 +211,13 @@ def test_a_full_disk_is_one_line_and_exit_4_and_the_rerun_resumes(tmp_path, cifa
 
 
 # ------------------------------------------------------------------------------ one run per folder
-def test_a_claim_is_exclusive_and_dies_with_its_process(tmp_path):
-    """A second claim is refused naming the holder (host, process, start); released, the folder
-    is claimed again; a claim whose process was killed (-9) blocks nothing."""
-    first = folder_claim.claim(str(tmp_path))
-    with pytest.raises(folder_claim.FolderBusy) as excinfo:
-        folder_claim.claim(str(tmp_path))
-    holder = json.loads((tmp_path / folder_claim.LOCK_FILE).read_text())
+def test_a_folder_lock_is_exclusive_and_dies_with_its_process(tmp_path):
+    """A second lock is refused naming the holder (host, process, start); released, the folder
+    is locked again; a lock whose process was killed (-9) blocks nothing."""
+    first = folder_lock.lock(str(tmp_path))
+    with pytest.raises(folder_lock.FolderBusy) as excinfo:
+        folder_lock.lock(str(tmp_path))
+    holder = json.loads((tmp_path / folder_lock.LOCK_FILE).read_text())
     assert holder["host"] == socket.gethostname() and holder["pid"] == os.getpid()
     assert str(excinfo.value) == (
         f"--model_dir {tmp_path} is in use by another run (host {holder['host']}, process "
@@ -225,25 +225,43 @@ def test_a_claim_is_exclusive_and_dies_with_its_process(tmp_path):
         "another --model_dir"
     )
     first.release()
-    folder_claim.claim(str(tmp_path)).release()
+    folder_lock.lock(str(tmp_path)).release()
 
     child = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from resnet_noBN.runs import folder_claim; "
-            "folder_claim.claim(sys.argv[1]); print('held', flush=True); time.sleep(600)",
+            "import sys, time; from resnet_noBN.runs import folder_lock; "
+            "folder_lock.lock(sys.argv[1]); print('held', flush=True); time.sleep(600)",
             str(tmp_path),
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert child.stdout.readline() == "held\n"
-    with pytest.raises(folder_claim.FolderBusy, match=f"process {child.pid}, started"):
-        folder_claim.claim(str(tmp_path))
+    with pytest.raises(folder_lock.FolderBusy, match=f"process {child.pid}, started"):
+        folder_lock.lock(str(tmp_path))
     child.kill()
     child.wait()
-    assert folder_claim.claim(str(tmp_path)).locked
+    assert folder_lock.lock(str(tmp_path)).locked
+
+
+def test_a_withdrawn_lock_leaves_the_file_system_as_it_found_it(tmp_path):
+    """A run refused before it writes withdraws its lock: every folder taking it created
+    (parents too) goes, deepest first; a folder that was there stays, its lock file's last
+    holder put back."""
+    deep = tmp_path / "a" / "b" / "run"
+    assert folder_lock.missing_folders(str(deep)) == [
+        str(tmp_path / "a"),
+        str(tmp_path / "a" / "b"),
+        str(deep),
+    ]
+    folder_lock.lock(str(deep)).withdraw()
+    assert sorted(os.listdir(tmp_path)) == []
+    folder_lock.lock(str(tmp_path)).release()
+    before = (tmp_path / folder_lock.LOCK_FILE).read_bytes()
+    folder_lock.lock(str(tmp_path)).withdraw()
+    assert (tmp_path / folder_lock.LOCK_FILE).read_bytes() == before
 
 
 def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifar_bin):
@@ -266,13 +284,13 @@ def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifa
         before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}
         b = cifar("tensorflow", *args, "--train_steps=4")
         assert b.returncode == 2, b.stderr[-2000:]
-        started = json.loads((model_dir / folder_claim.LOCK_FILE).read_text())["started"]
+        started = json.loads((model_dir / folder_lock.LOCK_FILE).read_text())["started"]
         assert last_line(b) == (
             f"error: --model_dir {model_dir} is in use by another run (host "
             f"{socket.gethostname()}, process {a.pid}, started {started}); wait for it to end or "
             "stop it, or use another --model_dir"
         )
-        for name in ("config.json", folder_claim.LOCK_FILE):  # B wrote neither
+        for name in ("config.json", folder_lock.LOCK_FILE):  # B wrote neither
             assert (model_dir / name).stat().st_mtime_ns == before[name], name
     finally:
         a.send_signal(signal.SIGKILL)

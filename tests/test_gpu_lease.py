@@ -1,4 +1,4 @@
-"""The GPU lease (resnet_noBN/lease, launch/gpu_lease.sh) as a lent machine runs it, without a
+"""The GPU lease (ops/lease, launch/gpu_lease.sh) as a lent machine runs it, without a
 GPU: what each call carries against the 64 MiB a call may carry, the plan's runs and order, and
 a whole lease in calls on this CPU (LEASE_SMOKE=1: the small network, 4 steps) from a copy of
 what travels, with TensorFlow and the installed project unimportable, on tiny exact data sets
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ops.lease import carry, collect, plan
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.lease import carry, collect, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
@@ -120,7 +120,7 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert 1_500 < estimate(c100) < 1_800  # true float32 at the rate one H200 measured
     assert knobs.speed == ("baseline", "latency_hiding") and knobs.probes == ()
     bad = subprocess.run(
-        [sys.executable, "-m", "resnet_noBN.lease", "budget"],
+        [sys.executable, "-m", "ops.lease", "budget"],
         cwd=ROOT,
         env={**os.environ, "LEASE_RUNS": "cifar10_paper,imagenet_paper"},
         capture_output=True,
@@ -237,7 +237,7 @@ class Lease:
 
     def prepare(self, data: Path, **env) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "resnet_noBN.lease", "prepare", str(data)],
+            [sys.executable, "-m", "ops.lease", "prepare", str(data)],
             cwd=self.here,
             env={**self.env, **env},
             capture_output=True,
@@ -382,8 +382,7 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
 
     back = tmp_path / "back"
     joined = subprocess.run(
-        [sys.executable, "-m", "resnet_noBN.lease", "collect", *map(str, lease.outs)]
-        + [f"--into={back}"],
+        [sys.executable, "-m", "ops.lease", "collect", *map(str, lease.outs)] + [f"--into={back}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -398,7 +397,7 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
     tool = data / "tools" / carry.UNPACK_TOOL
     subprocess.run([sys.executable, tool, data / "cifar-10-lossless", unpacked], check=True)
     checked = subprocess.run(
-        [sys.executable, "-m", "resnet_noBN.lease", "check", f"--into={back}"]
+        [sys.executable, "-m", "ops.lease", "check", f"--into={back}"]
         + [f"--data=cifar10={unpacked}"],
         cwd=ROOT,
         capture_output=True,

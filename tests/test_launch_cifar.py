@@ -14,7 +14,7 @@ from launchers import REPO
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import folder_claim
+from resnet_noBN.runs import folder_lock
 
 SMALL = [
     "--model=small",
@@ -94,7 +94,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     config = json.loads((model_dir / "config.json").read_text())
     assert config["network"]["conv_bias"] is False and config["runtime"]["onednn"] in (True, False)
     flat = {**config["network"], "dataset": "cifar10", "seed": config["seed"]}
-    for key in ("relu_leakiness", "identity", "norm"):
+    for key in ("relu_leakiness", "identity", "block", "norm"):
         del flat[key]
     (model_dir / "config.json").write_text(json.dumps(flat))
     again = cifar(
@@ -152,7 +152,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         "there, 'momentum_2016' now); use a new --model_dir or the same flags"
     )
     assert files(copy) == before and "ckpt-12.index" in before
-    assert folder_claim.LOCK_FILE in before
+    assert folder_lock.LOCK_FILE in before
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     config["network"]["conv_bias"] = True
@@ -197,6 +197,15 @@ BAD_INPUT = [  # a launch's arguments, the start of its last line
     ),
     (["--relu_leakiness=1"], "error: --relu_leakiness must be in [0, 1), got 1.0"),
     (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
+    (
+        ["--block=resnet"],
+        "error: flag --block=resnet: value should be one of <hardt_ma|preactivation>",
+    ),
+    (
+        ["--norm=batch"],
+        "error: --norm=batch stands where the original code's unit normalises: use it with "
+        "--block=preactivation, not --block=hardt_ma",
+    ),
     (["--batch_size=0"], "error: --batch_size must be positive, got 0"),
     (["--train_steps=-1"], "error: --train_steps must be positive, got -1"),
     (

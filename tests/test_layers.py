@@ -1,6 +1,7 @@
-"""The import graph of resnet_noBN/, launch/ and bench/: no circle, and no import that climbs from
-a lower layer of the package to a higher one (``resnet_noBN.LAYERS``, lowest first; ``launch/``
-and ``bench/`` above them all). Every import counts, at module level and inside functions, and
+"""The import graph of resnet_noBN/, launch/, bench/ and ops/: no circle, and no import that
+climbs from a lower layer of the package to a higher one (``resnet_noBN.LAYERS``, lowest first;
+``launch/``, ``bench/`` and ``ops/`` above them all); the lease of ops/ reads only the package's
+lowest layer, ``configs``. Every import counts, at module level and inside functions, and
 ``from package import name`` counts as an import of the module ``package.name`` where that is one.
 Read with ``ast``, nothing imported."""
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import resnet_noBN
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("resnet_noBN", "launch", "bench")
-TOP = len(resnet_noBN.LAYERS)  # the rank of launch/ and bench/
+FOLDERS = ("resnet_noBN", "launch", "bench", "ops")
+TOP = len(resnet_noBN.LAYERS)  # the rank of launch/, bench/ and ops/
 
 
 def module_name(path: Path) -> str:
@@ -34,8 +35,8 @@ def modules() -> dict[str, Path]:
 
 def imports(path: Path, known, folder: str = "") -> list[tuple[str, int]]:
     """(module of ``known``, line) for every import in ``path`` that names one. A script of
-    launch/ or bench/ imports its neighbours by their bare names (``folder``: its folder is on
-    sys.path)."""
+    launch/, bench/ or ops/ imports its neighbours by their bare names (``folder``: its folder,
+    as a module name, is on sys.path)."""
     found = []
 
     def resolve(name: str, line: int) -> None:
@@ -59,7 +60,7 @@ def imports(path: Path, known, folder: str = "") -> list[tuple[str, int]]:
 
 def rank(module: str) -> int:
     """The layer of a module: its subpackage's place in ``resnet_noBN.LAYERS`` (a module of the
-    package's root, as ``plotting``, is its own layer); launch/ and bench/ above them all."""
+    package's root, as ``plotting``, is its own layer); launch/, bench/ and ops/ above them all."""
     parts = module.split(".")
     if parts[0] != "resnet_noBN":
         return TOP
@@ -70,7 +71,7 @@ def graph() -> tuple[dict[str, Path], dict[str, list[tuple[str, int]]]]:
     known = modules()
     return known, {
         name: imports(
-            path, known, name.split(".")[0] if name.split(".")[0] != "resnet_noBN" else ""
+            path, known, name.rsplit(".", 1)[0] if name.split(".")[0] != "resnet_noBN" else ""
         )
         for name, path in known.items()
     }
@@ -131,6 +132,24 @@ def test_no_import_climbs_to_a_higher_layer():
         if rank(target) > rank(source)
     ]
     assert not climbs, "imports that climb:\n" + "\n".join(climbs)
+
+
+def test_the_lease_reads_only_the_packages_configs():
+    """The lease starts on a GPU machine without TensorFlow or Keras, before anything is
+    unpacked: of the package, ops/lease may import only ``resnet_noBN.configs``."""
+    known, edges = graph()
+    lease = [m for m in known if m.startswith("ops.lease.")]
+    assert {"ops.lease.plan", "ops.lease.supervisor", "ops.ci.suite_under_load"} <= set(known)
+    assert len(lease) == 6  # __main__, call, carry, collect, plan, supervisor
+    reads = {
+        f"{known[source].relative_to(ROOT)}:{line} imports {target}"
+        for source, targets in edges.items()
+        if source == "ops.lease" or source.startswith("ops.lease.")
+        for target, line in targets
+        if target.startswith("resnet_noBN.") and not target.startswith("resnet_noBN.configs")
+    }
+    assert not reads, reads
+    assert ("ops.ci.suite_under_load", 26) in edges["ops.ci.peer_watch_at_exit"]
 
 
 def test_the_walk_sees_imports_inside_functions_and_modules_named_in_from(tmp_path):

@@ -14,12 +14,11 @@ from layer_kinds import assert_all_convolutional
 from resnet_noBN.configs import network_config, recipe_config
 from resnet_noBN.configs.network_config import BlockConfig, ImageNetConfig, ModelConfig
 from resnet_noBN.host import cpu
-from resnet_noBN.models import model
+from resnet_noBN.models import blocks, layers
+from resnet_noBN.models.blocks import BLOCKS, BlockVariant
 from resnet_noBN.models.imagenet_model import build_imagenet_model
-from resnet_noBN.models.model import (
-    BLOCKS,
-    INIT_STDDEVS,
-    BlockVariant,
+from resnet_noBN.models.layers import INIT_STDDEVS
+from resnet_noBN.models.networks import (
     build_cifar_model,
     decayed_weights,
     param_counts,
@@ -58,7 +57,11 @@ def test_paper_counts(paper_model):
         (ModelConfig(relu_leakiness=0.1), 13_538_736, 2_560),
         # BN: 2 per block (the first on the block's input width) + the last one, each a trainable
         # scale and offset and 2 moving statistics per channel: 8,080 channels
-        (ModelConfig(norm="batch"), 13_538_736 + 2 * BN_CHANNELS, 2_560 + 2 * BN_CHANNELS),
+        (
+            ModelConfig(block="preactivation", norm="batch"),
+            13_538_736 + 2 * BN_CHANNELS,
+            2_560 + 2 * BN_CHANNELS,
+        ),
     ],
 )
 def test_ablation_counts(cfg, trainable, non_trainable):
@@ -138,7 +141,9 @@ def test_leaky_relu_identity_and_batch_norm_switches():
     assert (
         plain.get_layer("stage1_unit1_conv1").input is plain.get_layer("stage1_unit0_conv2").output
     )
-    bn = build_cifar_model(ModelConfig(num_residual_units=2, norm="batch", init="he"))
+    bn = build_cifar_model(
+        ModelConfig(num_residual_units=2, block="preactivation", norm="batch", init="he")
+    )
     names = [layer.name for layer in bn.layers]
     # the original's pre-activation unit: BN, ReLU, conv, BN, ReLU, conv; BN, ReLU at the end
     unit = [n for n in names if n.startswith("stage2_unit1_")]
@@ -288,35 +293,36 @@ def test_every_choice_of_the_configs_has_its_function():
     """The configs name the choices without Keras (a bad flag is answered before a backend
     loads); the builders hold one function for each name, no more."""
     assert tuple(INIT_STDDEVS) == network_config.INITS
-    assert tuple(model.SHORTCUTS) == network_config.SHORTCUTS
-    assert tuple(BLOCKS) == network_config.NORMS == ("none", "batch")
-    assert tuple(model.NORMALIZERS) == network_config.NORMALIZED
+    assert tuple(layers.SHORTCUTS) == network_config.SHORTCUTS
+    assert tuple(BLOCKS) == network_config.BLOCKS == ("hardt_ma", "preactivation")
+    assert tuple(blocks.NORMALIZERS) == network_config.NORMS == ("none", "batch")
     assert tuple(recipe.LOSSES) == recipe_config.LOSSES
     assert tuple(recipe.OPTIMIZERS) == recipe_config.OPTIMIZERS
     fields = {f.name: f for f in dataclasses.fields(BlockConfig)}
-    assert fields["norm"].metadata["choices"] is network_config.NORMS  # the flag's choices
+    assert fields["block"].metadata["choices"] is network_config.BLOCKS  # the flag's choices
+    assert fields["norm"].metadata["choices"] is network_config.NORMS
     assert fields["init"].metadata["choices"] is network_config.INITS
 
 
-def test_a_registered_block_variant_is_a_choice_of_both_networks(monkeypatch):
-    """One function, its BLOCKS entry and its name among the --norm choices
-    (x + C2(ReLU(C1(ReLU(x)))), say): --norm accepts it, both networks build it."""
-    norm = {f.name: f for f in dataclasses.fields(BlockConfig)}["norm"]
-    with pytest.raises(ValueError, match="--norm=relu_first is unknown"):
-        ModelConfig(norm="relu_first").validate()
-    # network_config.NORMS with the new name (one Field, shared by both networks' configs)
-    choices = {**norm.metadata, "choices": (*network_config.NORMS, "relu_first")}
-    monkeypatch.setattr(norm, "metadata", types.MappingProxyType(choices))
-    # a choice, but no pre-activation unit: it has no normaliser (models.model.NORMALIZERS)
-    with pytest.raises(ValueError, match="use it with --norm=none or batch, not --norm=relu_first"):
-        ModelConfig(norm="relu_first", preactivation=True).validate()
+def test_a_registered_block_is_a_choice_of_both_networks(monkeypatch):
+    """One function, its BLOCKS entry and its name among the --block choices
+    (x + C2(ReLU(C1(ReLU(x)))), say): --block accepts it, both networks build it."""
+    field = {f.name: f for f in dataclasses.fields(BlockConfig)}["block"]
+    with pytest.raises(ValueError, match="--block=relu_first is unknown"):
+        ModelConfig(block="relu_first").validate()
+    # network_config.BLOCKS with the new name (one Field, shared by both networks' configs)
+    choices = {**field.metadata, "choices": (*network_config.BLOCKS, "relu_first")}
+    monkeypatch.setattr(field, "metadata", types.MappingProxyType(choices))
+    # a choice, but it does not normalise: --norm=batch is the original unit's
+    with pytest.raises(ValueError, match="use it with --block=preactivation, not --block=relu_f"):
+        ModelConfig(block="relu_first", norm="batch").validate()
 
     def relu_first(x, out_filters, strides, block, name, first=False):
-        y = model.activation(x, block, f"{name}_relu_in")
-        return x, model.hardt_ma_body(y, out_filters, strides, block, name, first)[1]
+        y = layers.activation(x, block, f"{name}_relu_in")
+        return x, blocks.hardt_ma_body(y, out_filters, strides, block, name, first)[1]
 
     monkeypatch.setitem(BLOCKS, "relu_first", BlockVariant(relu_first))
-    cifar = build_cifar_model(ModelConfig(num_residual_units=1, norm="relu_first"))
+    cifar = build_cifar_model(ModelConfig(num_residual_units=1, block="relu_first"))
     assert (
         cifar.get_layer("stage2_unit0_conv1").input
         is cifar.get_layer("stage2_unit0_relu_in").output
@@ -329,10 +335,33 @@ def test_a_registered_block_variant_is_a_choice_of_both_networks(monkeypatch):
             stem_filters=8,
             stage_units=(1, 1, 1, 1),
             stage_widths=(8, 16, 32, 64),
-            norm="relu_first",
+            block="relu_first",
         )
     )
     assert "stage4_unit0_relu_in" in [layer.name for layer in imagenet.layers]
+
+
+def test_a_record_of_before_the_block_flag_reads_as_the_block_it_built():
+    """config.json of before --block: ``preactivation`` (or --norm=batch, which always built
+    the original unit) is read as --block (record.section), so those runs resume and replay."""
+    from resnet_noBN.runs import record
+
+    upgraded = network_config.upgraded
+    assert upgraded({"norm": "none", "preactivation": True, "init": "he"}) == {
+        "norm": "none",
+        "init": "he",
+        "block": "preactivation",
+    }
+    assert upgraded({"norm": "batch", "preactivation": False})["block"] == "preactivation"
+    assert upgraded({"norm": "none", "preactivation": False})["block"] == "hardt_ma"
+    assert upgraded({"init": "he"}) == {"init": "he"}  # before --norm: today's default
+    today = {"block": "hardt_ma", "norm": "none"}
+    assert upgraded(today) is today
+    saved = {"network": {"norm": "none", "preactivation": True}, "recipe": {}}
+    assert record.section(saved, "network") == {"norm": "none", "block": "preactivation"}
+    assert record.section(saved, "recipe") == {}
+    with pytest.raises(ValueError, match="--norm=batch stands where the original code's unit"):
+        ModelConfig(norm="batch").validate()
 
 
 def test_block_switches_are_declared_once_for_both_networks():
@@ -342,8 +371,9 @@ def test_block_switches_are_declared_once_for_both_networks():
     for cls in (ModelConfig, ImageNetConfig):
         assert issubclass(cls, BlockConfig)
         assert [f.name for f in dataclasses.fields(cls)][: len(block_fields)] == block_fields
-    cfg = ImageNetConfig(norm="batch", identity=False, relu_leakiness=0.1, init="he")
-    assert cfg.block == BlockConfig(norm="batch", identity=False, relu_leakiness=0.1, init="he")
+    switches = dict(block="preactivation", norm="batch", identity=False, relu_leakiness=0.1)
+    cfg = ImageNetConfig(**switches, init="he")
+    assert cfg.switches == BlockConfig(**switches, init="he")
 
     @dataclasses.dataclass(frozen=True)
     class Partial:  # declares some block switches only

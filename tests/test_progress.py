@@ -9,6 +9,7 @@ import numpy as np
 
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.progress import Progress, clock, duration, finish_at, step_of
+from resnet_noBN.trainers import health
 from resnet_noBN.trainers.loop import TrainLoop, slow_run_warning
 from resnet_noBN.trainers.run_log import TRAIN_FILE, RunLog, read_metrics
 
@@ -134,9 +135,10 @@ class SlowFakeTrainer(TrainLoop):
         self.clock.t += num_steps * self.step_s + (self.compile_s if self._step == 0 else 0)
         self._step += num_steps
         n, batch = num_steps, self.cfg.batch_size
-        # health.CALL_TOTALS: the sums of the loss, the hits, the examples and the two terms over
+        # health.METRICS: the sums of the loss, the hits, the examples and the two terms over
         # the call's steps, the last step's |g|^2, the largest |logit|
-        return np.array([2.0 * n, 0.5 * batch * n, batch * n, 1.9 * n, 0.1 * n, 4.0, 3.0])
+        values = [2.0 * n, 0.5 * batch * n, batch * n, 1.9 * n, 0.1 * n, 4.0, 3.0]
+        return dict(zip(health.METRICS, values))
 
     def eval_batches(self, eval_source):
         return [(np.array([1, 0]), np.array([[1], [1]]), np.arange(2))]

@@ -8,8 +8,8 @@ import tensorflow as tf
 from resnet_noBN.backends import speed
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.models.model import build_cifar_model
-from resnet_noBN.trainers.training import Trainer
+from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.trainers.tensorflow_training import Trainer
 
 SMALL = ModelConfig.preset("small", num_residual_units=2)
 STEPS = 4
@@ -37,7 +37,7 @@ def train(tmp_path, precision="float32", jit_compile=False):
     head = trainer.model.get_layer("projection").kernel
     before = head.numpy().copy()
     iterator = trainer.distribute(batches())
-    losses = [trainer.run_steps(iterator, 1)[0] for _ in range(STEPS)]
+    losses = [trainer.run_steps(iterator, 1)["loss"] for _ in range(STEPS)]
     weights = [w.numpy() for w in trainer.model.trainable_weights]
     assert trainer.model.get_layer("init_conv").compute_dtype == (
         "bfloat16" if precision == "mixed_bfloat16" else "float32"

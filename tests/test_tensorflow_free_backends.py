@@ -22,11 +22,11 @@ from resnet_noBN.backends import registry
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import cifar_data, cifar_input, stream
-from resnet_noBN.models.model import build_cifar_model, param_counts
+from resnet_noBN.models.networks import build_cifar_model, param_counts
 from resnet_noBN.runs import run_config
 from resnet_noBN.trainers.answers import read_answers
 from resnet_noBN.trainers.health import HEALTH
-from resnet_noBN.trainers.training import Trainer
+from resnet_noBN.trainers.tensorflow_training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_TF = 'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "launch/cifar.py"; '
@@ -103,7 +103,7 @@ def tensorflow_side(tmp_path_factory, write_cifar):
         )
         fn = cifar_input.split_fns("cifar10", data_path=folder, seed=SEED)
         iterator = trainer.start(fn("train", TRAIN["batch_size"]), 0)
-        losses[name] = np.array([trainer.run_steps(iterator, 1)[0] for _ in range(3)])
+        losses[name] = np.array([trainer.run_steps(iterator, 1)["loss"] for _ in range(3)])
     return folder, images, labels, inputs, logits, losses
 
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.models.model import build_cifar_model
+from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
@@ -26,7 +26,7 @@ from resnet_noBN.trainers.recipe import (
     make_optimizer,
     objective,
 )
-from resnet_noBN.trainers.training import Trainer
+from resnet_noBN.trainers.tensorflow_training import Trainer
 
 SMALL = ModelConfig.preset("small")
 RNG = np.random.default_rng(0)
@@ -331,12 +331,14 @@ def test_the_named_losses_are_their_formulas(smoothing):
     for name, expected in (("softmax_cross_entropy", softmax), ("sigmoid_cross_entropy", sigmoid)):
         cfg = dataclasses.replace(cfg, loss=name)
         np.testing.assert_allclose(np.asarray(LOSSES[name](logits, labels, cfg)), expected, 1e-5)
-        loss, (correct, cross_entropy, decay, largest) = objective(logits, labels, 0.5, cfg)
+        loss, parts = objective(logits, labels, 0.5, cfg)
+        assert list(parts) == ["correct", "cross_entropy", "weight_decay", "max_abs_logit"]
         # summed over the replica's examples / the global batch of 8, plus the decay
         assert float(loss) == pytest.approx(expected.sum() / 8 + 0.5, rel=1e-5)
-        assert float(cross_entropy) == pytest.approx(expected.sum() / 8, rel=1e-5)
-        assert float(decay) == 0.5 and float(largest) == np.abs(logits).max()
-        assert float(correct) == (logits.argmax(-1) == labels).sum()
+        assert float(parts["cross_entropy"]) == pytest.approx(expected.sum() / 8, rel=1e-5)
+        assert float(parts["weight_decay"]) == 0.5
+        assert float(parts["max_abs_logit"]) == np.abs(logits).max()
+        assert float(parts["correct"]) == (logits.argmax(-1) == labels).sum()
 
 
 def test_the_named_optimizers():

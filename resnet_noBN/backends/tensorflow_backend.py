@@ -1,6 +1,6 @@
 """The TensorFlow backend: every ``--strategy`` (default, mirrored, multi_worker,
 parameter_server; SLURM and Kubernetes clusters through ``backends.distribute``), tf.data input,
-``trainers.training``'s trainers, every launcher."""
+``trainers.tensorflow_training``'s trainers, every launcher."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import TIME_BUDGET_ERROR, RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import cpu, peers
-from resnet_noBN.trainers.training import ParameterServerTrainer, Trainer
+from resnet_noBN.trainers.tensorflow_training import ParameterServerTrainer, Trainer
 
 
 class TensorFlowBackend(Backend):
@@ -72,8 +72,8 @@ class TensorFlowBackend(Backend):
         return "tf32" if tf32 else "true_float32"
 
     def make_trainer(self, runtime: Runtime, build_model, cfg, model_dir: str, **kwargs):
-        """``training.Trainer`` under ``runtime``'s strategy (``ParameterServerTrainer`` under
-        parameter servers); ``jit_compile``: XLA."""
+        """``tensorflow_training.Trainer`` under ``runtime``'s strategy
+        (``ParameterServerTrainer`` under parameter servers); ``jit_compile``: XLA."""
         parameter_server = distribute.is_parameter_server(runtime.strategy)
         trainer = ParameterServerTrainer if parameter_server else Trainer
         return trainer(

@@ -59,8 +59,8 @@ def derived(base: Experiment, name: str, about: str, model: str | None = None, *
 
 # --- The changes the experiments combine ------------------------------------------------------
 # The original 2016 tensorflow/models resnet/ code the paper forked, with batch norm removed as
-# the paper says (models/model.py): leaky ReLU 0.1, pre-activation units, its trained head
-ORIGINAL_2016_NETWORK = {"relu_leakiness": 0.1, "preactivation": True, "head": "original_2016"}
+# the paper says (models/blocks.py): leaky ReLU 0.1, pre-activation units, its trained head
+ORIGINAL_2016_NETWORK = {"relu_leakiness": 0.1, "block": "preactivation", "head": "original_2016"}
 # its weight decay: 0.0002 * tf.nn.l2_loss(w) = 0.0002 * sum(w^2) / 2, 2e-4 * w on the gradient
 ORIGINAL_2016_DECAY = {"weight_decay": 2e-4}
 # the "13.59 million" parameters of the paper's text: conv biases and 1x1 projection shortcuts
@@ -147,7 +147,7 @@ _ALL = (
         CIFAR10,
         "cifar10_preactivation",
         "CIFAR-10 with the 2016 code's activations alone (pre-activation units, ReLU)",
-        network={"preactivation": True},
+        network={"block": "preactivation"},
     ),
     derived(
         CIFAR10,
@@ -160,7 +160,7 @@ _ALL = (
         "cifar10_preactivation_trained_head",
         "CIFAR-10 with the 2016 code's activations and last layer together (pre-activation "
         "units, its trained head, ReLU): its network without the leaky slope",
-        network={"preactivation": True, "head": "original_2016"},
+        network={"block": "preactivation", "head": "original_2016"},
     ),
     ORIGINAL_2016,
     derived(
@@ -268,7 +268,7 @@ CLAIM_CHANGES = {
     "no_identity": {"identity": False},
     "leaky_relu": {"relu_leakiness": 0.1},
     "conv_bias": {"conv_bias": True},
-    "batch_norm": {"norm": "batch", "init": "he"},
+    "batch_norm": {"block": "preactivation", "norm": "batch", "init": "he"},
 }
 _CLAIMS = tuple(
     derived(

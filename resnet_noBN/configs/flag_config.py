@@ -76,8 +76,11 @@ def validated(cfg):
     return cfg
 
 
-def define_flags(defaults, exclude: tuple[str, ...] = ()) -> None:
-    """A flag for every field of the config dataclass ``defaults`` but those in ``exclude``.
+def define_flags(
+    defaults, exclude: tuple[str, ...] = (), only: tuple[str, ...] | None = None
+) -> None:
+    """A flag for every field of the config dataclass ``defaults`` but those in ``exclude``
+    (``only``: those fields alone; :func:`config_from_flags` gives the others their defaults).
 
     ``defaults``: the class (the flags' defaults are its fields' defaults) or an instance (its
     values: a launcher's recipe). The flags belong to the calling module (its ``--help``).
@@ -86,10 +89,14 @@ def define_flags(defaults, exclude: tuple[str, ...] = ()) -> None:
     instance = defaults() if isinstance(defaults, type) else defaults
     types = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = set(exclude) - set(names)
+    unknown = (set(exclude) | set(only or ())) - set(names)
     if unknown:
         raise ValueError(f"{cls.__name__} has no field(s) {', '.join(sorted(unknown))}")
-    fields = [f for f in dataclasses.fields(cls) if f.name not in exclude]
+    fields = [
+        f
+        for f in dataclasses.fields(cls)
+        if f.name not in exclude and (only is None or f.name in only)
+    ]
     for field in fields:
         if "help" not in field.metadata:
             raise ValueError(
@@ -119,6 +126,21 @@ def _define(name: str, kind, default, metadata) -> None:
         flags.DEFINE_string(name, ",".join(map(str, default)), help_text)
     else:
         raise TypeError(f"--{name}: no flag for a field of type {kind}")
+
+
+def add_argument(parser, cls, name: str) -> None:
+    """The option ``--name`` of an ``argparse`` parser (a benchmark's) made from the field
+    ``name`` of the config dataclass ``cls``, as :func:`define_flags` makes the absl flag: its
+    default, help and choices written once, in the field."""
+    import argparse
+
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    kind, default = typing.get_type_hints(cls)[name], getattr(cls(), name)
+    if kind is bool:
+        options = {"action": argparse.BooleanOptionalAction}
+    else:
+        options = {"type": kind, "choices": field.metadata.get("choices")}
+    parser.add_argument(f"--{name}", default=default, help=field.metadata["help"], **options)
 
 
 def config_from_flags(cls, base=None, **overrides):

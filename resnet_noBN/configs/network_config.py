@@ -3,9 +3,9 @@ Section 4), each field declared once: its default (the paper's), its flag's help
 string, its choices. Plain dataclasses and names, no Keras: a launcher builds and checks a run
 config, and answers a bad flag, before any backend loads.
 
-The builders read them: ``models.model`` (the CIFAR network and the block variants: its
-:data:`~resnet_noBN.models.model.INIT_STDDEVS`, ``SHORTCUTS`` and ``BLOCKS`` hold one function
-for each name here, tested) and ``models.imagenet_model``.
+The builders read them: ``models.layers``, ``models.blocks`` and ``models.networks`` (their
+:data:`~resnet_noBN.models.layers.INIT_STDDEVS`, ``SHORTCUTS``, ``BLOCKS`` and ``NORMALIZERS``
+hold one function for each name here, tested) and ``models.imagenet_model``.
 
 * :class:`BlockConfig`: the switches of a residual block, shared by both networks;
 * :class:`NetworkConfig`: those, the classes and the head;
@@ -20,21 +20,34 @@ import dataclasses
 from resnet_noBN.configs import presets
 from resnet_noBN.configs.flag_config import check_choices
 
-# --init: the residual convolutions' init (models.model.INIT_STDDEVS)
+# --init: the residual convolutions' init (models.layers.INIT_STDDEVS)
 INITS = ("hardt_ma", "standard", "he")
-# --shortcut: the shape-changing shortcut (models.model.SHORTCUTS)
+# --shortcut: the shape-changing shortcut (models.layers.SHORTCUTS)
 SHORTCUTS = ("pool_pad", "projection")
-# --norm: the block variant (models.model.BLOCKS)
+# --block: the residual block (models.blocks.BLOCKS)
+BLOCKS = ("hardt_ma", "preactivation")
+# --norm: what stands where the original code's unit normalises (models.blocks.NORMALIZERS)
 NORMS = ("none", "batch")
-# the norms a pre-activation unit (--preactivation) can be built with: what stands where the
-# original code's unit normalises (models.model.NORMALIZERS)
-NORMALIZED = ("none", "batch")
+# the blocks that normalise (read --norm): the original code's pre-activation unit
+NORMALIZED = ("preactivation",)
 # --head: the last layer: the paper's fixed random projection, the same trained, or the original
-# code's trained fully connected layer with a bias (models.model.projection_head)
+# code's trained fully connected layer with a bias (models.networks.projection_head)
 HEADS = ("random", "trainable", "original_2016")
 LAYOUTS = ("channels_last", "channels_first")
 # --downsample: what replaces ResNet-34's max-pool in the ImageNet network
 DOWNSAMPLES = ("block", "conv")
+
+
+def upgraded(network: dict) -> dict:
+    """A network recorded by an older version (a config.json's network section) in today's
+    fields: before ``--block``, the original code's unit was ``--preactivation`` (recorded as
+    ``preactivation``), or ``--norm=batch``, which always built it. A record with neither knew
+    only the paper's block, today's default."""
+    if "block" in network or not {"preactivation", "norm"} & network.keys():
+        return network
+    original = network.get("preactivation") or network.get("norm", "none") != "none"
+    rest = {k: v for k, v in network.items() if k != "preactivation"}
+    return {**rest, "block": "preactivation" if original else "hardt_ma"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +59,7 @@ class BlockConfig:
     alternatives are the original code's (module docstring). Both networks' configs derive from
     this class (:class:`NetworkConfig`), so a field added here is a flag of both launchers,
     checked by :meth:`validate`, recorded in their config.json, and read by the block functions
-    through :attr:`block`.
+    through :attr:`switches`.
     """
 
     init: str = dataclasses.field(
@@ -86,22 +99,25 @@ class BlockConfig:
             "chain (the paper's title claim)."
         },
     )
+    block: str = dataclasses.field(
+        default="hardt_ma",
+        metadata={
+            "choices": BLOCKS,
+            "help": "The residual block (models/blocks.py BLOCKS): hardt_ma, the paper's "
+            "x + C2(ReLU(C1(x))); preactivation, the original 2016 code's unit "
+            "x + C2(σ(N(C1(σ(N(x)))))) (two activations per block where Table 1's text has "
+            "one), the stem's σ shared with the first shortcut, σ before the global pool; N is "
+            "--norm.",
+        },
+    )
     norm: str = dataclasses.field(
         default="none",
         metadata={
             "choices": NORMS,
-            "help": "The block variant (models/model.py BLOCKS): none is the paper's; batch: "
-            "the original code's pre-activation unit with batch norm restored (BN, ReLU, conv, "
-            "BN, ReLU, conv), the baseline the paper departs from; use with --init=he.",
-        },
-    )
-    preactivation: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "The original 2016 code's activations, its batch norm removed: "
-            "x + C2(σ(C1(σ(x)))) (two per block where Table 1's text has one), the stem's σ "
-            "shared with the first shortcut, σ before the global pool. --norm=batch always has "
-            "them (the original unit)."
+            "help": "What stands where the original code's unit normalises (--block="
+            "preactivation): none (the 2016 code with batch norm removed, as the paper has it), "
+            "or batch (its batch norm restored: BN, ReLU, conv, BN, ReLU, conv, the baseline the "
+            "paper departs from; use with --init=he).",
         },
     )
     data_format: str = dataclasses.field(
@@ -128,7 +144,7 @@ class BlockConfig:
         return cls(**{name: getattr(config, name) for name in names})
 
     @property
-    def block(self) -> BlockConfig:
+    def switches(self) -> BlockConfig:
         """The block switches alone: all that the block functions get."""
         return BlockConfig.of(self)
 
@@ -138,10 +154,10 @@ class BlockConfig:
         if not 0 <= self.relu_leakiness < 1:
             raise ValueError(f"--relu_leakiness must be in [0, 1), got {self.relu_leakiness}")
         check_choices(self)
-        if self.preactivation and self.norm not in NORMALIZED:
+        if self.norm != "none" and self.block not in NORMALIZED:
             raise ValueError(
-                f"--preactivation is the original code's unit: use it with --norm="
-                f"{' or '.join(NORMALIZED)}, not --norm={self.norm}"
+                f"--norm={self.norm} stands where the original code's unit normalises: use it "
+                f"with --block={' or '.join(NORMALIZED)}, not --block={self.block}"
             )
 
     def check_widths(self, first_width: int, stage_widths: tuple[int, ...]) -> None:
@@ -199,7 +215,7 @@ class ModelConfig(NetworkConfig):
 
     The block's switches (``init`` .. ``data_format``, from :class:`BlockConfig`, at the paper's
     values), ``num_classes`` and ``head`` (:class:`NetworkConfig`), then the stages.
-    :attr:`block` is all that the block functions get. conv_bias defaults to False: Table 1's
+    :attr:`switches` is all that the block functions get. conv_bias defaults to False: Table 1's
     "55 convolutions, 13.5M parameters" are the kernels alone, the original ``_conv`` has no
     bias, and "the only trainable weights in our model are those of the convolutions"
     (Section 4).
@@ -249,7 +265,7 @@ class ImageNetConfig(NetworkConfig):
 
     The block's switches (``init`` .. ``data_format``), ``num_classes`` and ``head`` are
     :class:`NetworkConfig`'s, declared there once for both networks, at the
-    paper's values (the block reads them through :attr:`block`). ``stage_units`` /
+    paper's values (the block reads them through :attr:`switches`). ``stage_units`` /
     ``stage_widths`` / ``stem_filters`` / ``image_size`` shrink it for tests and smoke runs.
     """
 

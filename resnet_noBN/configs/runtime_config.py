@@ -55,7 +55,9 @@ class RuntimeConfig:
         metadata={
             "may_change": True,
             "choices": PRECISIONS,
-            "help": "mixed_bfloat16: bfloat16 compute, float32 weights and updates.",
+            "help": "float32 (the paper's; a GPU may run its matmuls in TF32), mixed_bfloat16 "
+            "(bfloat16 convolutions and activations; the residual stream, weights and updates "
+            "float32), or true_float32 (float32 everywhere, TF32 off, as on the paper's K40).",
         },
     )
     jit_compile: bool = dataclasses.field(

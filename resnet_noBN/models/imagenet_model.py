@@ -3,8 +3,8 @@
 Hardt & Ma (Section 4) describe it in one sentence: the 34-layer ResNet of He et al. (stages of
 3, 4, 6, 3 basic blocks, widths 64, 128, 256, 512), batch norm and max-pool removed, the same
 initialisation and fixed random projection head as their CIFAR model, "35.7M" trainable
-parameters. Everything else is the CIFAR model's machinery from :mod:`resnet_noBN.models.model`
-(``conv``, ``residual_stages``, ``pool_and_project``; its config,
+parameters. Everything else is the CIFAR model's machinery (:mod:`resnet_noBN.models.layers`,
+``blocks`` and ``networks``: ``conv``, ``residual_stages``, ``pool_and_project``; its config,
 ``configs.network_config.ImageNetConfig``, has the block's switches of the CIFAR network's), so
 the two networks differ only where ImageNet forces them to, and every block switch and block
 variant of the CIFAR model is one here too:
@@ -74,15 +74,8 @@ from __future__ import annotations
 import keras
 
 from resnet_noBN.configs.network_config import ImageNetConfig
-from resnet_noBN.models.model import (
-    Block,
-    activation,
-    conv,
-    he_stddev,
-    image_input,
-    pool_and_project,
-    residual_stages,
-)
+from resnet_noBN.models.layers import Block, activation, conv, he_stddev
+from resnet_noBN.models.networks import image_input, pool_and_project, residual_stages
 
 
 def build_imagenet_model(

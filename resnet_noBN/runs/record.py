@@ -32,6 +32,7 @@ import dataclasses
 import json
 import os
 
+from resnet_noBN.configs import network_config
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
 
@@ -67,9 +68,11 @@ def may_change(*classes) -> frozenset[str]:
 
 def section(saved: dict, name: str) -> dict:
     """Section ``name`` of a saved record; of an older, flat one, the record itself (its keys
-    are the fields' names)."""
+    are the fields' names). An older network in today's fields (``network_config.upgraded``:
+    ``preactivation`` is now ``--block``)."""
     value = saved.get(name)
-    return value if isinstance(value, dict) else saved
+    value = value if isinstance(value, dict) else saved
+    return network_config.upgraded(value) if name == "network" else value
 
 
 def read_config(model_dir: str) -> dict:

@@ -6,7 +6,7 @@ made safe to resume):
    take refused, the devices or strategy, the batches checked against them, the seed: the
    config's, or the one ``config.json`` recorded where the run resumes, or drawn);
 2. the data prepared and checked once (``Inputs.prepare``), before anything is written;
-3. the folder claimed (one run per folder), the record checked against the run it holds and
+3. the folder locked (one run per folder), the record checked against the run it holds and
    written (``run_config.checked_record``), the banner printed;
 4. the sources and the trainer built.
 
@@ -25,8 +25,8 @@ from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs.errors import CheckpointError, DataError, InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.imagenet_model import build_imagenet_model
-from resnet_noBN.models.model import build_cifar_model
-from resnet_noBN.runs import folder_claim, record, run_config
+from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.runs import folder_lock, record, run_config
 from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trainers.loop import TrainLoop
 
@@ -145,21 +145,21 @@ def start(
     config: RunConfig, model_dir: str, inputs: Inputs | None = None, title: str = "", **kwargs
 ) -> Run:
     """A whole run set up in ``model_dir`` (the module's order), ready to train: the runtime,
-    the data checked, the folder claimed for the rest of the process (``runs.folder_claim``:
+    the data checked, the folder locked for the rest of the process (``runs.folder_lock``:
     exit 2 where another run holds it), the record written, the sources and the trainer
     (``kwargs``: its schedule, top5). Nothing is written before the inputs are checked."""
     inputs = inputs or Inputs()
     config = run_config.resumed(config, model_dir)
     runtime = start_runtime(config, model_dir)
     inputs.prepare(config, runtime)
-    # the whole job's claim: other tasks write nothing there; a run refused before it writes
+    # the whole job's lock: other tasks write nothing there; a run refused before it writes
     # (the folder holds another run) leaves the folder as it found it
-    claim = folder_claim.claim(model_dir) if runtime.is_chief else None
+    lock = folder_lock.lock(model_dir) if runtime.is_chief else None
     try:
         saved = begin(config, runtime, model_dir, inputs.label(config))
     except (InputError, DataError, CheckpointError):
-        if claim is not None:
-            claim.withdraw()
+        if lock is not None:
+            lock.withdraw()
         raise
     if getattr(config.data, "cifar100_layout", "official") == "original_2016":
         print(ORIGINAL_2016_WARNING, file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """The JAX training loop: :class:`trainers.loop.TrainLoop` on one host's accelerators or on every
 device of a JAX job of several processes, with Keras 3's JAX backend and no TensorFlow.
 
-The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training
+The same network (:mod:`models.networks`), recipe (:mod:`trainers.recipe`) and training
 stream (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow loop; what differs is how they run:
 
 * **Stateless, compiled steps.** ``model.stateless_call`` and ``optimizer.stateless_apply`` in
@@ -36,7 +36,7 @@ import numpy as np
 
 from resnet_noBN.datasets import stream
 from resnet_noBN.host import preemption
-from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.models.networks import decayed_weights, weight_decay_loss
 from resnet_noBN.trainers import health, jax_agreed
 from resnet_noBN.trainers.one_process import OneProcessTrainer
 from resnet_noBN.trainers.recipe import objective, top_classes
@@ -96,8 +96,12 @@ class JaxTrainer(OneProcessTrainer):
                 trainable, non_trainable, images, labels, replicas
             )
             total = functools.partial(_sum_in_order, axis_name="batch")
-            largest = jax.numpy.max(jax.lax.all_gather(parts[3], "batch"))
-            parts = jax.numpy.concatenate([total(parts[:3]), largest[None]])
+            parts = {
+                name: jax.numpy.max(jax.lax.all_gather(value, "batch"))
+                if health.METRICS[name] == "max"
+                else total(value)
+                for name, value in parts.items()
+            }
             return (total(loss), parts, non_trainable), jax.tree.map(total, grads)
 
         replicated, split = jax.sharding.PartitionSpec(), jax.sharding.PartitionSpec("batch")
@@ -111,7 +115,7 @@ class JaxTrainer(OneProcessTrainer):
 
     def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
-        (new state, ``totals`` with this step added: ``health.add_step``)."""
+        (new state, the call's metrics ``totals`` with this step's added: ``health.add_step``)."""
         trainable, non_trainable, optimizer = state
         x, y = stream.training_batch(images, labels, seed, step, batch, pad)
         if len(self.devices) > 1:
@@ -126,8 +130,8 @@ class JaxTrainer(OneProcessTrainer):
             )
         norm_sq = health.grad_norm_sq(grads)
         trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
-        step_totals = health.step_totals(loss, parts, batch, norm_sq)
-        return (trainable, non_trainable, optimizer), health.add_step(totals, step_totals)
+        metrics = health.step_metrics(loss, parts, batch, norm_sq)
+        return (trainable, non_trainable, optimizer), health.add_step(totals, metrics)
 
     def _eval_batch_fn(self, trainable, non_trainable, images):
         logits, _ = self.model.stateless_call(
@@ -145,9 +149,9 @@ class JaxTrainer(OneProcessTrainer):
             "pad": source.pad,
         }
 
-    def run_steps(self, data: dict, num_steps: int) -> np.ndarray:
+    def run_steps(self, data: dict, num_steps: int) -> dict:
         """``num_steps`` compiled steps dispatched back to back (JAX runs them asynchronously:
-        the host waits once, for the call's totals). One compiled step rather than a
+        the host waits once, for the call's metrics). One compiled step rather than a
         ``fori_loop`` of them: XLA's CPU backend runs a loop body's convolutions tens of times
         slower than the same step on its own.
 
@@ -164,11 +168,12 @@ class JaxTrainer(OneProcessTrainer):
         seed = np.uint32(data["seed"] % 2**32)
         # placed as the step's own output is, so the step compiles once, not again for its
         # second call in a chunk
-        totals = jax.device_put(np.zeros([len(health.CALL_TOTALS)], np.float32), self._replicated)
+        zeros = {name: np.float32(0) for name in health.METRICS}
+        totals = jax.device_put(zeros, self._replicated)
         cpu_mesh = len(self.devices) > 1 and self.devices[0].platform == "cpu"
         for i in range(num_steps):
             if cpu_mesh and i and i % CPU_STEPS_IN_FLIGHT == 0:
-                totals.block_until_ready()
+                jax.block_until_ready(totals)
             self._state, totals = self._step_jit(
                 self._state,
                 totals,
@@ -180,7 +185,7 @@ class JaxTrainer(OneProcessTrainer):
                 data["pad"],
             )
         self._step += num_steps
-        return np.asarray(totals)
+        return health.to_numpy(totals)
 
     def eval_batches(self, eval_source):
         images, labels = eval_source

@@ -7,10 +7,9 @@ checkpoint), with several steps per compiled call so the host wakes only at the 
 :data:`SECONDS_PER_CALL`), the progress scalars, divergence (:class:`TrainingDiverged`), the run
 log and the one-line summary, the restore of the newest readable checkpoint and the totals of an
 evaluation. A backend supplies the compiled steps, how to list, read and write one checkpoint,
-how to count one evaluation batch, and the preemption guard: ``training.Trainer`` (TensorFlow,
-any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's devices or a
-job's). No
-TensorFlow here.
+how to count one evaluation batch, and the preemption guard: ``tensorflow_training.Trainer``
+(TensorFlow, any ``tf.distribute`` strategy) and ``jax_training.JaxTrainer`` (JAX, one host's
+devices or a job's). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -96,10 +95,10 @@ class TrainLoop:
         """What :meth:`run_steps` draws the batches of ``step`` on from."""
         raise NotImplementedError
 
-    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
-        """``num_steps`` updates in one compiled call: its ``health.CALL_TOTALS`` (the sums of
-        the losses, hits and examples, the two terms, the last gradient norm, the largest
-        |logit|)."""
+    def run_steps(self, iterator, num_steps: int) -> dict:
+        """``num_steps`` updates in one compiled call: its metrics by name (``health.METRICS``:
+        the sums of the losses, hits and examples and of the two terms, the last gradient norm,
+        the largest |logit|), floats on the host."""
         raise NotImplementedError
 
     def eval_batches(self, eval_source):

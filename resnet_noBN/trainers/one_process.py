@@ -39,7 +39,7 @@ class OneProcessTrainer(TrainLoop):
 
     ``train(source, eval_source)``: ``source`` a ``stream.TrainSplit``, ``eval_source`` the test
     split as (uint8 images, int32 labels), evaluated whole, in order, standardised only.
-    ``schedule`` and ``top5`` as in ``training.Trainer``.
+    ``schedule`` and ``top5`` as in ``tensorflow_training.Trainer``.
     """
 
     def __init__(
@@ -171,7 +171,7 @@ class OneProcessTrainer(TrainLoop):
 
     def read_weights(self, path: str) -> None:
         """A weights file (the ``model/`` arrays of a checkpoint and its ``step``, no optimizer
-        state: what a GPU lease brings back, ``resnet_noBN.lease.collect.cut_weights``) into the
+        state: what a GPU lease brings back, ``ops.lease.collect.cut_weights``) into the
         model, every array's shape checked before any is assigned; the step is the file's."""
         variables = {n: v for n, v in self._named_variables().items() if n.startswith("model/")}
         with np.load(path) as saved:

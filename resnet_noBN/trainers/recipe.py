@@ -189,23 +189,21 @@ def objective(logits, labels, decay, cfg: TrainConfig, replicas: int = 1):
     ``decay`` / ``replicas``: summed over the replicas (the all-reduce of the gradients), that is
     the mean loss over the global batch plus the decay once, whatever the number of replicas
     (what TF's ``compute_average_loss`` and ``scale_regularization_loss`` do). ``parts``
-    (float32, for the run's health, ``trainers.health``): [arg max hits, the cross-entropy term,
-    the decay term (each this replica's share: they sum over the replicas), the largest |logit|].
-    ``logits`` are cast to float32.
+    (float32 scalars by name, for the run's health, ``health.METRICS``): ``correct`` (arg max
+    hits), ``cross_entropy`` and ``weight_decay`` (each this replica's share: they sum over the
+    replicas), ``max_abs_logit`` (the largest |logit|). ``logits`` are cast to float32.
     """
     logits = ops.cast(logits, "float32")
     per_example = LOSSES[cfg.loss](logits, labels, cfg)
     cross_entropy = ops.sum(per_example) / cfg.batch_size
     decay_share = ops.cast(decay, "float32") / replicas
     hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), ops.cast(labels, "int32"))
-    parts = ops.stack(
-        [
-            ops.sum(ops.cast(hits, "float32")),
-            cross_entropy,
-            decay_share,
-            ops.max(ops.abs(logits)),
-        ]
-    )
+    parts = {
+        "correct": ops.sum(ops.cast(hits, "float32")),
+        "cross_entropy": cross_entropy,
+        "weight_decay": decay_share,
+        "max_abs_logit": ops.max(ops.abs(logits)),
+    }
     return cross_entropy + decay_share, parts
 
 

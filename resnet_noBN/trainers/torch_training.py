@@ -2,7 +2,7 @@
 CUDA GPU Keras' torch backend places its tensors on), with Keras 3's torch backend and no
 TensorFlow.
 
-The same network (:mod:`models.model`), recipe (:mod:`trainers.recipe`) and training stream
+The same network (:mod:`models.networks`), recipe (:mod:`trainers.recipe`) and training stream
 (:mod:`resnet_noBN.datasets.stream`) as the TensorFlow and JAX loops; how they run here:
 
 * **Eager steps.** Each step is the forward pass, the paper's loss plus weight decay
@@ -22,7 +22,7 @@ import torch
 from keras import ops
 
 from resnet_noBN.datasets import stream
-from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.models.networks import decayed_weights, weight_decay_loss
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.one_process import OneProcessTrainer
 from resnet_noBN.trainers.recipe import objective, top_classes
@@ -37,7 +37,7 @@ class TorchTrainer(OneProcessTrainer):
 
     def _train_step(self, images, labels, seed: int, step: int, pad: int):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
-        its ``health.step_totals``, a tensor on the device."""
+        its ``health.step_metrics``, tensors on the device."""
         batch = self.cfg.batch_size
         x, y = stream.training_batch(images, labels, seed, step, batch, pad)
         logits = self.model(x, training=True)
@@ -50,7 +50,8 @@ class TorchTrainer(OneProcessTrainer):
         with torch.no_grad():
             norm_sq = health.grad_norm_sq(grads)
             self.optimizer.apply(grads, variables)
-            return health.step_totals(loss.detach(), parts.detach(), batch, norm_sq)
+            parts = {name: value.detach() for name, value in parts.items()}
+            return health.step_metrics(loss.detach(), parts, batch, norm_sq)
 
     # ----------------------------------------------------------------- the backend's part
     def place(self, source) -> dict:
@@ -61,8 +62,8 @@ class TorchTrainer(OneProcessTrainer):
             "pad": source.pad,
         }
 
-    def run_steps(self, data: dict, num_steps: int) -> np.ndarray:
-        """``num_steps`` eager steps back to back; the host reads their totals once."""
+    def run_steps(self, data: dict, num_steps: int) -> dict:
+        """``num_steps`` eager steps back to back; the host reads their metrics once."""
         totals = health.zeros()
         for i in range(num_steps):
             step = self._train_step(
@@ -70,7 +71,7 @@ class TorchTrainer(OneProcessTrainer):
             )
             totals = health.add_step(totals, step)
         self._step += num_steps
-        return totals.cpu().numpy()
+        return health.to_numpy(totals)
 
     def eval_batches(self, eval_source):
         images, labels = eval_source

@@ -22,12 +22,11 @@ import tempfile
 from collections.abc import Callable
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import peers, preemption
-from resnet_noBN.models.model import decayed_weights, weight_decay_loss
+from resnet_noBN.models.networks import decayed_weights, weight_decay_loss
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.loop import TrainLoop
 from resnet_noBN.trainers.recipe import make_optimizer, objective, top_classes
@@ -127,25 +126,34 @@ class Trainer(TrainLoop):
 
     def _replica_step(self, images, labels):
         """One update: gradients (XLA-compiled if asked), then the all-reducing optimizer; this
-        replica's ``health.step_totals``."""
+        replica's ``health.step_metrics``, each of shape [1] (gathered across the replicas)."""
         (loss, parts, count), grads = self._loss_and_grads(images, labels)
         norm_sq = self._grad_norm_sq(grads)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return health.step_totals(loss, parts, count, norm_sq)
+        metrics = health.step_metrics(loss, parts, count, norm_sq)
+        return {name: tf.reshape(value, [1]) for name, value in metrics.items()}
+
+    def _across_replicas(self, per_replica: dict) -> dict:
+        """A step's metrics over the replicas, each by its rule (``health.METRICS``): a sum
+        summed, a last (the same on each replica) their mean, a max their largest (gathered:
+        tf.distribute reduces by sums and means)."""
+        step = {}
+        for name, rule in health.METRICS.items():
+            value = per_replica[name]
+            if rule == "max":
+                step[name] = tf.reduce_max(self.strategy.gather(value, axis=0))
+            else:
+                op = tf.distribute.ReduceOp.SUM if rule == "sum" else tf.distribute.ReduceOp.MEAN
+                step[name] = self.strategy.reduce(op, value, axis=None)[0]
+        return step
 
     def _run_steps_fn(self, iterator, num_steps):
-        """``num_steps`` updates in a graph loop: their ``health.CALL_TOTALS``. A step's vector
-        is summed over the replicas, but its gradient norm (the same on each: their mean) and its
-        largest |logit| (their largest, gathered: tf.distribute reduces by sums and means)."""
+        """``num_steps`` updates in a graph loop: their metrics (``health.METRICS``), each step's
+        combined over the replicas (:meth:`_across_replicas`)."""
         totals = health.zeros()
         for _ in tf.range(num_steps):
             per_replica = self.strategy.run(self._replica_step, args=next(iterator))
-            summed = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-            mean = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
-            every = tf.reshape(self.strategy.gather(per_replica, axis=0), [-1, totals.shape[0]])
-            largest = tf.reduce_max(every[:, -1])
-            step = tf.concat([summed[: health.SUMMED], mean[health.SUMMED : -1], [largest]], 0)
-            totals = health.add_step(totals, step)
+            totals = health.add_step(totals, self._across_replicas(per_replica))
         return totals
 
     def _replica_eval(self, images, labels, index=None):
@@ -192,8 +200,8 @@ class Trainer(TrainLoop):
         """An iterator over the distributed dataset that ``dataset_fn(input_context)`` builds."""
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
-    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
-        return self._run_steps(iterator, tf.constant(num_steps)).numpy()
+    def run_steps(self, iterator, num_steps: int) -> dict:
+        return health.to_numpy(self._run_steps(iterator, tf.constant(num_steps)))
 
     def save(self) -> None:
         """Write a checkpoint at the current step (every worker must call it: it is collective).
@@ -261,7 +269,7 @@ class ParameterServerTrainer(Trainer):
             )
         )
 
-    def run_steps(self, iterator, num_steps: int) -> np.ndarray:
+    def run_steps(self, iterator, num_steps: int) -> dict:
         results = [
             self.coordinator.schedule(self._run_steps, args=(iterator, tf.constant(1)))
             for _ in range(num_steps)

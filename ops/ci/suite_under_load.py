@@ -1,7 +1,7 @@
 """The test suite run as CI runs it, on a busy machine: finds the tests that pass or fail by
 timing luck (issue #47).
 
-    .venv/bin/python bench/suite_under_load.py [--load=2] [--repeat=N] [-- PYTEST_ARGS]
+    .venv/bin/python ops/ci/suite_under_load.py [--load=2] [--repeat=N] [-- PYTEST_ARGS]
 
 Without PYTEST_ARGS each repeat is ``bash .ci/run`` (venv, ruff, the whole suite); with them,
 ``.venv/bin/python -m pytest PYTEST_ARGS`` (e.g. ``-- tests/test_jax_multiprocess.py``), the
@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 

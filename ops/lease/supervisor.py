@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from resnet_noBN.lease import carry, collect, plan
+from ops.lease import carry, collect, plan
 
 POLL_S = 2.0
 WORK = Path("runs/lease")  # under the tree's root; ignored by git, never carried
@@ -452,7 +452,7 @@ class Supervisor:
             return [
                 self.k.python,
                 "bench/torch_twin.py",
-                "--precision=bfloat16",
+                "--autocast=bfloat16",
                 *device,
                 *compile_flag,
                 f"--output={out}",

@@ -1,13 +1,13 @@
 """The lease's command line (``launch/gpu_lease.sh`` runs it; module docstrings say more):
 
-    python3 -m resnet_noBN.lease call                  # there: one call of the lease
-    python3 -m resnet_noBN.lease supervise             # there: the detached supervisor
-    python3 -m resnet_noBN.lease prepare DATA_DIR      # here: the data parts into .carry/
-    python3 -m resnet_noBN.lease budget                # here: what each call of the default carries
-    python3 -m resnet_noBN.lease collect DIR... [--into runs/lease/back]   # here: what came back
-    python3 -m resnet_noBN.lease check --data cifar10=DIR [--into ...]     # here: weights on CPU
+    python3 -m ops.lease call                  # there: one call of the lease
+    python3 -m ops.lease supervise             # there: the detached supervisor
+    python3 -m ops.lease prepare DATA_DIR      # here: the data parts into .carry/
+    python3 -m ops.lease budget                # here: what each call of the default carries
+    python3 -m ops.lease collect DIR... [--into runs/lease/back]   # here: what came back
+    python3 -m ops.lease check --data cifar10=DIR [--into ...]     # here: weights on CPU
 
-The lease's settings come from the environment (``LEASE_*``, ``resnet_noBN.lease.plan.Knobs``).
+The lease's settings come from the environment (``LEASE_*``, ``ops.lease.plan.Knobs``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from resnet_noBN.lease import call, carry, collect, plan, supervisor
+from ops.lease import call, carry, collect, plan, supervisor
 
 ROOT = Path.cwd()  # the tree's root: launch/gpu_lease.sh and the device run from it
 
@@ -108,7 +108,7 @@ def check(into: Path, data: dict[str, str]) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m resnet_noBN.lease", description=__doc__.split("\n\n")[0]
+        prog="python3 -m ops.lease", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("call")

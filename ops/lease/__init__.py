@@ -15,6 +15,6 @@ included), in calls of at most 10 minutes that each carry at most 64 MiB and bri
     call        one call of the lease
 
 Run on the GPU machine from the source tree, nothing installed: ``PYTHONPATH=. python3 -m
-resnet_noBN.lease call`` (``launch/gpu_lease.sh``). Standard library only, and of the project
+ops.lease call`` (``launch/gpu_lease.sh``). Standard library only, and of the project
 only ``configs.experiments``: the plan starts before anything is unpacked.
 """

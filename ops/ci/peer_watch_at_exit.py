@@ -4,7 +4,7 @@ calls then nearly always in flight), run a few gradient-sum-like collectives and
 A store call in flight as Python finalizes aborts its process (SIGABRT: -6 in the record, 134
 from a shell; "FATAL: exception not rethrown": CPython gh-87135), unless the watch stops first.
 
-    .venv/bin/python bench/peer_watch_at_exit.py [--rounds=20] [--tree=DIR] [--record=FILE]
+    .venv/bin/python ops/ci/peer_watch_at_exit.py [--rounds=20] [--tree=DIR] [--record=FILE]
 
 ``--tree``: the repository whose ``resnet_noBN`` runs (default this one; another commit's
 checkout to compare). Appends one JSON line to ``--record``: date, machine, tree, commit, and
@@ -21,8 +21,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_under_load import machine  # noqa: E402
 
 from resnet_noBN.host.cluster import free_ports  # noqa: E402
@@ -66,7 +66,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tree", type=Path, default=REPO)
-    parser.add_argument("--record", type=Path, default=REPO / "bench" / "peer_watch_at_exit.jsonl")
+    parser.add_argument(
+        "--record", type=Path, default=REPO / "ops" / "ci" / "peer_watch_at_exit.jsonl"
+    )
     args = parser.parse_args()
     git = ["git", "-C", str(args.tree)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)

@@ -1,9 +1,9 @@
-"""One run per folder: a run's exclusive claim on its ``--model_dir``, for as long as it lives.
+"""One run per folder: a run's exclusive lock on its ``--model_dir``, for as long as it lives.
 
-The claim is a kernel lock (``fcntl.flock``, exclusive, not waiting) on ``<model_dir>/run.lock``,
+The lock is a kernel lock (``fcntl.flock``, exclusive, not waiting) on ``<model_dir>/run.lock``,
 taken before anything else is written there. The kernel releases it when the process ends,
-however it ends (an exit, an error, ``kill -9``): a claim is stale exactly when no living process
-holds the lock, and the next run (a rerun, a SLURM requeue, ``launch/local_cluster.py`` run
+however it ends (an exit, an error, ``kill -9``): a lock file is stale exactly when no living
+process holds the lock, and the next run (a rerun, a SLURM requeue, ``launch/local_cluster.py`` run
 again) takes it at once and resumes. The file also says who took it last (host, process id,
 start time), which the refusal names; the file itself stays in the folder after the run, and
 means nothing while no process holds its lock.
@@ -14,9 +14,9 @@ mounted with ``-o flock`` and GPFS: across hosts. Where the file system locks on
 host (Lustre's ``-o localflock``, a FUSE file system that does not implement locks, e.g. an
 object-store mount, where the kernel locks locally) it keeps apart the runs of one host only.
 Where it cannot lock at all (ENOLCK: NFSv3 without lockd; EOPNOTSUPP) one warning line says so
-and the run goes on unclaimed.
+and the run goes on unlocked.
 
-A multi-worker job claims its folder once: the chief's claim stands for the job (non-chief
+A multi-worker job locks its folder once: the chief's lock stands for the job (non-chief
 tasks write nothing there).
 """
 
@@ -33,19 +33,19 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
 
 LOCK_FILE = "run.lock"
-# flock's errors where the file system cannot lock: the run goes on unclaimed, with a warning
+# flock's errors where the file system cannot lock: the run goes on unlocked, with a warning
 CANNOT_LOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 class FolderBusy(InputError):
-    """Another living process holds the folder's claim (exit 2, like other bad input)."""
+    """Another living process holds the folder's lock (exit 2, like other bad input)."""
 
 
-class Claim:
-    """The claim on one folder: held until :meth:`release` or the end of the process;
-    ``created``: the paths the claim made (the folder, its lock file), which :meth:`withdraw`
-    removes; ``previous``: what a lock file there before held (the last holder), which it puts
-    back."""
+class FolderLock:
+    """The lock on one folder: held until :meth:`release` or the end of the process;
+    ``created``: the paths taking it made (the folder and those of its parents that were not
+    there, its lock file), which :meth:`withdraw` removes; ``previous``: what a lock file there
+    before held (the last holder), which it puts back."""
 
     def __init__(
         self, folder: str, fd: int | None, created: tuple[str, ...] = (), previous: bytes = b""
@@ -54,7 +54,7 @@ class Claim:
 
     @property
     def locked(self) -> bool:
-        """Whether the file system took the lock (False: it cannot lock; the run is unclaimed)."""
+        """Whether the file system took the lock (False: it cannot lock; the run is unlocked)."""
         return self._fd is not None
 
     def release(self) -> None:
@@ -63,9 +63,9 @@ class Claim:
             self._fd = None
 
     def withdraw(self) -> None:
-        """Release the claim of a run refused before it wrote anything, and remove what the
-        claim made (the lock file, then the folder where it is left empty): the folder as the
-        command found it."""
+        """Release the lock of a run refused before it wrote anything, and remove what taking
+        it made (the lock file, then each folder it created where it is left empty, deepest
+        first): the file system as the command found it."""
         if self._fd is not None and self.previous:
             try:
                 os.ftruncate(self._fd, 0)
@@ -80,8 +80,21 @@ class Claim:
                 pass
 
 
+def missing_folders(folder: str) -> list[str]:
+    """``folder`` and those of its parents not there yet, outermost first: what
+    ``os.makedirs(folder)`` will create."""
+    missing, path = [], os.path.abspath(folder)
+    while path and not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing[::-1]
+
+
 def holder() -> dict:
-    """Who claims: this host, process and the time now (local, with its zone)."""
+    """Who locks: this host, process and the time now (local, with its zone)."""
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
 
@@ -95,18 +108,18 @@ def describe(fd: int) -> str:
         return "its holder not recorded yet"
 
 
-def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
-    """Claim ``folder`` (``flag``'s value; created if need be) for this process:
+def lock(folder: str, flag: str = "--model_dir", print_fn=None) -> FolderLock:
+    """Lock ``folder`` (``flag``'s value; created if need be) for this process:
     :class:`FolderBusy` (one line naming the holder) where a living process holds it;
     InputError where the folder cannot be created or written. ``print_fn`` (default: stderr)
     gets the one warning where the file system cannot lock."""
     import fcntl
 
-    lock = os.path.join(folder, LOCK_FILE)
-    created = tuple(p for p in (folder, lock) if not os.path.exists(p))
+    lock_path = os.path.join(folder, LOCK_FILE)
+    created = tuple(p for p in (*missing_folders(folder), lock_path) if not os.path.exists(p))
     try:
         os.makedirs(folder, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise InputError(
             f"{flag} {folder} cannot be written ({e.strerror}); pick a writable folder"
@@ -126,9 +139,9 @@ def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
             raise
         (print_fn or (lambda line: print(line, file=sys.stderr, flush=True)))(
             f"warning: the file system of {folder} cannot lock ({e.strerror}): this run does "
-            "not claim it, so nothing stops a second run from writing there too"
+            "not lock it, so nothing stops a second run from writing there too"
         )
-        return Claim(folder, None, created)
+        return FolderLock(folder, None, created)
     try:
         previous = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
@@ -136,4 +149,4 @@ def claim(folder: str, flag: str = "--model_dir", print_fn=None) -> Claim:
     except OSError as e:
         os.close(fd)
         raise storage.storage_error(LOCK_FILE, folder, e, "the latest checkpoint") from None
-    return Claim(folder, fd, created, previous)
+    return FolderLock(folder, fd, created, previous)

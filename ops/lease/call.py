@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from resnet_noBN.lease import carry, collect, plan
-from resnet_noBN.lease.supervisor import STORE, WORK, child_env, read_json, write_json
+from ops.lease import carry, collect, plan
+from ops.lease.supervisor import STORE, WORK, child_env, read_json, write_json
 
 CALL_STARTED = time.time()  # the lease's GPU time counts from its first call's start
 CHECK_GPU = """
@@ -139,7 +139,7 @@ def start(knobs: plan.Knobs, root: Path, back: plan.Back, manifest: dict) -> int
     write_json(work / "status.json", first_status(knobs, back, manifest, seen))
     with open(work / "supervisor.log", "w") as log:
         proc = subprocess.Popen(
-            [knobs.python, "-m", "resnet_noBN.lease", "supervise"],
+            [knobs.python, "-m", "ops.lease", "supervise"],
             cwd=root,
             env=child_env(root),
             stdout=log,
