@@ -22,7 +22,7 @@ NAMES = [
     "cifar10_jpeg_q75",
     "cifar10_leaky",
     "cifar10_wd_2016",
-    "cifar10_momentum_2016",
+    "cifar10_momentum_keras",
     "cifar10_preactivation",
     "cifar10_trained_head_2016",
     "cifar10_preactivation_trained_head",

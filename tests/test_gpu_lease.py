@@ -114,9 +114,9 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert 420 < estimate(knobs.runs[0]) < 480  # 60,000 steps at 18,861 images/s and the rest
     left = 900 - 30 - 60  # the start, the first carry calls
     fits, why = plan.schedule(knobs.runs, left, estimate, knobs.margin_s)
-    assert fits == ["cifar10_original_2016_wd"] and "cifar10_paper-s1" in why
+    assert fits == ["cifar10_original_2016_wd"] and "cifar10_paper" in why
     fits, _ = plan.schedule(knobs.runs, 1100 - 30 - 60, estimate, knobs.margin_s)
-    assert fits == ["cifar10_original_2016_wd", "cifar10_paper-s1"]  # LEASE_S=1100 holds both
+    assert fits == ["cifar10_original_2016_wd", "cifar10_paper"]  # LEASE_S=1100 holds both
     assert 1_500 < estimate(c100) < 1_800  # true float32 at the rate one H200 measured
     assert knobs.speed == ("baseline", "latency_hiding") and knobs.probes == ()
     bad = subprocess.run(

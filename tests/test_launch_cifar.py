@@ -63,8 +63,15 @@ def test_summary_of_the_paper_count_with_projection_shortcuts():
 
 def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     model_dir = tmp_path / "run"
+    # Keras' form of momentum, as every run before 2026-11-28: what an older record without an
+    # optimizer ran
+    keras_form = "--optimizer=momentum"
     first = cifar(
-        f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=8", *SMALL
+        f"--data_path={cifar_bin.parent}",
+        f"--model_dir={model_dir}",
+        "--train_steps=8",
+        *SMALL,
+        keras_form,
     )
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.loads(first.stdout.strip().splitlines()[-1])
@@ -97,8 +104,17 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     for key in ("relu_leakiness", "identity", "block", "norm"):
         del flat[key]
     (model_dir / "config.json").write_text(json.dumps(flat))
-    again = cifar(
+    default_form = cifar(
         f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=12", *SMALL
+    )
+    assert default_form.returncode == 2  # it ran Keras' form: today's default is refused
+    assert "(optimizer='momentum' there, 'momentum_2016' now)" in default_form.stderr
+    again = cifar(
+        f"--data_path={cifar_bin.parent}",
+        f"--model_dir={model_dir}",
+        "--train_steps=12",
+        *SMALL,
+        keras_form,
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from {model_dir}/ckpt-8 at step 8" in again.stdout
@@ -109,6 +125,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         f"--model_dir={model_dir}",
         "--train_steps=16",
         *SMALL,
+        keras_form,
         "--num_residual_units=2",
     )
     assert other.returncode == 2
@@ -158,7 +175,11 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
     config["network"]["conv_bias"] = True
     (model_dir / "config.json").write_text(json.dumps(config))
     old = cifar(
-        f"--data_path={cifar_bin.parent}", f"--model_dir={model_dir}", "--train_steps=16", *SMALL
+        f"--data_path={cifar_bin.parent}",
+        f"--model_dir={model_dir}",
+        "--train_steps=16",
+        *SMALL,
+        keras_form,
     )
     assert old.returncode == 2
     assert old.stderr.strip().splitlines()[-1] == (

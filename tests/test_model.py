@@ -359,7 +359,7 @@ def test_a_record_of_before_the_block_flag_reads_as_the_block_it_built():
     assert upgraded(today) is today
     saved = {"network": {"norm": "none", "preactivation": True}, "recipe": {}}
     assert record.section(saved, "network") == {"norm": "none", "block": "preactivation"}
-    assert record.section(saved, "recipe") == {}
+    assert record.section(saved, "recipe") == {"optimizer": "momentum"}  # before the flag
     with pytest.raises(ValueError, match="--norm=batch stands where the original code's unit"):
         ModelConfig(norm="batch").validate()
 

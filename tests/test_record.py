@@ -26,6 +26,9 @@ CPU_RUN = TrainConfig(
     train_steps=8000, lr_boundaries=(4000, 6667), eval_every=500, checkpoint_every=500
 )
 QUARTER = {"stage_widths": (16, 32, 64)}
+# the committed runs ran in Keras' form of momentum, the default before 2026-11-28: they resume
+# with it, and refuse today's default (the 2016 form)
+COMMITTED_RUN = dataclasses.replace(CPU_RUN, optimizer="momentum")
 
 
 def copied(tmp_path, config: Path) -> str:
@@ -48,38 +51,62 @@ def test_the_committed_cifar100_runs_resume_with_their_flags_and_refuse_a_change
     network = ModelConfig(num_classes=100, **QUARTER)
     # the same flags; and what a resumed run may change: more steps, other intervals, the
     # evaluation batch, the precision, the layout of the convolutions, another copy of the data
-    resume(model_dir, network, data=data)
+    resume(model_dir, network, COMMITTED_RUN, data=data)
+    with pytest.raises(InputError, match=r"\(optimizer='momentum' there, 'momentum_2016' now\)"):
+        resume(model_dir, network, CPU_RUN, data=data)
     resume(
         model_dir,
         dataclasses.replace(network, data_format="channels_first"),
-        dataclasses.replace(CPU_RUN, train_steps=12_000, eval_every=1000, eval_batch_size=100),
+        dataclasses.replace(
+            COMMITTED_RUN, train_steps=12_000, eval_every=1000, eval_batch_size=100
+        ),
         dataclasses.replace(data, data_path=None, data_dir="/elsewhere"),
         precision="mixed_bfloat16",
     )
     with pytest.raises(InputError) as refused:
-        resume(model_dir, dataclasses.replace(network, num_residual_units=3), data=data)
+        resume(
+            model_dir,
+            dataclasses.replace(network, num_residual_units=3),
+            COMMITTED_RUN,
+            data=data,
+        )
     assert str(refused.value) == (
         f"--model_dir {model_dir} holds a run of another model (num_residual_units=9 there, 3 "
         "now); use a new --model_dir or the same flags"
     )
     other_layout = "official" if data.cifar100_layout == "original_2016" else "original_2016"
     with pytest.raises(InputError, match=f"cifar100_layout='{data.cifar100_layout}' there"):
-        resume(model_dir, network, data=dataclasses.replace(data, cifar100_layout=other_layout))
+        resume(
+            model_dir,
+            network,
+            COMMITTED_RUN,
+            data=dataclasses.replace(data, cifar100_layout=other_layout),
+        )
     # a switch added since stands for its default (label smoothing 0): another is refused
     with pytest.raises(InputError, match=r"\(label_smoothing=0.0 there, 0.1 now\)"):
-        resume(model_dir, network, dataclasses.replace(CPU_RUN, label_smoothing=0.1), data=data)
+        resume(
+            model_dir, network, dataclasses.replace(COMMITTED_RUN, label_smoothing=0.1), data=data
+        )
 
 
 def test_the_committed_cifar10_run_resumes(tmp_path):
     model_dir = copied(tmp_path, RESULTS / "cifar10_jpeg_cpu" / "config.json")
-    resume(model_dir, ModelConfig(**QUARTER))
+    resume(model_dir, ModelConfig(**QUARTER), COMMITTED_RUN)
     with pytest.raises(InputError, match=r"\(num_classes=10 there, 100 now; dataset='cifar10' th"):
-        resume(model_dir, ModelConfig(num_classes=100, **QUARTER), data=DataConfig("cifar100"))
+        resume(
+            model_dir,
+            ModelConfig(num_classes=100, **QUARTER),
+            COMMITTED_RUN,
+            data=DataConfig("cifar100"),
+        )
 
 
 def test_the_committed_claims_runs_resume_and_refuse_another_recipe(tmp_path):
     assert len(CLAIMS) == 24
     sweep, arms = claims.Sweep(), {arm.name: arm for arm in claims.ARMS}
+    sweep = dataclasses.replace(  # in Keras' form of momentum, as they ran
+        sweep, recipe=dataclasses.replace(sweep.recipe, optimizer="momentum")
+    )
     for config in CLAIMS:
         model_dir = copied(tmp_path, config)
         arm = arms[config.parent.name.rsplit("-seed", 1)[0]]
@@ -156,11 +183,12 @@ def test_a_run_of_one_momentum_form_refuses_the_other(tmp_path, one_line):
     saved = record.read_config(str(tmp_path / "momentum"))
     del saved["recipe"]["optimizer"]
     record.record_config(str(tmp_path / "old"), saved)
-    resume(str(tmp_path / "old"), network, CPU_RUN)
+    # Keras' form, not today's default (momentum_2016 since 2026-11-28): the one there was
+    assert run_config.from_record(saved).recipe.optimizer == "momentum"
+    resume(str(tmp_path / "old"), network, dataclasses.replace(CPU_RUN, optimizer="momentum"))
+    assert CPU_RUN.optimizer == "momentum_2016"
     with pytest.raises(InputError, match=r"\(optimizer='momentum' there, 'momentum_2016' now\)"):
-        resume(
-            str(tmp_path / "old"), network, dataclasses.replace(CPU_RUN, optimizer="momentum_2016")
-        )
+        resume(str(tmp_path / "old"), network, CPU_RUN)
 
 
 def test_what_a_resumed_run_may_change_is_declared_on_the_fields():

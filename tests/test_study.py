@@ -95,7 +95,7 @@ def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --arms: cifar10_nope is not an arm of table2; choose from "
-        "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_momentum_2016,"
+        "cifar10_paper,cifar10_jpeg_q75,cifar10_leaky,cifar10_wd_2016,cifar10_momentum_keras,"
         "cifar10_original_2016,cifar10_original_2016_wd,cifar10_preactivation,cifar10_trained_head_2016,"
         "cifar10_preactivation_trained_head,cifar10_13_59m"
     )
@@ -148,6 +148,8 @@ def test_the_report_counts_where_its_runs_computed_from_their_own_configs(tmp_pa
     assert arm_runs.machines(committed, study.runs(arms, small)) == (
         "22 on a CPU with AVX2, 8 on a CPU with AVX-512 and AMX"
     )
+    # every one in Keras' form of momentum, the default before 2026-11-28
+    assert arm_runs.optimizers(committed, study.runs(arms, small)) == "momentum in 30"
     folder = tmp_path / "runs" / "cifar10_paper-seed0"
     folder.mkdir(parents=True)
     runtime = {"devices": ["NVIDIA H100 80GB HBM3"], "cpu_isa": ["avx2", "avx512f"]}
@@ -155,6 +157,9 @@ def test_the_report_counts_where_its_runs_computed_from_their_own_configs(tmp_pa
     assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == ""  # not ended
     (folder / "result.json").write_text("{}")
     assert arm_runs.machines(str(tmp_path), study.runs(arms, small)) == "1 on NVIDIA H100 80GB HBM3"
+    assert arm_runs.optimizers(str(tmp_path), study.runs(arms, small)) == "momentum in 1"  # old
+    (folder / "config.json").write_text(json.dumps({"recipe": {"optimizer": "momentum_2016"}}))
+    assert arm_runs.optimizers(str(tmp_path), study.runs(arms, small)) == "momentum_2016 in 1"
 
 
 def test_the_health_panels_draw_each_arms_mean_over_its_seeds(tmp_path, monkeypatch):

@@ -102,7 +102,8 @@ def test_learning_rate_schedule(step, lr):
 
 def test_short_run_lowers_loss_and_writes_run_files(tmp_path):
     lines = []
-    trainer = make_trainer(tmp_path, train_steps=40, eval_every=20)
+    # the rate held (no drop: 40 steps of this toy problem learn little after a tenfold one)
+    trainer = make_trainer(tmp_path, train_steps=40, eval_every=20, lr_boundaries=())
     result = trainer.train(*input_fns(32), print_fn=lines.append)
     losses = [float(line.split("loss ")[1].split()[0]) for line in lines if " loss " in line]
     assert len(losses) == 8
@@ -343,7 +344,8 @@ def test_the_named_losses_are_their_formulas(smoothing):
 
 def test_the_named_optimizers():
     schedule = learning_rate_schedule(TrainConfig())
-    sgd = make_optimizer(TrainConfig())
+    assert TrainConfig().optimizer == "momentum_2016"  # the 2016 code's form, the default
+    sgd = make_optimizer(TrainConfig(optimizer="momentum"))
     assert type(sgd) is keras.optimizers.SGD and not sgd.nesterov and sgd.momentum == 0.9
     nesterov = make_optimizer(TrainConfig(optimizer="nesterov", momentum=0.8), schedule)
     assert type(nesterov) is keras.optimizers.SGD and nesterov.nesterov

@@ -5,18 +5,20 @@ The runs are named experiments (``configs.experiments``), each with its own flag
 ``NAME`` is ``launch/cifar.py --experiment=NAME --seed=0``, ``NAME-sK`` the same with seed K.
 The default order (:data:`DEFAULT_RUNS`) is the one that decides the most about Table 2 of
 arXiv:1611.04231 (CIFAR-10 6.38%, CIFAR-100 24.64%), all on the exact data, now that the
-paper's CIFAR-10 run has come back (``cifar10_paper``, seed 0: 6.79% on one H200, 2026-11-27;
-results/gpu_h200):
+paper's CIFAR-10 run has come back in Keras' form of momentum (seed 0: 6.79% on one H200,
+2026-11-27; results/gpu_h200) and the 2016 code's form, ``momentum_2016``, is every
+experiment's default (2026-11-28):
 
-1. ``cifar10_original_2016_wd``: the 2016 code the paper forked (leaky ReLU, pre-activation
-   units, its trained head, its weight decay 2e-4), batch norm removed;
-2. ``cifar10_paper-s1``: the headline's spread (seed 1);
+1. ``cifar10_original_2016_wd``: the 2016 code the paper forked, whole (leaky ReLU,
+   pre-activation units, its trained head, its weight decay 2e-4, its momentum), batch norm
+   removed;
+2. ``cifar10_paper``: the paper's run in the 2016 code's momentum (the accumulator in gradient
+   units, so each learning-rate drop shrinks the step at once), seed 0: beside the 6.79% of
+   Keras' form on the same seed and data, what the form does at Table 1's width;
 3. ``cifar100_paper``: CIFAR-100 with the paper's recipe on the exact data, in bfloat16: does the
    divergence of the earlier leases on the JPEG copy (bfloat16 at 7,500 and 9,400, TF32 at
-   19,000) survive the exact data? Its health is in train.jsonl;
-4. ``cifar10_momentum_2016``: the paper's run with the 2016 code's form of momentum (the
-   accumulator in gradient units, so each learning-rate drop shrinks the step at once), seed 0,
-   beside ``cifar10_paper``'s 6.79%;
+   19,000) survive the exact data and the 2016 momentum? Its health is in train.jsonl;
+4. ``cifar10_paper-s1``: the headline's spread (seed 1);
 5. seeds 1 and 2 of the 2016 network, seed 2 of the paper's, ``cifar100_original_2016``, and
    ``cifar100_true_float32`` (lr 0.05 in true float32 to 32,000 of its 60,000 steps: about
    1,650 s at the 2,558 images/s measured, so only in a longer grant).
@@ -49,9 +51,9 @@ from resnet_noBN.configs.experiments import EXPERIMENTS
 
 DEFAULT_RUNS = (
     "cifar10_original_2016_wd",
-    "cifar10_paper-s1",
+    "cifar10_paper",
     "cifar100_paper",
-    "cifar10_momentum_2016",
+    "cifar10_paper-s1",
     "cifar10_original_2016_wd-s1",
     "cifar10_paper-s2",
     "cifar10_original_2016_wd-s2",

@@ -18,6 +18,19 @@ from resnet_noBN.configs.flag_config import check_at_least, check_choices
 # --loss and --optimizer (trainers.recipe.LOSSES, trainers.recipe.OPTIMIZERS)
 LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy")
 OPTIMIZERS = ("momentum", "momentum_2016", "nesterov", "adam")
+# What a recorded recipe without --optimizer ran: Keras' form of momentum, the one optimizer
+# before the flag (and the default until momentum_2016 became it, 2026-11-28)
+RECORDED_BEFORE_THE_FLAG = "momentum"
+
+
+def upgraded(recipe: dict) -> dict:
+    """A recipe recorded by an older version (a config.json's recipe section) in today's fields:
+    one without ``optimizer`` ran Keras' momentum (:data:`RECORDED_BEFORE_THE_FLAG`), not
+    today's default."""
+    if "optimizer" in recipe:
+        return recipe
+    return {**recipe, "optimizer": RECORDED_BEFORE_THE_FLAG}
+
 
 # Where the paper's learning rate drops, as fractions of the run: its 30,000 and 50,000 of
 # 60,000 steps (Section 4), the same shape at any length (TrainConfig.boundary_steps)
@@ -77,15 +90,15 @@ class TrainConfig:
         default=0.1, metadata={"help": "Learning-rate factor at each boundary."}
     )
     optimizer: str = dataclasses.field(
-        default="momentum",
+        default="momentum_2016",
         metadata={
             "choices": OPTIMIZERS,
-            "help": "momentum: SGD with momentum (the paper's) in Keras' form: v = m v - lr g, "
-            "w += v (the velocity in the rate's units; after a learning-rate drop it shrinks by m "
-            "a step); momentum_2016: SGD with momentum as the 2016 resnet_main.py's "
-            "tf.train.MomentumOptimizer: a = m a + g, w -= lr a (the accumulator in gradient "
-            "units; a learning-rate drop shrinks the whole step at once); nesterov; adam "
-            "(--momentum is its beta_1). recipe.OPTIMIZERS.",
+            "help": "momentum_2016 (the default: the code the paper ran): SGD with momentum as "
+            "the 2016 resnet_main.py's tf.train.MomentumOptimizer, a = m a + g, w -= lr a (the "
+            "accumulator in gradient units; a learning-rate drop shrinks the whole step at "
+            "once); momentum: the same in Keras' form, v = m v - lr g, w += v (the velocity in "
+            "the rate's units; after a drop it shrinks by m a step), which every run before "
+            "2026-11-28 used; nesterov; adam (--momentum is its beta_1). recipe.OPTIMIZERS.",
         },
     )
     momentum: float = dataclasses.field(default=0.9, metadata={"help": "Momentum of SGD."})

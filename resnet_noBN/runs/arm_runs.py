@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from resnet_noBN.runs.record import read_config
+from resnet_noBN.runs.record import read_config, section
 
 RESULT_FILE = "result.json"
 
@@ -50,6 +50,19 @@ def machines(output_dir: str, runs: Iterable[tuple[str, int]]) -> str:
         if read_result(output_dir, arm, seed) is not None:
             counts[_machine(read_config(run_dir(output_dir, arm, seed)).get("runtime", {}))] += 1
     return ", ".join(f"{n} on {where}" for where, n in counts.most_common())
+
+
+def optimizers(output_dir: str, runs: Iterable[tuple[str, int]]) -> str:
+    """How many of the ended ``runs`` trained with which optimizer, most first, each read from
+    the run's own config.json (``record.section``: a record without one ran Keras' momentum): a
+    comparison resumed across the change of default (``momentum_2016`` since 2026-11-28) may mix
+    the two forms of momentum."""
+    counts = collections.Counter()
+    for arm, seed in runs:
+        if read_result(output_dir, arm, seed) is not None:
+            recipe = section(read_config(run_dir(output_dir, arm, seed)), "recipe")
+            counts[recipe["optimizer"]] += 1
+    return ", ".join(f"{name} in {n}" for name, n in counts.most_common())
 
 
 def write_result(folder: str, result: dict) -> None:

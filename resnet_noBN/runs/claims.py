@@ -23,7 +23,7 @@ import statistics
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import arm_curves, run_config
-from resnet_noBN.runs.arm_runs import machines, read_result, run_dir
+from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
 from resnet_noBN.runs.run_config import RunConfig
 
 TABLE_FILE = "claims.md"
@@ -267,8 +267,9 @@ def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, t
     the curves' PNG, from the runs finished so far; returns the summary."""
     summary = summarize(output_dir, sweep, num_classes)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        where = machines(output_dir, [(a.name, s) for a in ARMS for s in range(sweep.seeds)])
-        f.write(f"{header}\nRuns (each run's config.json): {where}.\n\n")
+        ran = [(a.name, s) for a in ARMS for s in range(sweep.seeds)]
+        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
+        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
         f.write(markdown_table(summary, sweep))
     with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
         json.dump({"sweep": dataclasses.asdict(sweep), "arms": summary}, f, indent=2)

@@ -32,7 +32,7 @@ import dataclasses
 import json
 import os
 
-from resnet_noBN.configs import network_config
+from resnet_noBN.configs import network_config, recipe_config
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
 
@@ -68,11 +68,14 @@ def may_change(*classes) -> frozenset[str]:
 
 def section(saved: dict, name: str) -> dict:
     """Section ``name`` of a saved record; of an older, flat one, the record itself (its keys
-    are the fields' names). An older network in today's fields (``network_config.upgraded``:
-    ``preactivation`` is now ``--block``)."""
+    are the fields' names). An older network or recipe in today's fields
+    (``network_config.upgraded``: ``preactivation`` is now ``--block``;
+    ``recipe_config.upgraded``: no optimizer recorded is Keras' momentum, not today's
+    default)."""
     value = saved.get(name)
     value = value if isinstance(value, dict) else saved
-    return network_config.upgraded(value) if name == "network" else value
+    upgrade = {"network": network_config.upgraded, "recipe": recipe_config.upgraded}.get(name)
+    return upgrade(value) if upgrade else value
 
 
 def read_config(model_dir: str) -> dict:

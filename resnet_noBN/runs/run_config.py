@@ -335,13 +335,14 @@ def checked_record(
 ) -> dict:
     """``run.record(...)``, refused (InputError, naming each field) where ``model_dir`` holds a
     run this one cannot resume. A key an older config.json lacks stands for today's default
-    where it is a switch added since: the network's fields, the recipe's optimizer, loss and
-    label smoothing, the data's CIFAR-100 layout and JPEG quality."""
+    where it is a switch added since: the network's fields, the recipe's loss and label
+    smoothing, the data's CIFAR-100 layout and JPEG quality (the optimizer: Keras' momentum,
+    ``record.section``)."""
     saved = run.record(backend, seed, host)
     defaults = type(run.recipe)()
     absent = {
         "network": dataclasses.asdict(type(run.network)()),
-        "recipe": {k: getattr(defaults, k) for k in ("optimizer", "loss", "label_smoothing")},
+        "recipe": {k: getattr(defaults, k) for k in ("loss", "label_smoothing")},
         "data": {k: v for k, v in dataclasses.asdict(type(run.data)()).items()},
     }
     record.check_resumable(model_dir, saved, absent, FREE_ON_RESUME)

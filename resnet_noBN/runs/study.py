@@ -23,7 +23,7 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.configs.flag_config import check_at_least
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import arm_curves, arm_errors, arm_health, original_eval
-from resnet_noBN.runs.arm_runs import machines, read_result, run_dir
+from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
 TABLE_FILE = "study.md"
@@ -188,8 +188,9 @@ def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header:
     runs finished so far (the health also of the runs still going); returns the summary."""
     summary = summarize(output_dir, arms, budget)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        where = machines(output_dir, runs(arms, budget))
-        f.write(f"{header}\nRuns (each run's config.json): {where}.\n\n")
+        ran = runs(arms, budget)
+        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
+        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
         f.write(markdown_table(summary, arms, budget))
     with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
         json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
