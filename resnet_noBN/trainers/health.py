@@ -80,12 +80,10 @@ def combine_calls(calls: list[dict]) -> dict[str, np.float64]:
     parameter-server trainer schedules one-step calls)."""
     totals = {name: np.float64(value) for name, value in calls[0].items()}
     for call in calls[1:]:
-        for name, rule in METRICS.items():
-            value = np.float64(call[name])
-            if rule == "sum":
-                totals[name] += value
-            else:
-                totals[name] = value if rule == "last" else max(totals[name], value)
+        totals = {
+            name: np.float64(combine(rule, totals[name], np.float64(call[name])))
+            for name, rule in METRICS.items()
+        }
     return totals
 
 

@@ -168,8 +168,7 @@ class JaxTrainer(OneProcessTrainer):
         seed = np.uint32(data["seed"] % 2**32)
         # placed as the step's own output is, so the step compiles once, not again for its
         # second call in a chunk
-        zeros = {name: np.float32(0) for name in health.METRICS}
-        totals = jax.device_put(zeros, self._replicated)
+        totals = jax.device_put(health.zeros(), self._replicated)
         cpu_mesh = len(self.devices) > 1 and self.devices[0].platform == "cpu"
         for i in range(num_steps):
             if cpu_mesh and i and i % CPU_STEPS_IN_FLIGHT == 0:
