@@ -39,6 +39,12 @@ flags.DEFINE_bool(
     "Print the run config the experiment and flags make (config.json's sections, without the "
     "data's counts) as JSON, and exit without data.",
 )
+flags.DEFINE_bool(
+    "check_only",
+    False,
+    "Check the run as it would start (the flags, the data, the Keras backend, what --model_dir "
+    "holds) and exit 0 without writing anything: what launch/study.py asks of each run first.",
+)
 
 QUARTER_HINT = "--model=quarter (a quarter of the widths: 1/16 of the FLOPs, the CPU runs' network)"
 
@@ -54,9 +60,11 @@ def main(argv):
 
         return print_summary(build_cifar_model(config.network))
     preflight.check(config)  # the cluster and the data, before the backend loads too
+    model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
+    if FLAGS.check_only:
+        return preflight.check_folder(config, model_dir)
     from resnet_noBN.runs import setup
 
-    model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
     run = setup.start(config, model_dir, title=f"{config.data.dataset}, Hardt & Ma ResNet (no BN)")
     paper_width = config.network.stage_widths == (64, 128, 256)
     faster = cli.faster_paths(

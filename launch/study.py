@@ -1,23 +1,32 @@
 """Run a study: a baseline experiment and arms that each change one thing from it, every arm
 from several seeds at one budget, several runs side by side, then the table of what each change
-does to the final, best and original-2016 figures (resnet_noBN/runs/study.py).
+does (resnet_noBN/runs/study.py; the paper's claims: resnet_noBN/runs/claims.py).
 
     python launch/study.py --study=table2 --data_path=/data/cifar-10-batches-bin \\
-        --model=small --train_steps=8000 --seeds=3 --output_dir=results/table2_small
+        --output_dir=results/table2_small          # small network, 8,000 steps, 3 seeds
     python launch/study.py --study=table2 --arms=cifar10_paper,cifar10_leaky --model=quarter \\
         --seeds=2 --data_path=... --output_dir=results/table2_quarter
+    python launch/study.py --study=claims --data_path=... --output_dir=results/claims
+    python launch/study.py --study=claims --model=paper --train_steps=20000 --eval_every=2000 \\
+        --seeds=1 --arms=claims_trainable_head --run_flags=--precision=mixed_bfloat16 \\
+        --data_path=...                            # the claims at Table 1's width, a GPU
 
-Each (arm, seed) is one ``launch/cifar.py`` run (``--experiment=ARM`` at the budget) in
-``<output_dir>/runs/<arm>-seed<k>``, its output in ``launch.log`` there; ``--parallel`` of them
-at a time, the cores shared between them. Interrupted (SIGTERM, SIGINT: each run saves a
+A study's budget (network preset, steps, evaluations, seeds, flags of every run) is its own
+(``runs.study.BUDGETS``) where no flag gives one. Each (arm, seed) is one ``launch/cifar.py``
+run (``--experiment=ARM`` at the budget) in ``<output_dir>/runs/<arm>-seed<k>``, its output in
+``launch.log`` there; ``--parallel`` of them at a time, the cores shared between them. Every
+run still to do is checked first (``launch/cifar.py --check_only``: its flags, data, backend and
+folder), so a refused study writes nothing. Interrupted (SIGTERM, SIGINT: each run saves a
 checkpoint), the same command resumes: a finished run is kept, an unfinished one resumes. After
-each run: ``study.md`` (the table), ``study.json``, ``study_curves.png`` (the curves) and
-``study_errors.png`` (each arm's final errors against the baseline's range), and a line with
-the runs done, the time left and the finish. Ends with one line of JSON.
+each run: the report (``study.md``: the table, ``study.json``, ``study_curves.png``,
+``study_errors.png``, ``study_health.png``; the claims': ``claims.md``, ``claims.json``,
+``claims_curves.png``), and a line with the runs done, the time left and the finish. Ends with
+one line of JSON.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -33,20 +42,31 @@ from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
 from resnet_noBN.configs.flag_config import validated
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import cli, folder_lock, study
+from resnet_noBN.runs import claims, cli, folder_lock, study
 from resnet_noBN.runs.arm_runs import run_dir, write_result
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
 flags.DEFINE_list("arms", None, "Its arms to run (default: all; the baseline always runs).")
-flags.DEFINE_enum("model", "small", list(presets.MODELS), "The network preset of every run.")
-flags.DEFINE_integer("train_steps", 8000, "Steps per run (lr drops at 1/2 and 5/6 of them).")
-flags.DEFINE_integer("eval_every", 500, "Evaluate (whole test split), log and checkpoint every N.")
-flags.DEFINE_integer("seeds", 3, "Seeds per arm.")
+_OWN = "default: the study's, runs/study.py BUDGETS"
+flags.DEFINE_enum("model", None, list(presets.MODELS), f"The network preset of every run ({_OWN}).")
+flags.DEFINE_integer(
+    "train_steps", None, f"Steps per run; lr drops at 1/2 and 5/6 of them ({_OWN})."
+)
+flags.DEFINE_integer(
+    "eval_every", None, f"Evaluate (whole test split), log and checkpoint every N ({_OWN})."
+)
+flags.DEFINE_integer("seeds", None, f"Seeds per arm ({_OWN}).")
 flags.DEFINE_integer("parallel", 2, "Runs side by side.")
 flags.DEFINE_string("data_path", None, "The data every run reads (launch/cifar.py --data_path).")
-flags.DEFINE_list("run_flags", [], "More flags of every run (e.g. --precision=true_float32).")
+flags.DEFINE_list(
+    "run_flags", [], "More flags of every run, after the study's (e.g. --precision=true_float32)."
+)
+flags.DEFINE_string("label", None, "What the data is, for the report's title (default: none).")
 flags.DEFINE_string("output_dir", "results/table2", "Where the runs, table and curves go.")
+
+# the report of each study: the claims' verdicts (runs/claims.py); the others', runs/study.py's
+REPORTS = {"claims": claims}
 
 
 def arms() -> tuple[str, ...]:
@@ -60,21 +80,45 @@ def arms() -> tuple[str, ...]:
     return tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
 
 
-def header(budget: study.Budget) -> str:
+def budget_from_flags() -> study.Budget:
+    """The study's budget (``study.BUDGETS``) with the flags given over it, --run_flags and
+    --data_path after its own flags; checked (InputError, one line)."""
+    own = study.BUDGETS[FLAGS.study]
+    given = {
+        name: getattr(FLAGS, name)
+        for name in ("model", "train_steps", "eval_every", "seeds")
+        if getattr(FLAGS, name) is not None
+    }
+    data = (f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()
+    budget = dataclasses.replace(own, **given, flags=own.flags + tuple(FLAGS.run_flags) + data)
+    return validated(budget)
+
+
+def header(budget: study.Budget, report) -> str:
     command = "python launch/study.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     cpu = next(
         (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
         "unknown CPU",
     )
+    label = f", {FLAGS.label}" if FLAGS.label else ""
     return (
         f"# Study {FLAGS.study}: {budget.model} network, {budget.train_steps} steps, "
-        f"{budget.seeds} seeds\n\nTest error (%) on the whole test split (final, best over "
-        f"evaluations every {budget.eval_every} steps), and the original 2016 code's figure "
-        "(the best precision over 5,000-image windows: resnet_noBN/runs/original_eval.py), "
-        "mean ± sd over the seeds. "
+        f"{budget.seeds} seeds{label}\n\n{report.describe(budget)} "
         f"This invocation: {cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs "
         f"side by side, {datetime.date.today().isoformat()}.\nCommand: `{command}`\n"
     )
+
+
+def check(todo: list, budget: study.Budget, threads) -> None:
+    """Every run of ``todo`` checked as it would start (``launch/cifar.py --check_only``: its
+    flags, data, backend and what its folder holds), writing nothing; InputError, one line
+    naming the run, for the first refused."""
+    for arm, seed in todo:
+        command = study.command(FLAGS.output_dir, arm, seed, budget, threads) + ["--check_only"]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise InputError(f"{arm}, seed {seed}: {said.removeprefix('error: ')}")
 
 
 def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Popen:
@@ -107,28 +151,22 @@ def outcome(arm: str, seed: int, proc: subprocess.Popen) -> str:
 
 @cli.exit_codes
 def main(argv):
-    budget = study.Budget(
-        FLAGS.model,
-        FLAGS.train_steps,
-        FLAGS.eval_every,
-        FLAGS.seeds,
-        tuple(FLAGS.run_flags) + ((f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()),
-    )
-    validated(budget)
+    budget, report = budget_from_flags(), REPORTS.get(FLAGS.study, study)
     if FLAGS.parallel < 1:
         raise InputError(f"--parallel must be positive, got {FLAGS.parallel}")
     arm_names = arms()
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    folder_lock.lock(FLAGS.output_dir, "--output_dir")
     todo = [r for r in study.runs(arm_names, budget) if not study.finished(FLAGS.output_dir, *r)]
     total = len(study.runs(arm_names, budget))
+    tf_threads = study.threads_each(FLAGS.parallel)
+    threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
+    check(todo, budget, threads)  # before anything is written
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    folder_lock.lock(FLAGS.output_dir, "--output_dir")
     print(
         f"study {FLAGS.study}: {total} runs ({len(arm_names)} arms x {budget.seeds} seeds), "
         f"{total - len(todo)} already finished; {FLAGS.parallel} side by side",
         flush=True,
     )
-    tf_threads = study.threads_each(FLAGS.parallel)
-    threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
     running, progress, stopping = {}, Progress(len(todo), every_units=1), []
 
     def stop(signum, frame):
@@ -157,12 +195,12 @@ def main(argv):
                 f"{progress.text()}",
                 flush=True,
             )
-            study.write_report(FLAGS.output_dir, arm_names, budget, header(budget))
+            report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
         if stopping and not running:
             print("study stopped: rerun the same command to resume", flush=True)
             sys.exit(PREEMPTED_EXIT)
-    summary = study.write_report(FLAGS.output_dir, arm_names, budget, header(budget))
-    print(study.markdown_table(summary, arm_names, budget), flush=True)
+    summary = report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
+    print(report.markdown_table(summary, arm_names, budget), flush=True)
     print(json.dumps({"output_dir": FLAGS.output_dir, "runs": total, "arms": summary}), flush=True)
 
 

@@ -19,8 +19,8 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
   backends  one object per Keras backend (``backends.registry.current()``): the runtime
             started, the trainer and the data sources built, the flags it cannot take refused.
   runs      whole runs and the command-line surface: the run config and its flags, one run
-            setup, exit codes, one run per folder, the claims sweep, studies, a finished run
-            evaluated again and its figures.
+            setup, exit codes, one run per folder, studies (the paper's claims among them), a
+            finished run evaluated again and its figures.
 
 ``launch/`` (the entry points), ``bench/`` (the benchmarks) and ``ops/`` (what runs the
 project rather than the paper: the GPU lease, the CI harnesses) stand above them all. Every entry

@@ -1,4 +1,4 @@
-"""The matplotlib set-up of every plot of the project (run curves, the claims sweep, the theory
+"""The matplotlib set-up of every plot of the project (run curves, the studies, the theory
 launchers): headless (Agg) figures saved as PNG."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How far a long job has come and how long the rest will take.
 
-A job is a count of equal units of work (a run's training steps; the claims sweep's runs; the
+A job is a count of equal units of work (a run's training steps; a study's runs; the
 theory launchers' experiments). :class:`Progress` keeps the rate over the recent units only, so
 that a rate printed an hour into a run is the rate of that hour, not one diluted by the first
 call's compilation or by evaluations (the caller times only the work, and shows the rest apart),

@@ -56,7 +56,7 @@ def test_torch_refuses_what_only_tensorflow_or_jax_runs():
     torch_backend = TorchBackend()
     with pytest.raises(InputError, match="^launch/imagenet.py needs TensorFlow"):
         torch_backend.serve("imagenet")
-    for launcher in ("cifar", "claims", "evaluate"):
+    for launcher in ("cifar", "evaluate"):
         torch_backend.serve(launcher)
     with pytest.raises(InputError) as e:
         torch_backend.refuse(RuntimeConfig(strategy="mirrored"), {})

@@ -1,16 +1,37 @@
-"""launch/claims.py: every arm runs, the table and plots, resume, divergence, bad flags."""
+"""The claims study (``launch/study.py --study=claims``, runs/claims.py): every arm runs, the
+report with its verdicts and plot, resume, divergence, a folder of another run refused before
+anything is written, bad flags."""
 
 import json
+import sys
 
 import launchers
 import pytest
 
-from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs import arm_runs, claims
+from resnet_noBN.configs import experiments
+from resnet_noBN.runs import arm_runs, claims, study
+
+BASE, STANDARD = "claims_hardt_ma", "claims_standard"
+# a smoke budget: the small network, 6 steps of batch 16 logged every 2, evaluated every 3
+TINY = (
+    "--model=small",
+    "--train_steps=6",
+    "--eval_every=3",
+    "--run_flags=--batch_size=16,--eval_batch_size=100,--log_every=2",
+)
 
 
-def run_claims(*args, env=None):
-    return launchers.run("launch/claims.py", *args, timeout=600, env=env)
+def run_claims(data, out, *args, env=None, budget=TINY):
+    return launchers.run(
+        "launch/study.py",
+        "--study=claims",
+        f"--data_path={data}",
+        f"--output_dir={out}",
+        *budget,
+        *args,
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +41,13 @@ def image_tree(tmp_path_factory, write_image_tree):
     return root
 
 
-def run_lines(proc, total):
-    """The '[i/total] arm, seed s' of each run's done line, after checking each says how many
-    runs are done and (but the last) what is left and when the sweep will finish."""
-    done = [line for line in proc.stdout.splitlines() if " runs done, elapsed " in line]
-    assert all(f"; {i} of {total} runs done, elapsed " in line for i, line in enumerate(done, 1))
+def done_lines(proc, total):
+    """The '[i/total] arm, seed s' of each run's done line, after checking that each but the
+    last says what is left and when the study will finish."""
+    done = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert all(f"[{i}/{total}] " in line for i, line in enumerate(done, 1))
     assert all(" left " in line and " finish " in line for line in done[:-1])
-    return [line.split(": ")[0] for line in done]
+    return [line.split(": ")[0].split("] ")[1] for line in done]
 
 
 def curves(run):
@@ -37,154 +58,140 @@ def curves(run):
     ]
 
 
-def test_quick_sweep_runs_every_arm_writes_table_and_plot_and_resumes(tmp_path, image_tree):
-    """Two arms (the baseline and `standard`) from two seeds, every arm's seed 0 first: the
-    progress lines, the JSON line, the table (2/2 seeds each), the JSON summary, the PNG plot,
-    each run's curves (6 steps, logged every 2, evaluated every 3), and two seeds giving the
-    baseline different weights. Then every arm from one seed into the same folder: the two
+def test_the_claims_study_runs_every_arm_writes_its_verdicts_and_resumes(tmp_path, image_tree):
+    """Two arms (the baseline and `standard`) from two seeds, side by side: the JSON line, the
+    table (2/2 seeds each), the summary, the PNG plot, each run's curves, and two seeds giving
+    the baseline different weights. Then every arm from one seed into the same folder: the two
     seed-0 runs already finished are kept as they are and only the six missing ones run; the
-    table, summary and plot then hold every arm, each run with its curves."""
+    report then holds every arm, each run with its curves."""
     out = tmp_path / "claims"
-    two = claims.ARM_NAMES[:2]
-    assert two == ("hardt_ma", "standard")
-    proc = run_claims(
-        "--quick",
-        f"--data_path={image_tree}",
-        f"--output_dir={out}",
-        "--label=tiny tree",
-        f"--arms={','.join(two)}",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_claims(image_tree, out, "--label=tiny tree", f"--arms={STANDARD}", "--seeds=2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "study claims: 4 runs (2 arms x 2 seeds), 0 already finished" in proc.stdout
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["runs"] == result["ran"] == 4
-    assert list(result["arms"]) == list(two)
+    assert result["runs"] == 4 and list(result["arms"]) == ["hardt_ma", "standard"]
     for name, arm in result["arms"].items():
         assert arm["seeds"] == [0, 1] and arm["diverged"] == 0, name
         assert 0 <= arm["mean"] <= 100 and arm["sd"] >= 0
-    assert result["arms"]["hardt_ma"]["verdict"] == "baseline"
-    assert "[1/4] hardt_ma, seed 0" in proc.stdout and "[2/4] standard, seed 0" in proc.stdout
-    assert "images/s" in proc.stdout  # progress of each run
-    assert run_lines(proc, 4) == [
-        f"[{i}/4] {arm}, seed {seed}"
-        for i, (seed, arm) in enumerate(((s, a) for s in (0, 1) for a in two), 1)
-    ]
-    for name in (claims.TABLE_FILE, claims.SUMMARY_FILE, claims.PLOT_FILE):
+    assert result["arms"]["hardt_ma"]["verdict"]["text"] == "baseline"
+    assert sorted(done_lines(proc, 4)) == sorted(
+        f"{arm}, seed {seed}" for arm in (BASE, STANDARD) for seed in (0, 1)
+    )
+    for name in (claims.TABLE_FILE, claims.SUMMARY_FILE):
         assert (out / name).stat().st_size > 0, name
     assert (out / claims.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / study.TABLE_FILE).exists()  # the claims' report stands for the study's
     table = (out / claims.TABLE_FILE).read_text()
-    assert table.startswith("# The paper's claims, measured: tiny tree")
+    assert table.startswith("# Study claims: small network, 6 steps, 2 seeds, tiny tree\n")
     assert table.count("\n| `") == 2 and table.count("| 2/2 (0) |") == 2
     assert "\nRuns (each run's config.json): 4 on a CPU with " in table  # its ISA, read back
-    for arm in two:
+    for arm in (BASE, STANDARD):
         run = out / "runs" / f"{arm}-seed1"
         assert json.loads((run / arm_runs.RESULT_FILE).read_text())["final_step"] == 6
         assert curves(run) == [[2, 4, 6], [3, 6]]
     # seeds are shared by the arms: the same seed gives the baseline the same weights and data
     digests = {
-        json.loads((out / "runs" / f"hardt_ma-seed{s}" / arm_runs.RESULT_FILE).read_text())[
+        json.loads((out / "runs" / f"{BASE}-seed{s}" / arm_runs.RESULT_FILE).read_text())[
             "weights_sha256"
         ]
         for s in (0, 1)
     }
     assert len(digests) == 2
-    kept = {arm: (out / "runs" / f"{arm}-seed0" / arm_runs.RESULT_FILE).read_bytes() for arm in two}
+    kept = {
+        a: (out / "runs" / f"{a}-seed0" / arm_runs.RESULT_FILE).read_bytes()
+        for a in (BASE, STANDARD)
+    }
     plot = (out / claims.PLOT_FILE).read_bytes()
 
-    again = run_claims(
-        "--quick",
-        f"--data_path={image_tree}",
-        f"--output_dir={out}",
-        "--label=tiny tree",
-        "--seeds=1",
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "claims: 8 runs (8 arms x 1 seeds), 2 already finished" in again.stdout
+    again = run_claims(image_tree, out, "--label=tiny tree", "--seeds=1")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "study claims: 8 runs (8 arms x 1 seeds), 2 already finished" in again.stdout
     result = json.loads(again.stdout.strip().splitlines()[-1])
-    assert (result["runs"], result["ran"]) == (8, 6)
     assert list(result["arms"]) == list(claims.ARM_NAMES)
     for name, arm in result["arms"].items():
         assert arm["seeds"] == [0] and arm["diverged"] == 0, name
         assert 0 <= arm["mean"] <= 100 and arm["sd"] is None
-    assert run_lines(again, 6) == [
-        f"[{i}/6] {arm}, seed 0" for i, arm in enumerate(claims.ARM_NAMES[2:], 1)
-    ]
+    assert sorted(done_lines(again, 6)) == sorted(
+        f"{arm.experiment}, seed 0" for arm in claims.ARMS[2:]
+    )
     for arm, text in kept.items():
         assert (out / "runs" / f"{arm}-seed0" / arm_runs.RESULT_FILE).read_bytes() == text, arm
     table = (out / claims.TABLE_FILE).read_text()
-    assert table.startswith("# The paper's claims, measured: tiny tree")
     assert table.count("\n| `") == 8 and table.count("| 1/1 (0) |") == 8
     assert set(json.loads((out / claims.SUMMARY_FILE).read_text())["arms"]) == set(claims.ARM_NAMES)
     new_plot = (out / claims.PLOT_FILE).read_bytes()
     assert new_plot[:8] == b"\x89PNG\r\n\x1a\n" and new_plot != plot
-    for arm in claims.ARM_NAMES:
-        run = out / "runs" / f"{arm}-seed0"
+    for arm in claims.ARMS:
+        run = out / "runs" / f"{arm.experiment}-seed0"
         assert json.loads((run / arm_runs.RESULT_FILE).read_text())["final_step"] == 6
         assert curves(run) == [[2, 4, 6], [3, 6]]
 
 
-def test_a_diverging_arm_is_a_result_and_other_settings_are_refused(tmp_path, image_tree):
+def test_a_diverging_arm_is_a_result_and_a_folder_of_another_run_is_refused(tmp_path, image_tree):
+    """A learning rate of 1e12 diverges: a result (chance error, 90%), not a failure. Its
+    folder, with its result taken away (a run to resume), is then refused at the study's
+    check, before anything is written: one line naming the run and the field, exit 2, the
+    folder's files as they were."""
     out = tmp_path / "claims"
-    proc = run_claims(
-        "--quick",
-        f"--data_path={image_tree}",
-        f"--output_dir={out}",
-        "--arms=hardt_ma",
-        "--seeds=1",
-        "--learning_rate=1e12",
-        "--precision=mixed_bfloat16",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = json.loads((out / "runs/hardt_ma-seed0/config.json").read_text())
+    budget = (*TINY[:-1], TINY[-1] + ",--learning_rate=1e12,--precision=mixed_bfloat16")
+    proc = run_claims(image_tree, out, f"--arms={BASE}", "--seeds=1", budget=budget)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = out / "runs" / f"{BASE}-seed0"
+    config = json.loads((run / "config.json").read_text())
     assert config["runtime"]["precision"] == "mixed_bfloat16"
-    assert ", 1 seeds per arm, mixed_bfloat16; " in (out / claims.TABLE_FILE).read_text()
     arm = json.loads(proc.stdout.strip().splitlines()[-1])["arms"]["hardt_ma"]
     assert arm["diverged"] == 1 and arm["mean"] == pytest.approx(90.0)
-    assert "hardt_ma, seed 0: diverged at step" in proc.stdout
+    assert f"{BASE}, seed 0: diverged after step" in proc.stdout
     assert "| 1/1 (1) |" in (out / claims.TABLE_FILE).read_text()
-    result = json.loads((out / "runs/hardt_ma-seed0" / arm_runs.RESULT_FILE).read_text())
-    assert result["diverged"] and "training diverged" in result["why"]
+    assert json.loads((run / arm_runs.RESULT_FILE).read_text())["diverged"] is True
 
-    other = run_claims(
-        "--quick",
-        f"--data_path={image_tree}",
-        f"--output_dir={out}",
-        "--arms=hardt_ma",
-        "--seeds=1",
-        "--precision=mixed_bfloat16",
-    )
-    assert other.returncode == 2
+    (run / arm_runs.RESULT_FILE).unlink()
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other = run_claims(image_tree, out, f"--arms={BASE}", "--seeds=1")
+    assert other.returncode == 2, other.stdout[-2000:] + other.stderr[-2000:]
     assert (
         other.stderr.strip()
         .splitlines()[-1]
         .startswith(
-            f"error: --model_dir {out}/runs/hardt_ma-seed0 holds a run of another model "
-            "(learning_rate=1000000000000.0 there, 0.05 now)"
+            f"error: {BASE}, seed 0: --model_dir {run} holds a run of another model "
+            "(learning_rate=1000000000000.0 there, 0.05 now"
         )
     )
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--arms=hardt_ma,resnet"], "error: --arms: unknown arm(s) resnet; choose from hardt_ma,"),
-        (["--seeds=0"], "error: --seeds must be >= 1, got 0"),
-        (["--train_steps=1"], "error: --train_steps must be >= 2, got 1"),
-        (["--eval_every=0"], "error: --eval_every must be >= 1, got 0"),
-        (["--learning_rate=0"], "error: --learning_rate must be positive, got 0.0"),
-        (["--data_path=/nonexistent"], "error: --data_path /nonexistent is not a folder"),
-        (["--dataset=mnist"], "error: flag --dataset=mnist: value should be one of"),
+        (
+            [f"--arms={BASE},resnet"],
+            "error: --arms: resnet is not an arm of claims; choose from claims_hardt_ma,",
+        ),
+        (["--seeds=0"], "error: --seeds must be positive, got 0"),
+        (["--train_steps=0"], "error: --train_steps must be positive, got 0"),
         (["--model=huge"], "error: flag --model=huge: value should be one of"),
+        (
+            ["--data_path=/nonexistent"],
+            f"error: {BASE}, seed 0: --data_path /nonexistent is not a folder",
+        ),
+        (
+            ["--run_flags=--dataset=mnist"],
+            f"error: {BASE}, seed 0: flag --dataset=mnist: value should be one of",
+        ),
+        (
+            ["--run_flags=--learning_rate=0"],
+            f"error: {BASE}, seed 0: --learning_rate must be positive, got 0.0",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, image_tree, args, message):
     out = tmp_path / "claims"
-    flags = ("--quick", f"--data_path={image_tree}", f"--output_dir={out}", *args)
-    proc = run_claims(*flags, env=launchers.IMPORT_TIMES)
-    assert proc.returncode == 2
+    proc = run_claims(image_tree, out, "--seeds=1", *args, env=launchers.IMPORT_TIMES, budget=())
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(message)
     assert not out.exists()
-    if "--data_path" not in message:  # the data is checked by the backend, as it reads it
-        assert not launchers.imported(proc) & launchers.BACKEND_MODULES
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # its runs load theirs
 
 
 def result(seed, error=None):
@@ -216,38 +223,22 @@ def test_a_diverged_seed_counts_as_chance_and_verdicts_weigh_the_spread():
     assert claims.verdict(arms["he"], one, base)["text"].endswith("one seed: spread unknown")
 
 
-def test_the_budgeted_recipe_keeps_the_papers_proportions():
-    cfg = claims.Sweep().recipe
-    assert cfg.train_steps == 300 and cfg.boundary_steps() == (150, 250)  # 30k, 50k of 60k
-    assert (cfg.batch_size, cfg.learning_rate, cfg.momentum, cfg.weight_decay) == (
-        128,
-        0.05,
-        0.9,
-        1e-4,
-    )
-    data = DataConfig()
-    model = claims.arm_config(claims.ARMS[-1], claims.Sweep(), data).network
-    assert (model.num_residual_units, model.stage_widths, model.block, model.norm, model.init) == (
-        9,
-        (16, 32, 64),
-        "preactivation",
-        "batch",
-        "he",
-    )
-    # each arm is its named experiment at the sweep's budget
-    for arm in claims.ARMS:
-        assert claims.arm_config(arm, claims.Sweep(), data).experiment == f"claims_{arm.name}"
-    assert claims.QUICK.recipe.boundary_steps() == (3, 5)
-    assert claims.arm_config(claims.ARMS[0], claims.QUICK, data).network.num_residual_units == 1
-    assert claims.scaled_recipe(cfg, 60_000).boundary_steps() == (30_000, 50_000)
-    assert (
-        claims.scaled_recipe(cfg, 40).eval_every
-        == claims.scaled_recipe(cfg, 40).checkpoint_every
-        == 40
-    )
-    gpu = claims.scaled_recipe(cfg, 20_000, eval_every=2_000)
-    assert (gpu.boundary_steps(), gpu.eval_every, gpu.checkpoint_every) == (
-        (10_000, 16_666),
-        2_000,
-        2_000,
-    )
+def test_the_studys_budget_keeps_the_papers_proportions():
+    """The claims study's arms are its experiments, in the table's order; the run the study
+    starts for an arm (its command, printed as config by launch/cifar.py) is the paper's recipe
+    at 300 steps (drops at 150 and 250: its 30k and 50k of 60k) on the quarter network, logged
+    every 10 steps."""
+    assert experiments.STUDIES["claims"] == tuple(arm.experiment for arm in claims.ARMS)
+    budget = study.BUDGETS["claims"]
+    command = study.command("/tmp/nowhere", "claims_batch_norm", 0, budget, None)
+    assert command[0] == sys.executable
+    proc = launchers.run(command[1].split("/../../")[1], *command[2:], "--print_config")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads(proc.stdout)
+    recipe, network = config["recipe"], config["network"]
+    assert (recipe["train_steps"], recipe["eval_every"], recipe["log_every"]) == (300, 75, 10)
+    assert recipe["lr_boundaries"] == [150, 250] and recipe["max_checkpoints"] == 1
+    assert (recipe["batch_size"], recipe["learning_rate"], recipe["momentum"]) == (128, 0.05, 0.9)
+    assert recipe["weight_decay"] == 1e-4
+    assert (network["num_residual_units"], network["stage_widths"]) == (9, [16, 32, 64])
+    assert (network["block"], network["norm"], network["init"]) == ("preactivation", "batch", "he")

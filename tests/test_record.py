@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs import claims, record, run_config
+from resnet_noBN.runs import record, run_config
 from resnet_noBN.runs.run_config import RunConfig
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -102,22 +103,22 @@ def test_the_committed_cifar10_run_resumes(tmp_path):
 
 
 def test_the_committed_claims_runs_resume_and_refuse_another_recipe(tmp_path):
+    """Each committed run of the claims study (``runs/claims_<arm>-seed<k>``) resumes as its
+    experiment at the study's budget (the claims experiments' own: 300 steps), in Keras' form
+    of momentum, as it ran; a longer run moves the drops, and another rate, are refused."""
     assert len(CLAIMS) == 24
-    sweep, arms = claims.Sweep(), {arm.name: arm for arm in claims.ARMS}
-    sweep = dataclasses.replace(  # in Keras' form of momentum, as they ran
-        sweep, recipe=dataclasses.replace(sweep.recipe, optimizer="momentum")
-    )
     for config in CLAIMS:
         model_dir = copied(tmp_path, config)
-        arm = arms[config.parent.name.rsplit("-seed", 1)[0]]
-        network = claims.arm_config(arm, sweep, DataConfig()).network
-        resume(model_dir, network, sweep.recipe)  # as launch/claims.py checks it
-        resume(model_dir, network, claims.scaled_recipe(sweep.recipe, 300))
-    longer = claims.scaled_recipe(sweep.recipe, 600)  # the boundaries move with the steps
+        experiment = config.parent.name.rsplit("-seed", 1)[0]
+        assert experiment in experiments.STUDIES["claims"]
+        run = run_config.build(experiment, model="quarter", recipe={"optimizer": "momentum"})
+        assert run.recipe.train_steps == 300
+        resume(model_dir, run.network, run.recipe)
+    longer = dataclasses.replace(run.recipe, train_steps=600)  # drops at 1/2 and 5/6 of it
     with pytest.raises(InputError, match=r"\(lr_boundaries=\[150, 250\] there, \[300, 500\] now"):
-        resume(model_dir, network, longer)
+        resume(model_dir, run.network, longer)
     with pytest.raises(InputError, match=r"\(learning_rate=0.05 there, 0.1 now\)"):
-        resume(model_dir, network, dataclasses.replace(sweep.recipe, learning_rate=0.1))
+        resume(model_dir, run.network, dataclasses.replace(run.recipe, learning_rate=0.1))
 
 
 def test_a_new_record_holds_the_whole_run_and_refuses_what_changes_the_stream(tmp_path):

@@ -25,7 +25,7 @@ from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import cpu
 
-LAUNCHERS = ("cifar", "claims", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
+LAUNCHERS = ("cifar", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
 
 
 @dataclasses.dataclass(frozen=True)

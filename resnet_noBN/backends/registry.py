@@ -53,10 +53,11 @@ INSTALL = {
 }
 
 
-def check_chosen(env=os.environ) -> None:
+def check_chosen(env=os.environ) -> str:
     """The Keras backend chosen (``KERAS_BACKEND``, else ``~/.keras/keras.json``'s, else
     TensorFlow) checked before Keras is imported: InputError, one line, for one no launcher
-    supports or whose framework is not installed (Keras would end in a traceback)."""
+    supports or whose framework is not installed (Keras would end in a traceback). Returns its
+    name."""
     chosen = env.get("KERAS_BACKEND")
     if not chosen:
         home = env.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
@@ -73,6 +74,7 @@ def check_chosen(env=os.environ) -> None:
             f"KERAS_BACKEND={chosen}, but {chosen} is not installed: {INSTALL[chosen]}, or "
             "choose another backend"
         )
+    return chosen
 
 
 def name() -> str:

@@ -1,7 +1,7 @@
 """Every experiment this project runs or reports, declared once, by name (big_vision's way: an
 experiment is a config, not a flag list): ``launch/cifar.py --experiment=NAME`` runs one, any of
-its fields still overridable by its flag; ``launch/claims.py``, ``launch/study.py`` and the GPU
-lease plan name them instead of keeping flag lists of their own.
+its fields still overridable by its flag; ``launch/study.py`` and the GPU lease plan name them
+instead of keeping flag lists of their own.
 
 An :class:`Experiment` is a set of changes to the defaults, section by section: the network
 (``network_config.ModelConfig``'s fields, from a ``presets.MODELS`` architecture), the data
@@ -252,8 +252,8 @@ _ALL = (
     ),
 )
 
-# --- The claims' arms (launch/claims.py): the paper's network and one change each, at the
-# sweep's budget (the paper's depth, a quarter of the widths, 300 steps)
+# --- The claims' arms (the study "claims", runs/claims.py): the paper's network and one change
+# each, at the study's budget (the paper's depth, a quarter of the widths, 300 steps)
 CLAIMS_BUDGET = {
     "train_steps": 300,
     "eval_every": 75,
@@ -275,7 +275,7 @@ _CLAIMS = tuple(
     derived(
         CIFAR10,
         f"claims_{arm}",
-        f"the claims sweep's arm {arm}: {changes or 'the paper network'}",
+        f"the claims study's arm {arm}: {changes or 'the paper network'}",
         model="quarter",
         network=changes,
         recipe=CLAIMS_BUDGET,
@@ -322,4 +322,6 @@ STUDIES = {
         "cifar100_held_lr_wd_2016",
         "cifar100_held_lr_original_2016",
     ),
+    # the paper's claims (Section 4): its network and one change each (runs/claims.py)
+    "claims": tuple(f"claims_{arm}" for arm in CLAIM_CHANGES),
 }

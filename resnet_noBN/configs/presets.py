@@ -12,9 +12,9 @@ from __future__ import annotations
 MODELS = {
     # Table 1: 9 blocks per stage (55 convolutions), stages of 64/128/256 channels
     "paper": {},
-    # the full depth at a quarter of the width: the CPU long runs and the claims sweep
+    # the full depth at a quarter of the width: the CPU long runs and the claims study
     "quarter": {"stage_widths": (16, 32, 64)},
     # one block per stage at a quarter of the width: the tests, the benchmark's quick model and
-    # the quick claims sweep
+    # the small Table 2 study
     "small": {"num_residual_units": 1, "stage_widths": (16, 32, 64)},
 }

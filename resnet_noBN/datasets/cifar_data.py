@@ -257,7 +257,7 @@ def load_split(
     (`jpeg_reencode`: the lossy copies earlier figures were measured on, in the official order).
 
     The arrays are read-only and kept for the process, keyed by (dataset, split, data_path,
-    layout, jpeg_quality): runs in one process (`launch/claims.py`) read a split once. Files
+    layout, jpeg_quality): a process that reads a split twice (a test's runs) reads it once. Files
     changed on disk after a split was read are not read again. DataError (one line) for everything
     `check_data_path` refuses, an unknown split or layout, a binary file holding a label outside
     the data set's classes, and an image that cannot be decoded or is not 32x32 (named).

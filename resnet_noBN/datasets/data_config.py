@@ -2,7 +2,7 @@
 from, how a CIFAR-100 record is sliced, a JPEG re-encoding, and the crop padding of the training
 stream) and ImageNet's (:class:`ImageNetData`). Declared once
 here, as the other configs (``configs.flag_config``: each field is a flag, its help the flag's);
-``launch/cifar.py`` and ``launch/claims.py`` define them, and :meth:`DataConfig.record` is the
+``launch/cifar.py`` defines them, and :meth:`DataConfig.record` is the
 ``data`` of a run's ``config.json``."""
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ def decode(
     """(uint8 images [N, size, size, 3], int32 labels [N]): every file decoded once, in order.
 
     Pillow, converting each image to RGB, in a pool of threads (pillow's decoders release the
-    GIL), chunks of files in file order. Kept for the process (read-only arrays), so runs in one
-    process (``launch/claims.py``) decode a split once. DataError naming the first file (in file
+    GIL), chunks of files in file order. Kept for the process (read-only arrays), so a process that
+    reads a split twice (a test's runs) decodes it once. DataError naming the first file (in file
     order) that is unreadable, not an image, or not size x size.
     """
     images = np.empty([len(paths), image_size, image_size, 3], np.uint8)

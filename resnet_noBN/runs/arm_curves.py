@@ -1,6 +1,7 @@
-"""The curves of a comparison of arms (the claims sweep, a study), each arm trained from several
-seeds: its training loss and test error against step, the mean over the seeds drawn, their range
-shaded, a colour per arm. Reads nothing but the runs' ``train.jsonl`` and ``metrics.jsonl``."""
+"""The curves of a comparison of arms (a study, the claims among them), each arm trained from
+several seeds: its training loss and test error against step, the mean over the seeds drawn,
+their range shaded, a colour per arm. Reads nothing but the runs' ``train.jsonl`` and
+``metrics.jsonl``."""
 
 from __future__ import annotations
 

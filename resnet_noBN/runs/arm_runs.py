@@ -1,5 +1,5 @@
-"""Where a comparison of arms (the claims sweep of ``launch/claims.py``, a study of
-``launch/study.py``) keeps its runs: ``<output_dir>/runs/<arm>-seed<k>``, a folder per arm and
+"""Where a comparison of arms (a study of ``launch/study.py``, the paper's claims among them)
+keeps its runs: ``<output_dir>/runs/<arm>-seed<k>``, a folder per arm and
 seed, holding ``result.json`` once the run has ended (its last line of JSON, or its divergence);
 a folder without one is a run to start or resume. Plain files: no backend."""
 

@@ -1,16 +1,18 @@
-"""The paper's empirical claims as controlled, seeded comparisons (arXiv:1611.04231, Section 4).
+"""The paper's empirical claims as controlled, seeded comparisons (arXiv:1611.04231, Section 4):
+the study ``claims`` (``configs.experiments.STUDIES``), run by ``launch/study.py --study=claims``.
 
 Every arm is a named experiment (``configs.experiments``, ``claims_<arm>``): the paper's CIFAR
 network with one change from the baseline (the paper's own choices: sigma = 1/(k^2 c), fixed
 random projection, identity shortcuts, ReLU, no biases, no batch norm), trained with the
-paper's recipe scaled to a budget: SGD with momentum 0.9, batch 128, learning rate 0.05 divided
-by 10 at S/2 and 5S/6 of S steps (the paper's 30k and 50k of 60k), weight decay 1e-4. Each
-(arm, seed) pair is one run in its own folder; a seed fixes the weights, the data order and the
-augmentation, and is shared by all arms, so arms differ only by their change.
+paper's recipe scaled to the study's budget (``runs.study.BUDGETS``): SGD with momentum 0.9,
+batch 128, learning rate 0.05 divided by 10 at S/2 and 5S/6 of S steps (the paper's 30k and
+50k of 60k), weight decay 1e-4. Each (arm, seed) pair is one run in its own folder; a seed
+fixes the weights, the data order and the augmentation, and is shared by all arms, so arms
+differ only by their change.
 
-``launch/claims.py`` runs the sweep; this module holds the arms and the summary (table,
-verdicts, plots), which reads nothing but the runs' files, and loads no backend (a bad flag of
-the sweep is answered at once); ``runs.claim_run`` trains one run.
+This module holds the arms' claims and the study's report (``claims.md``: the table with a
+verdict per claim, ``claims.json``, ``claims_curves.png``), which reads nothing but the runs'
+files and loads no backend; it stands for ``runs.study``'s report where the study is ``claims``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import os
 import statistics
 
 from resnet_noBN.configs.recipe_config import TrainConfig
-from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs import arm_curves, run_config
+from resnet_noBN.datasets import cifar_data
+from resnet_noBN.runs import arm_curves
 from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
-from resnet_noBN.runs.run_config import RunConfig
+from resnet_noBN.runs.record import read_config, section
 
 TABLE_FILE = "claims.md"
 SUMMARY_FILE = "claims.json"
@@ -106,56 +108,6 @@ ARMS = (
 ARM_NAMES = tuple(arm.name for arm in ARMS)
 
 
-def scaled_recipe(cfg: TrainConfig, train_steps: int, eval_every: int | None = None) -> TrainConfig:
-    """``cfg`` for S = ``train_steps`` steps (its learning rate drops at the paper's 1/2 and 5/6
-    of them, ``TrainConfig.boundary_steps``), evaluated and checkpointed every ``eval_every``
-    steps (default ``cfg.eval_every``), at most S."""
-    every = min(eval_every or cfg.eval_every, train_steps)
-    return dataclasses.replace(
-        cfg, train_steps=train_steps, eval_every=every, checkpoint_every=every
-    )
-
-
-def sweep_recipe() -> TrainConfig:
-    """The full sweep's recipe: the claims experiments' (the paper's, at their budget)."""
-    return run_config.build(ARMS[0].experiment).recipe
-
-
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-    """The budget: the network (a ``presets.MODELS`` name), each run's recipe (the paper's,
-    ``recipe.TrainConfig``'s defaults, scaled to its steps) and the seeds. Default: the full
-    sweep, the paper's depth (9 blocks per stage) at a quarter of Table 1's widths."""
-
-    model: str = "quarter"
-    recipe: TrainConfig = dataclasses.field(default_factory=sweep_recipe)
-    seeds: int = 3
-
-
-QUICK = Sweep(
-    model="small",
-    recipe=scaled_recipe(
-        dataclasses.replace(
-            sweep_recipe(), batch_size=16, eval_every=3, log_every=2, eval_batch_size=100
-        ),
-        6,
-    ),
-    seeds=2,
-)
-
-
-def arm_config(arm: Arm, sweep: Sweep, data: DataConfig, precision: str = "float32") -> RunConfig:
-    """The arm's run: its experiment at the sweep's budget (network preset, recipe), on ``data``,
-    in ``precision``."""
-    return run_config.build(
-        arm.experiment,
-        model=sweep.model,
-        data=dataclasses.asdict(data),
-        recipe=dataclasses.asdict(sweep.recipe),
-        runtime={"precision": precision},
-    )
-
-
 def arm_summary(results: list[dict], num_classes: int) -> dict:
     """Final test error (%) over the finished seeds (at least one): mean, sd (n-1; None for
     one seed), each seed's.
@@ -163,11 +115,11 @@ def arm_summary(results: list[dict], num_classes: int) -> dict:
     A diverged seed counts as chance error, 100 (1 - 1/classes): it learned nothing usable.
     """
     chance = 100.0 * (1 - 1 / num_classes)
-    errors = [chance if r["diverged"] else 100.0 * r["test_error"] for r in results]
+    errors = [chance if r.get("diverged") else 100.0 * r["test_error"] for r in results]
     return {
         "seeds": [r["seed"] for r in results],
         "test_errors": errors,
-        "diverged": sum(r["diverged"] for r in results),
+        "diverged": sum(bool(r.get("diverged")) for r in results),
         "mean": statistics.fmean(errors),
         "sd": statistics.stdev(errors) if len(errors) > 1 else None,
     }
@@ -202,23 +154,46 @@ def verdict(arm: Arm, summary: dict, baseline: dict) -> dict:
     }
 
 
-def summarize(output_dir: str, sweep: Sweep, num_classes: int) -> dict:
-    """Per arm: the finished seeds' summary and the verdict against the baseline."""
-    found = {
-        arm.name: [
-            r
-            for seed in range(sweep.seeds)
-            if (r := read_result(output_dir, arm.name, seed)) is not None
-        ]
-        for arm in ARMS
-    }
-    summaries = {
-        name: arm_summary(results, num_classes) for name, results in found.items() if results
-    }
+def describe(budget) -> str:
+    """What the table holds, for the report's header (``budget``: ``runs.study.Budget``)."""
+    return (
+        "Each arm is the paper's network with one change; test error (%) on the whole test "
+        "split after the last step, mean ± sd over the seeds (a diverged seed counts as chance "
+        "error), and the verdict on the paper's claim: its direction, against the seed spread."
+    )
+
+
+def _arms(experiments: tuple[str, ...]) -> list[Arm]:
+    """The arms whose experiments are in ``experiments``, in the table's order."""
+    return [arm for arm in ARMS if arm.experiment in experiments]
+
+
+def classes(output_dir: str, experiments: tuple[str, ...], seeds: int) -> int:
+    """The number of classes of the data the runs read (their config.json's; CIFAR-10 before
+    any has recorded one)."""
+    for name in experiments:
+        for seed in range(seeds):
+            saved = read_config(run_dir(output_dir, name, seed))
+            if saved:
+                return cifar_data.num_classes(section(saved, "data").get("dataset", "cifar10"))
+    return cifar_data.num_classes("cifar10")
+
+
+def summarize(output_dir: str, experiments: tuple[str, ...], budget) -> dict:
+    """Per arm (by its short name) of ``experiments``: the ended seeds' summary and the verdict
+    against the baseline."""
+    count = classes(output_dir, experiments, budget.seeds)
+    summaries = {}
+    for arm in _arms(experiments):
+        ended = [(s, read_result(output_dir, arm.experiment, s)) for s in range(budget.seeds)]
+        results = [{**r, "seed": seed} for seed, r in ended if r is not None]
+        if results:
+            summaries[arm.name] = arm_summary(results, count)
+    base = summaries.get(BASELINE)
     return {
-        name: {**s, "verdict": verdict(arm, s, summaries.get(BASELINE))}
-        for arm in ARMS
-        if (s := summaries.get(name := arm.name))
+        arm.name: {**summaries[arm.name], "verdict": verdict(arm, summaries[arm.name], base)}
+        for arm in _arms(experiments)
+        if arm.name in summaries
     }
 
 
@@ -226,52 +201,53 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def markdown_table(summary: dict, sweep: Sweep) -> str:
+def markdown_table(summary: dict, experiments: tuple[str, ...], budget) -> str:
     """The claims table: one row per arm."""
     lines = [
         "| arm | change from the paper's network | the paper | test error % (mean ± sd) "
         "| seeds (diverged) | gap to baseline (pp) | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for arm in ARMS:
+    for arm in _arms(experiments):
         if arm.name not in summary:
             continue
         s = summary[arm.name]
         gap = s["verdict"]["gap"]
         lines.append(
             f"| `{arm.name}` | {arm.what} | {arm.claim} | {_fmt(s['mean'])} ± "
-            f"{_fmt(s['sd'])} | {len(s['seeds'])}/{sweep.seeds} ({s['diverged']}) | "
+            f"{_fmt(s['sd'])} | {len(s['seeds'])}/{budget.seeds} ({s['diverged']}) | "
             f"{'-' if gap is None else f'{gap:+.2f}'} | {s['verdict']['text']} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(output_dir: str, sweep: Sweep, path: str, title: str) -> None:
+def plot_curves(output_dir: str, experiments: tuple[str, ...], budget, path: str) -> None:
     """Training loss and test error against step, one colour per arm, the seeds' range shaded
-    (``arm_curves.plot``)."""
-    arms = {
-        arm.name: [run_dir(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
-        for arm in ARMS
+    (``arm_curves.plot``), a diverged arm's curves up to its last step."""
+    folders = {
+        arm.name: [run_dir(output_dir, arm.experiment, seed) for seed in range(budget.seeds)]
+        for arm in _arms(experiments)
     }
     diverged = {}
-    for arm in ARMS:
-        results = [read_result(output_dir, arm.name, seed) for seed in range(sweep.seeds)]
-        steps = [r["final_step"] for r in results if r and r["diverged"]]
+    for arm in _arms(experiments):
+        results = [read_result(output_dir, arm.experiment, seed) for seed in range(budget.seeds)]
+        steps = [r["final_step"] for r in results if r and r.get("diverged")]
         if steps:
             diverged[arm.name] = max(steps)
-    arm_curves.plot(arms, path, title, sweep.recipe.batch_size, diverged)
+    title = f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
+    arm_curves.plot(folders, path, title, batch_size=TrainConfig().batch_size, diverged=diverged)
 
 
-def write_report(output_dir: str, sweep: Sweep, num_classes: int, header: str, title: str) -> dict:
+def write_report(output_dir: str, experiments: tuple[str, ...], budget, header: str) -> dict:
     """``claims.md`` (``header``, where the runs computed, and the table), ``claims.json`` and
-    the curves' PNG, from the runs finished so far; returns the summary."""
-    summary = summarize(output_dir, sweep, num_classes)
+    the curves' PNG, from the runs ended so far; returns the summary."""
+    summary = summarize(output_dir, experiments, budget)
     with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        ran = [(a.name, s) for a in ARMS for s in range(sweep.seeds)]
+        ran = [(name, seed) for name in experiments for seed in range(budget.seeds)]
         where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
         f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
-        f.write(markdown_table(summary, sweep))
+        f.write(markdown_table(summary, experiments, budget))
     with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump({"sweep": dataclasses.asdict(sweep), "arms": summary}, f, indent=2)
-    plot_curves(output_dir, sweep, os.path.join(output_dir, PLOT_FILE), title)
+        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+    plot_curves(output_dir, experiments, budget, os.path.join(output_dir, PLOT_FILE))
     return summary

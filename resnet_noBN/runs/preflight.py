@@ -1,15 +1,18 @@
 """What ``launch/cifar.py`` checks of its run before its backend loads (TensorFlow's import takes
-seconds of CPU, JAX's and PyTorch's as long): the cluster a multi-process strategy joins and the
---data_path's files, each refused in one line (``configs.errors``). The backend checks the same
-as it starts (``runs.setup.start``: the runtime, then the data), so a caller that skips these
-refuses the same input with the same line, only later. Plain file-system and environment reads:
-no backend."""
+seconds of CPU, JAX's and PyTorch's as long): the cluster a multi-process strategy joins, the
+--data_path's files and (``--check_only``, for launch/study.py) what --model_dir holds, each
+refused in one line (``configs.errors``). The backend checks the same as it starts
+(``runs.setup.start``: the runtime, then the data), so a caller that skips these refuses the
+same input with the same line, only later. Plain file-system and environment reads: no
+backend."""
 
 from __future__ import annotations
 
+from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host.cluster import ClusterError, parse_tf_config
+from resnet_noBN.runs import record, run_config
 from resnet_noBN.runs.run_config import RunConfig
 
 MULTI_PROCESS = ("multi_worker", "parameter_server")  # the strategies that join a cluster
@@ -27,3 +30,14 @@ def check(config: RunConfig) -> None:
             raise InputError(str(e)) from None
     if config.launcher == "cifar" and config.data.data_path is not None:
         cifar_data.check_data_path(config.data.dataset, config.data.data_path)
+
+
+def check_folder(config: RunConfig, model_dir: str) -> None:
+    """InputError (one line) where ``model_dir`` holds a run that ``config`` cannot resume
+    (``run_config.checked_record``, as the run's set-up checks it, with the Keras backend
+    chosen and the seed the run would take); reads the folder, writes nothing."""
+    seed = config.runtime.seed
+    if seed is None:
+        seed = record.read_config(model_dir).get(record.SEED_KEY)
+    resumed = run_config.resumed(config, model_dir)
+    run_config.checked_record(resumed, model_dir, registry.check_chosen(), seed)

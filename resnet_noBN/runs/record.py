@@ -1,5 +1,5 @@
 """A run's ``config.json``: the whole run recorded once, by every training launcher
-(``launch/cifar.py``, ``launch/imagenet.py``, each run of ``launch/claims.py``), and the check
+(``launch/cifar.py``, ``launch/imagenet.py``, each run of ``launch/study.py``), and the check
 that a rerun in the same folder resumes the same run.
 
 The record (:func:`record`) has one section per config::

@@ -14,8 +14,8 @@ A run config nests the four configs of a run, each declared once with its flags:
 
 and the name of the experiment it was built from (``configs.experiments``). A launcher builds
 it from an experiment and the flags given (:func:`from_flags`: an experiment's values stand in
-for the defaults of the flags not given), a study or the claims from an experiment and a budget
-(:func:`build`), an evaluation from a run's ``config.json`` (:func:`from_record`).
+for the defaults of the flags not given), a test or a benchmark from an experiment and
+changes (:func:`build`), an evaluation from a run's ``config.json`` (:func:`from_record`).
 
 ``config.json`` (:meth:`RunConfig.record`) keeps the sections older versions wrote, so an old
 run folder resumes and evaluates: ``network``, ``recipe`` (the schedule's boundaries as steps),

@@ -1,6 +1,5 @@
-"""One run set up, the same way for every launcher, the claims' runs and an evaluation, in the
-order that keeps a bad input from writing anything (the original ``resnet_main.py``'s start,
-made safe to resume):
+"""One run set up, the same way for every launcher and an evaluation, in the order that keeps a
+bad input from writing anything (the original ``resnet_main.py``'s start, made safe to resume):
 
 1. the runtime started from the run config (``Backend.start``: the flags the backend cannot
    take refused, the devices or strategy, the batches checked against them, the seed: the

@@ -56,6 +56,26 @@ class Budget:
         check_at_least(self, ("train_steps", "eval_every", "seeds"), 1, "positive")
 
 
+# each study's budget where its flags give none (presets.MODELS): Table 2's factors on the small
+# network, CIFAR-100 held on the quarter one (the paper's depth, a quarter of its widths), 8,000
+# steps each; the claims on the quarter network, 300 steps logged every 10 (the budget of their
+# experiments, configs.experiments.CLAIMS_BUDGET)
+BUDGETS = {
+    "table2": Budget("small", 8000, 500, 3),
+    "cifar100_held": Budget("quarter", 8000, 500, 2, ("--log_every=100",)),
+    "claims": Budget("quarter", 300, 75, 3, ("--log_every=10", "--max_checkpoints=1")),
+}
+
+
+def describe(budget: Budget) -> str:
+    """What the table holds, for the report's header."""
+    return (
+        "Test error (%) on the whole test split (final, best over evaluations every "
+        f"{budget.eval_every} steps), and the original 2016 code's figure (the best precision "
+        "over 5,000-image windows: resnet_noBN/runs/original_eval.py), mean ± sd over the seeds."
+    )
+
+
 def runs(arms: tuple[str, ...], budget: Budget) -> list[tuple[str, int]]:
     """(arm, seed) of every run, every arm's seed 0 first (the table fills evenly)."""
     return [(arm, seed) for seed in range(budget.seeds) for arm in arms]
