@@ -26,7 +26,6 @@ one line of JSON.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -38,9 +37,9 @@ import time
 
 from absl import flags
 
-from resnet_noBN.configs import experiments, presets
+from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
-from resnet_noBN.configs.flag_config import validated
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import claims, cli, folder_lock, study
 from resnet_noBN.runs.arm_runs import run_dir, write_result
@@ -48,15 +47,11 @@ from resnet_noBN.runs.arm_runs import run_dir, write_result
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
 flags.DEFINE_list("arms", None, "Its arms to run (default: all; the baseline always runs).")
-_OWN = "default: the study's, runs/study.py BUDGETS"
-flags.DEFINE_enum("model", None, list(presets.MODELS), f"The network preset of every run ({_OWN}).")
-flags.DEFINE_integer(
-    "train_steps", None, f"Steps per run; lr drops at 1/2 and 5/6 of them ({_OWN})."
+# the budget's flags (study.Budget's fields), no default: each study's own (study.BUDGETS)
+define_flags(
+    study.Budget(**dict.fromkeys(("model", "train_steps", "eval_every", "seeds"))),
+    exclude=("flags",),
 )
-flags.DEFINE_integer(
-    "eval_every", None, f"Evaluate (whole test split), log and checkpoint every N ({_OWN})."
-)
-flags.DEFINE_integer("seeds", None, f"Seeds per arm ({_OWN}).")
 flags.DEFINE_integer("parallel", 2, "Runs side by side.")
 flags.DEFINE_string("data_path", None, "The data every run reads (launch/cifar.py --data_path).")
 flags.DEFINE_list(
@@ -84,14 +79,10 @@ def budget_from_flags() -> study.Budget:
     """The study's budget (``study.BUDGETS``) with the flags given over it, --run_flags and
     --data_path after its own flags; checked (InputError, one line)."""
     own = study.BUDGETS[FLAGS.study]
-    given = {
-        name: getattr(FLAGS, name)
-        for name in ("model", "train_steps", "eval_every", "seeds")
-        if getattr(FLAGS, name) is not None
-    }
     data = (f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()
-    budget = dataclasses.replace(own, **given, flags=own.flags + tuple(FLAGS.run_flags) + data)
-    return validated(budget)
+    return config_from_flags(
+        study.Budget, base=own, flags=own.flags + tuple(FLAGS.run_flags) + data
+    )
 
 
 def header(budget: study.Budget, report) -> str:

@@ -19,8 +19,8 @@ import os
 import statistics
 import sys
 
-from resnet_noBN.configs import experiments
-from resnet_noBN.configs.flag_config import check_at_least
+from resnet_noBN.configs import experiments, presets
+from resnet_noBN.configs.flag_config import check_at_least, check_choices
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.runs import arm_curves, arm_errors, arm_health, original_eval
 from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
@@ -43,16 +43,27 @@ FIGURES = (
 class Budget:
     """What every run of a study shares: the network preset, the steps, how often it is
     evaluated (and logged, and checkpointed), the seeds, and the flags given to every run (the
-    data, the precision...)."""
+    data, the precision...). Each field but ``flags`` is a flag of ``launch/study.py``
+    (``configs.flag_config``), each study's own budget (:data:`BUDGETS`) standing for a flag
+    not given."""
 
-    model: str = "small"
-    train_steps: int = 8000
-    eval_every: int = 500
-    seeds: int = 3
+    model: str = dataclasses.field(
+        default="small",
+        metadata={"help": "The network preset of every run.", "choices": tuple(presets.MODELS)},
+    )
+    train_steps: int = dataclasses.field(
+        default=8000, metadata={"help": "Steps per run; the lr drops at 1/2 and 5/6 of them."}
+    )
+    eval_every: int = dataclasses.field(
+        default=500,
+        metadata={"help": "Evaluate (the whole test split), log and checkpoint every N steps."},
+    )
+    seeds: int = dataclasses.field(default=3, metadata={"help": "Seeds per arm."})
     flags: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """ValueError (one line, naming the flag) for a budget that runs nothing."""
+        check_choices(self)
         check_at_least(self, ("train_steps", "eval_every", "seeds"), 1, "positive")
 
 
