@@ -88,8 +88,8 @@ def test_each_call_of_the_default_lease_carries_under_64_mib():
 def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     """The default order, each run's launcher flags at the paper's 60,000 steps (seeds, the
     true-float32 run stopped past its first decay with the drops where the whole run has them),
-    and the projection: in 900 s of GPU time the first run fits and the second does not; in
-    1,100 s both do."""
+    and the projection: in 900 s of GPU time the first run fits and the second does not, the
+    held CIFAR-100 run (12,000 steps) in what the first leaves; in 1,100 s the first two."""
     knobs = plan.Knobs.from_env({})
     assert [r.name for r in knobs.runs] == list(plan.DEFAULT_RUNS)
     assert knobs.lease_s == 900 and knobs.datasets() == ["cifar10", "cifar100"]
@@ -114,9 +114,13 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert 420 < estimate(knobs.runs[0]) < 480  # 60,000 steps at 18,861 images/s and the rest
     left = 900 - 30 - 60  # the start, the first carry calls
     fits, why = plan.schedule(knobs.runs, left, estimate, knobs.margin_s)
-    assert fits == ["cifar10_original_2016_wd"] and "cifar10_paper" in why
+    assert fits == ["cifar10_original_2016_wd", "cifar100_held_lr_wd_2016"]
+    assert "cifar10_paper" in why and "cifar100_paper" in why
     fits, _ = plan.schedule(knobs.runs, 1100 - 30 - 60, estimate, knobs.margin_s)
-    assert fits == ["cifar10_original_2016_wd", "cifar10_paper"]  # LEASE_S=1100 holds both
+    assert fits[:2] == ["cifar10_original_2016_wd", "cifar10_paper"]  # LEASE_S=1100 holds both
+    held = knobs.run("cifar100_held_lr_wd_2016")
+    assert held.flags(smoke=False)[-2:] == ["--train_steps=12000", "--schedule_steps=60000"]
+    assert 100 < estimate(held) < 160
     assert 1_500 < estimate(c100) < 1_800  # true float32 at the rate one H200 measured
     assert knobs.speed == ("baseline", "latency_hiding") and knobs.probes == ()
     bad = subprocess.run(
