@@ -367,3 +367,30 @@ def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
     for health in ("cross_entropy", "weight_decay", "weight_norm", "grad_norm", "max_abs_logit"):
         assert f"{health} " in last, (health, last)  # the run's health when it diverged
     assert "Traceback" not in out
+
+
+HELD_RATE = """
+import keras
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.trainers.recipe import learning_rate_schedule
+schedule = learning_rate_schedule(TrainConfig(lr_boundaries=()))
+steps = keras.ops.convert_to_tensor([1, 30000, 2**31 - 2], dtype="int32")
+print([round(float(schedule(step)), 6) for step in steps])
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_held_rate_is_one_that_an_int32_step_reaches(backend):
+    """An experiment with no drop (``cifar100_held_lr*``: lr 0.05 held) on JAX, which counts
+    the optimizer's steps in int32: the schedule's one boundary fits that type, and the rate is
+    the same at every step (a boundary of 2**62 overflowed there, and the held run of the GPU
+    lease plan could not have run)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", HELD_RATE],
+        env=backend_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[0.05, 0.05, 0.05]"

@@ -151,8 +151,9 @@ def learning_rate_schedule(cfg: TrainConfig) -> keras.optimizers.schedules.Learn
     """
     boundaries = cfg.boundary_steps()
     values = [cfg.learning_rate * cfg.lr_decay**i for i in range(len(boundaries) + 1)]
-    if not boundaries:  # a constant rate (PiecewiseConstantDecay needs a boundary)
-        return keras.optimizers.schedules.PiecewiseConstantDecay([2**62], values * 2)
+    if not boundaries:  # a constant rate: PiecewiseConstantDecay needs a boundary, one past any
+        # step a run reaches that an int32 holds (JAX counts the steps in int32)
+        return keras.optimizers.schedules.PiecewiseConstantDecay([2**31 - 1], values * 2)
     return keras.optimizers.schedules.PiecewiseConstantDecay([b - 1 for b in boundaries], values)
 
 
