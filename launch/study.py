@@ -150,7 +150,9 @@ def main(argv):
     total = len(study.runs(arm_names, budget))
     tf_threads = study.threads_each(FLAGS.parallel)
     threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
-    check(todo, budget, threads)  # before anything is written
+    if todo:  # before anything is written; a second or so a run
+        print(f"checking the {len(todo)} runs to do as each would start", flush=True)
+        check(todo, budget, threads)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     folder_lock.lock(FLAGS.output_dir, "--output_dir")
     print(
