@@ -18,14 +18,13 @@ files and loads no backend; it stands for ``runs.study``'s report where the stud
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.runs import arm_curves
-from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
+from resnet_noBN.runs import arm_curves, study
+from resnet_noBN.runs.arm_runs import read_result, run_dir
 from resnet_noBN.runs.record import read_config, section
 
 TABLE_FILE = "claims.md"
@@ -234,20 +233,16 @@ def plot_curves(output_dir: str, experiments: tuple[str, ...], budget, path: str
         steps = [r["final_step"] for r in results if r and r.get("diverged")]
         if steps:
             diverged[arm.name] = max(steps)
-    title = f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
-    arm_curves.plot(folders, path, title, batch_size=TrainConfig().batch_size, diverged=diverged)
+    batch = TrainConfig().batch_size
+    arm_curves.plot(folders, path, study.title(budget), batch_size=batch, diverged=diverged)
 
 
 def write_report(output_dir: str, experiments: tuple[str, ...], budget, header: str) -> dict:
     """``claims.md`` (``header``, where the runs computed, and the table), ``claims.json`` and
     the curves' PNG, from the runs ended so far; returns the summary."""
     summary = summarize(output_dir, experiments, budget)
-    with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        ran = [(name, seed) for name in experiments for seed in range(budget.seeds)]
-        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
-        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
-        f.write(markdown_table(summary, experiments, budget))
-    with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+    table = markdown_table(summary, experiments, budget)
+    files = (TABLE_FILE, SUMMARY_FILE)
+    study.write_tables(output_dir, files, header, table, summary, experiments, budget)
     plot_curves(output_dir, experiments, budget, os.path.join(output_dir, PLOT_FILE))
     return summary

@@ -12,7 +12,7 @@ from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host.cluster import ClusterError, parse_tf_config
-from resnet_noBN.runs import record, run_config
+from resnet_noBN.runs import run_config
 from resnet_noBN.runs.run_config import RunConfig
 
 MULTI_PROCESS = ("multi_worker", "parameter_server")  # the strategies that join a cluster
@@ -36,8 +36,6 @@ def check_folder(config: RunConfig, model_dir: str) -> None:
     """InputError (one line) where ``model_dir`` holds a run that ``config`` cannot resume
     (``run_config.checked_record``, as the run's set-up checks it, with the Keras backend
     chosen and the seed the run would take); reads the folder, writes nothing."""
-    seed = config.runtime.seed
-    if seed is None:
-        seed = record.read_config(model_dir).get(record.SEED_KEY)
+    seed = run_config.resumed_seed(config, model_dir)
     resumed = run_config.resumed(config, model_dir)
     run_config.checked_record(resumed, model_dir, registry.check_chosen(), seed)

@@ -314,6 +314,14 @@ def _fields(cls, section: dict) -> dict:
     }
 
 
+def resumed_seed(run: RunConfig, model_dir: str | None) -> int | None:
+    """The seed ``run`` takes: its own; else, resuming, the one ``model_dir``'s config.json
+    recorded (so a rerun continues the same data order); else None (drawn at random)."""
+    if run.runtime.seed is not None or model_dir is None:
+        return run.runtime.seed
+    return record.read_config(model_dir).get(record.SEED_KEY)
+
+
 def resumed(run: RunConfig, model_dir: str) -> RunConfig:
     """``run`` as it resumes the run ``model_dir`` holds: where its learning-rate drops are
     fractions and no --schedule_steps is given, they stay fractions of the length the run

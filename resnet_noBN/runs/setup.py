@@ -87,12 +87,9 @@ class Inputs:
 
 def start_runtime(config: RunConfig, model_dir: str | None = None) -> Runtime:
     """The runtime of ``config`` started by the backend in use (``Backend.start``), its global
-    batches checked to split over the replicas. The seed: the config's; else, resuming, the
-    one ``model_dir``'s config.json recorded (so a rerun continues the same data order); else
-    drawn at random."""
-    seed = config.runtime.seed
-    if seed is None and model_dir is not None:
-        seed = record.read_config(model_dir).get(record.SEED_KEY)
+    batches checked to split over the replicas, with the seed it takes
+    (``run_config.resumed_seed``)."""
+    seed = run_config.resumed_seed(config, model_dir)
     recipe = config.recipe
     sizes = {"batch_size": recipe.batch_size, "eval_batch_size": recipe.eval_batch_size}
     return registry.current().start(config.runtime, sizes, seed)

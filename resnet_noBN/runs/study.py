@@ -213,32 +213,53 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
     return "\n".join(lines) + "\n"
 
 
+def title(budget: Budget) -> str:
+    """The plots' title: the budget in words."""
+    return f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
+
+
+def write_tables(
+    output_dir: str,
+    files: tuple[str, str],
+    header: str,
+    table: str,
+    summary: dict,
+    arms: tuple[str, ...],
+    budget: Budget,
+) -> None:
+    """A report's two files (``files``: the markdown's and the JSON's names): ``header``, where
+    the runs of ``arms`` computed and in which optimizer (each run's config.json) and ``table``;
+    the budget and ``summary``. The one writer of study.md and claims.md."""
+    markdown, summary_file = files
+    with open(os.path.join(output_dir, markdown), "w", encoding="utf-8") as f:
+        ran = runs(arms, budget)
+        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
+        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
+        f.write(table)
+    with open(os.path.join(output_dir, summary_file), "w", encoding="utf-8") as f:
+        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+
+
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
     """``study.md`` (``header``, where the runs computed, and the table), ``study.json``, the
     curves' PNG, the final errors' (``arm_errors``) and the health's (``arm_health``), from the
     runs finished so far (the health also of the runs still going); returns the summary."""
     summary = summarize(output_dir, arms, budget)
-    with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        ran = runs(arms, budget)
-        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
-        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
-        f.write(markdown_table(summary, arms, budget))
-    with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+    table = markdown_table(summary, arms, budget)
+    write_tables(output_dir, (TABLE_FILE, SUMMARY_FILE), header, table, summary, arms, budget)
     folders = {a: [run_dir(output_dir, a, s) for s in range(budget.seeds)] for a in arms}
     diverged = {a: max(e["diverged"]) for a, e in summary.items() if e["diverged"]}
-    title = f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
     arm_curves.plot(
         folders,
         os.path.join(output_dir, PLOT_FILE),
-        title,
+        title(budget),
         batch_size=TrainConfig().batch_size,
         diverged=diverged,
     )
     path = os.path.join(output_dir, ERRORS_FILE)
-    arm_errors.plot(summary, arms, row_labels(summary, arms), path, title)
+    arm_errors.plot(summary, arms, row_labels(summary, arms), path, title(budget))
     health = os.path.join(output_dir, HEALTH_FILE)
-    arm_health.plot(folders, health, title, batch_size=TrainConfig().batch_size)
+    arm_health.plot(folders, health, title(budget), batch_size=TrainConfig().batch_size)
     return summary
 
 
