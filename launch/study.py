@@ -21,7 +21,8 @@ checkpoint), the same command resumes: a finished run is kept, an unfinished one
 each run: the report (``study.md``: the table, ``study.json``, ``study_curves.png``,
 ``study_errors.png``, ``study_health.png``; the claims': ``claims.md``, ``claims.json``,
 ``claims_curves.png``), and a line with the runs done, the time left and the finish. Ends with
-one line of JSON.
+one line of JSON. ``--report_only`` writes the report of the runs that have ended and starts
+none (a study whose runs go on elsewhere; the table gives each arm's seeds as 1/2).
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ flags.DEFINE_list(
 )
 flags.DEFINE_string("label", None, "What the data is, for the report's title (default: none).")
 flags.DEFINE_string("output_dir", "results/table2", "Where the runs, table and curves go.")
+flags.DEFINE_bool(
+    "report_only",
+    False,
+    "Write the report from the runs that have ended and start none (the table says each arm's "
+    "seeds, e.g. 1/2): for runs still going elsewhere, or a report written again.",
+)
 
 # the report of each study: the claims' verdicts (runs/claims.py); the others', runs/study.py's
 REPORTS = {"claims": claims}
@@ -92,11 +99,16 @@ def header(budget: study.Budget, report) -> str:
         "unknown CPU",
     )
     label = f", {FLAGS.label}" if FLAGS.label else ""
+    invocation = (
+        "the report only, nothing trained"
+        if FLAGS.report_only
+        else f"{cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs side by side"
+    )
     return (
         f"# Study {FLAGS.study}: {budget.model} network, {budget.train_steps} steps, "
         f"{budget.seeds} seeds{label}\n\n{report.describe(budget)} "
-        f"This invocation: {cpu}, {len(os.sched_getaffinity(0))} cores, {FLAGS.parallel} runs "
-        f"side by side, {datetime.date.today().isoformat()}.\nCommand: `{command}`\n"
+        f"This invocation: {invocation}, {datetime.date.today().isoformat()}.\n"
+        f"Command: `{command}`\n"
     )
 
 
@@ -140,6 +152,27 @@ def outcome(arm: str, seed: int, proc: subprocess.Popen) -> str:
     return f"stopped with exit {proc.returncode} (see its launch.log); rerun to resume it"
 
 
+def report_only(arm_names: tuple[str, ...], budget: study.Budget, report, ended: int, todo):
+    """--report_only: the report of the ``ended`` runs, nothing started; InputError where none
+    has ended (a report of nothing)."""
+    if not ended:
+        raise InputError(
+            f"--report_only: no run of {FLAGS.study} has ended in {FLAGS.output_dir}; "
+            "check --output_dir, --arms and --seeds"
+        )
+    folder_lock.lock(FLAGS.output_dir, "--output_dir")
+    left = ", ".join(f"{arm} seed {seed}" for arm, seed in todo) or "none"
+    print(f"report of {ended} of {ended + len(todo)} runs; not ended: {left}", flush=True)
+    final_report(arm_names, budget, report, ended)
+
+
+def final_report(arm_names: tuple[str, ...], budget: study.Budget, report, runs: int) -> None:
+    """The report written, its table printed, then the one line of JSON."""
+    summary = report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
+    print(report.markdown_table(summary, arm_names, budget), flush=True)
+    print(json.dumps({"output_dir": FLAGS.output_dir, "runs": runs, "arms": summary}), flush=True)
+
+
 @cli.exit_codes
 def main(argv):
     budget, report = budget_from_flags(), REPORTS.get(FLAGS.study, study)
@@ -148,6 +181,8 @@ def main(argv):
     arm_names = arms()
     todo = [r for r in study.runs(arm_names, budget) if not study.finished(FLAGS.output_dir, *r)]
     total = len(study.runs(arm_names, budget))
+    if FLAGS.report_only:
+        return report_only(arm_names, budget, report, total - len(todo), todo)
     tf_threads = study.threads_each(FLAGS.parallel)
     threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
     if todo:  # before anything is written; a second or so a run
@@ -192,9 +227,7 @@ def main(argv):
         if stopping and not running:
             print("study stopped: rerun the same command to resume", flush=True)
             sys.exit(PREEMPTED_EXIT)
-    summary = report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
-    print(report.markdown_table(summary, arm_names, budget), flush=True)
-    print(json.dumps({"output_dir": FLAGS.output_dir, "runs": total, "arms": summary}), flush=True)
+    final_report(arm_names, budget, report, total)
 
 
 if __name__ == "__main__":

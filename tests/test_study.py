@@ -3,6 +3,7 @@ side by side as launch/cifar.py runs, resumed where they stopped, summed up in a
 final, best and original-2016 figures with the seed spread."""
 
 import json
+import shutil
 from pathlib import Path
 
 import launchers
@@ -88,6 +89,43 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     assert again.returncode == 0, again.stderr[-2000:]
     assert "2 runs (2 arms x 1 seeds), 2 already finished" in again.stdout
     assert "started" not in again.stdout
+
+
+def test_report_only_writes_the_report_of_the_runs_that_ended_and_starts_none(tmp_path):
+    """Three of the committed quarter runs copied (the baseline's two seeds, one of an arm's):
+    --report_only writes the table of those three, the arm at 1/2 seeds, and starts nothing;
+    over a folder with no ended run it is one line, exit 2, nothing written."""
+    committed = Path(__file__).parents[1] / "results" / "table2_quarter"
+    out = tmp_path / "quarter"
+    ended = [("cifar10_paper", 0), ("cifar10_paper", 1), ("cifar10_original_2016", 0)]
+    for arm, seed in ended:
+        name = f"runs/{arm}-seed{seed}"
+        shutil.copytree(committed / name, out / name)
+    flags = ("--study=table2", "--arms=cifar10_original_2016", "--model=quarter", "--seeds=2")
+    proc = launchers.run("launch/study.py", *flags, "--report_only", f"--output_dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "report of 3 of 4 runs; not ended: cifar10_original_2016 seed 1" in proc.stdout
+    assert "started" not in proc.stdout
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(
+        f"{arm}-seed{seed}" for arm, seed in ended
+    )
+    arms = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]
+    before = json.loads((committed / study.SUMMARY_FILE).read_text())["arms"]
+    assert arms["cifar10_paper"]["final_error"] == before["cifar10_paper"]["final_error"]
+    seed0 = before["cifar10_original_2016"]["final_error"]["values"][0]
+    assert arms["cifar10_original_2016"]["final_error"]["values"] == [seed0]
+    table = (out / study.TABLE_FILE).read_text()
+    assert "| `cifar10_original_2016` |" in table and " | 1/2 | " in table
+    assert "This invocation: the report only, nothing trained, " in table
+    empty = launchers.run(
+        "launch/study.py", *flags, "--report_only", f"--output_dir={tmp_path / 'none'}"
+    )
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines()[-1] == (
+        f"error: --report_only: no run of table2 has ended in {tmp_path / 'none'}; "
+        "check --output_dir, --arms and --seeds"
+    )
+    assert not (tmp_path / "none").exists()
 
 
 def test_an_unknown_arm_is_one_line(cifar_bin, tmp_path):
