@@ -234,7 +234,13 @@ def plot_curves(output_dir: str, experiments: tuple[str, ...], budget, path: str
         if steps:
             diverged[arm.name] = max(steps)
     batch = TrainConfig().batch_size
-    arm_curves.plot(folders, path, study.title(budget), batch_size=batch, diverged=diverged)
+    arm_curves.plot(
+        folders,
+        path,
+        study.title(budget, output_dir, experiments),
+        batch_size=batch,
+        diverged=diverged,
+    )
 
 
 def write_report(output_dir: str, experiments: tuple[str, ...], budget, header: str) -> dict:

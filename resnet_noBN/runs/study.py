@@ -213,9 +213,13 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
     return "\n".join(lines) + "\n"
 
 
-def title(budget: Budget) -> str:
-    """The plots' title: the budget in words."""
-    return f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
+def title(budget: Budget, output_dir: str, arms: tuple[str, ...]) -> str:
+    """The plots' title: the budget in words, and how many of its runs of ``arms`` have ended
+    where not all have (a report written while runs go on)."""
+    text = f"{budget.model} network, {budget.train_steps} steps, {budget.seeds} seeds"
+    ran = runs(arms, budget)
+    ended = sum(finished(output_dir, arm, seed) for arm, seed in ran)
+    return text if ended == len(ran) else f"{text}, {ended} of {len(ran)} runs ended"
 
 
 def write_tables(
@@ -248,18 +252,19 @@ def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header:
     table = markdown_table(summary, arms, budget)
     write_tables(output_dir, (TABLE_FILE, SUMMARY_FILE), header, table, summary, arms, budget)
     folders = {a: [run_dir(output_dir, a, s) for s in range(budget.seeds)] for a in arms}
+    name = title(budget, output_dir, arms)
     diverged = {a: max(e["diverged"]) for a, e in summary.items() if e["diverged"]}
     arm_curves.plot(
         folders,
         os.path.join(output_dir, PLOT_FILE),
-        title(budget),
+        name,
         batch_size=TrainConfig().batch_size,
         diverged=diverged,
     )
     path = os.path.join(output_dir, ERRORS_FILE)
-    arm_errors.plot(summary, arms, row_labels(summary, arms), path, title(budget))
+    arm_errors.plot(summary, arms, row_labels(summary, arms), path, name)
     health = os.path.join(output_dir, HEALTH_FILE)
-    arm_health.plot(folders, health, title(budget), batch_size=TrainConfig().batch_size)
+    arm_health.plot(folders, health, name, batch_size=TrainConfig().batch_size)
     return summary
 
 
