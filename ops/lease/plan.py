@@ -21,7 +21,7 @@ experiment's default (2026-11-28):
 4. ``cifar100_held_lr_wd_2016``: the same rate held with the 2016 code's weight decay (2e-4 * w),
    to step 12,000 (past both bfloat16 NaNs): the quarter-width CPU runs show the weight norm
    growing all along and the loss turning near step 5,500 with the paper's decay, and twice the
-   decay holding the turn off (results/cifar100_held_partial); up to step 30,000 run 3 is its
+   decay holding the turn off (results/cifar100_held); up to step 30,000 run 3 is its
    arm with the paper's decay (the same run until its first drop). Whether the decay is what
    the paper's rate needs at Table 1's width;
 5. ``cifar10_paper-s1``: the headline's spread (seed 1);
