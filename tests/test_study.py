@@ -117,10 +117,8 @@ def test_report_only_writes_the_report_of_the_runs_that_ended_and_starts_none(tm
     table = (out / study.TABLE_FILE).read_text()
     assert "| `cifar10_original_2016` |" in table and " | 1/2 | " in table
     assert "This invocation: the report only, nothing trained, " in table
-    budget, arm_pair = (
-        study.Budget(model="quarter", seeds=2),
-        ("cifar10_paper", "cifar10_original_2016"),
-    )
+    budget = study.Budget(model="quarter", seeds=2)
+    arm_pair = ("cifar10_paper", "cifar10_original_2016")
     assert study.title(budget, str(out), arm_pair) == (
         "quarter network, 8000 steps, 2 seeds, 3 of 4 runs ended"  # the plots' title
     )
