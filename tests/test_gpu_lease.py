@@ -134,11 +134,11 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_what_comes_back_stays_small():
+def test_what_comes_back_stays_small(tmp_path):
     """A launcher's progress lines leave its log (train.jsonl holds them) and a warning repeated
-    at every step is kept once; train.jsonl keeps at most about 200 records; every committed
-    run log is as a lease brings it back; the caller's LEASE_BACK says what came back and
-    round-trips."""
+    at every step is kept once; train.jsonl keeps at most about 200 records, a divergence's
+    replay every one; every committed run log is as a lease brings it back; the caller's
+    LEASE_BACK says what came back and round-trips."""
     log = (
         "python3 launch/cifar.py ...\n"
         + "W1124 23:52:59.1 6932 cuda_timer.cc:88] Delay kernel timed out\n" * 3
@@ -163,12 +163,17 @@ def test_what_comes_back_stays_small():
     committed = subprocess.run(
         ["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    small = {"launch.log": collect.trim_launch_log, "train.jsonl": collect.thin_train_log}
     for name in committed:
         path = ROOT / name
-        if path.name in small:
-            text = path.read_text()
-            assert small[path.name](text) == text, f"{name}: trim it as a lease brings it back"
+        if path.name in ("launch.log", "train.jsonl"):
+            assert collect.small_copy(path) == path.read_bytes(), (
+                f"{name}: trim it as a lease brings it back"
+            )
+    replayed = tmp_path / "run" / "divergence" / "train.jsonl"  # a replay's: every step
+    replayed.parent.mkdir(parents=True)
+    replayed.write_text(train)
+    assert collect.small_copy(replayed) == train.encode()
+    assert "divergence/train.jsonl" in collect.RUN_FILES
     back = plan.Back(since=1764100000, starts=2, speed="baseline", items=("a", "a.w1"))
     assert plan.Back.parse(back.text()) == back
     command = plan.next_command({"LEASE_RUNS": "cifar10_paper", "LEASE_MACHINE_ID": "x"}, back)

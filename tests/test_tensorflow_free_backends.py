@@ -8,6 +8,7 @@ Each JAX or PyTorch side runs in a subprocess with KERAS_BACKEND set and
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -367,6 +368,44 @@ def test_torch_mixed_bfloat16_time_budget_and_divergence(tmp_path, write_cifar):
     for health in ("cross_entropy", "weight_decay", "weight_norm", "grad_norm", "max_abs_logit"):
         assert f"{health} " in last, (health, last)  # the run's health when it diverged
     assert "Traceback" not in out
+
+
+def test_a_jax_divergence_is_replayed_step_by_step_and_drawn(tmp_path, write_cifar):
+    """On JAX (the GPU lease's backend), --replay_divergence: lr 3 on the small run diverges
+    after its step-4 checkpoint; the replay restores ckpt-4.npz, runs every step after it one at
+    a time, meets the NaN again within the call that found it, records each step before it in
+    divergence/train.jsonl, draws divergence/health.png, and writes no checkpoint."""
+    run_dir = tmp_path / "run"
+    common = small_run(tmp_path, write_cifar, log_every=4, eval_every=12, checkpoint_every=4)
+    flags = ["--train_steps=12", "--learning_rate=3", "--replay_divergence=3"]
+    proc = launch([*common, *flags, f"--model_dir={run_dir}"], "jax")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out
+    last = out.strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"error: loss is nan at step (\d+): training diverged \(.*\); the latest checkpoint "
+        + re.escape(f"({run_dir / 'ckpt-4.npz'})")
+        + r" is the last good one; lower --learning_rate or check the input data; replayed from "
+        + re.escape(str(run_dir / "ckpt-4.npz"))
+        + r" one step at a time from step 5: loss nan at step (\d+) \(.*\), every step before "
+        + re.escape(f"it in {run_dir / 'divergence'}"),
+        last,
+    )
+    assert found, last
+    diverged, again = int(found[1]), int(found[2])
+    assert diverged == 8 and 5 < again <= diverged, last  # the NaN within the call 4-8
+    assert (
+        f"replaying the divergence from {run_dir / 'ckpt-4.npz'} (step 4), steps 5 to 8 one at a "
+        f"time; each step's health in {run_dir / 'divergence'}"
+    ) in out
+    records = [json.loads(line) for line in open(run_dir / "divergence" / "train.jsonl")]
+    assert [r["step"] for r in records] == list(range(5, again))
+    assert all(np.isfinite(r[name]) for r in records for name in HEALTH)
+    assert (run_dir / "divergence" / "health.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((run_dir / "checkpoints.json").read_text())["checkpoints"][-1] == (
+        "ckpt-4.npz"
+    )
+    assert json.loads((run_dir / "config.json").read_text())["recipe"]["replay_divergence"] == 3
 
 
 HELD_RATE = """

@@ -4,6 +4,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.trainers import health
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
@@ -182,6 +184,71 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     good = make_trainer(tmp_path)
     good.restore()
     assert all(np.isfinite(w.numpy()).all() for w in good.model.weights)
+
+
+HEALTH_FIELDS = (
+    "loss",
+    "precision",
+    "learning_rate",
+    "cross_entropy",
+    "weight_decay",
+    "grad_norm",
+    "max_abs_logit",
+    "weight_norm",
+)
+
+
+def test_a_divergence_is_replayed_step_by_step_from_the_last_good_checkpoint(tmp_path):
+    """--replay_divergence=2: the data turns NaN at step 17, found at the end of the call 15-20;
+    the replay restores ckpt-10, runs 10-13 in one call and 14, 15, 16 one at a time (their
+    records the same, to the bit, as those of a run logging every step), finds the NaN at step
+    17 and says so on the divergence's line; it writes no checkpoint. With no checkpoint yet,
+    nothing is replayed."""
+    trainer = make_trainer(
+        tmp_path / "run", train_steps=30, checkpoint_every=10, replay_divergence=2
+    )
+    lines = []
+    with pytest.raises(TrainingDiverged) as caught:
+        trainer.train(*input_fns(32, nan_after=16), print_fn=lines.append)
+    replay = tmp_path / "run" / "divergence"
+    replayed = [json.loads(line) for line in open(replay / "train.jsonl")]
+    message = str(caught.value)
+    assert message.startswith("loss is nan at step 20: training diverged (")
+    # the NaN step's health (its batch's decay term finite, computed before the update) and
+    # that of the replayed step before it
+    assert re.search(
+        re.escape(
+            f"; replayed from {tmp_path / 'run' / 'ckpt-10'} one step at a time from step 14: "
+        )
+        + r"loss nan at step 17 \(cross_entropy nan, weight_decay [0-9.]+, weight_norm nan, "
+        r"grad_norm nan, max_abs_logit nan; at step 16: "
+        + re.escape(f"{health.text(replayed[-1])}), every step before it in {replay}")
+        + "$",
+        message,
+    ), message
+    assert lines[-1] == (
+        f"replaying the divergence from {tmp_path / 'run' / 'ckpt-10'} (step 10), steps 14 to 20 "
+        f"one at a time; each step's health in {replay}"
+    )
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-10")
+    assert [r["step"] for r in replayed] == [14, 15, 16]
+
+    every = make_trainer(tmp_path / "every", train_steps=16, schedule_steps=30, log_every=1)
+    every.train(*input_fns(32), print_fn=lambda _: None)
+    logged = {r["step"]: r for r in map(json.loads, open(tmp_path / "every" / "train.jsonl"))}
+    for record in replayed:
+        assert {k: record[k] for k in HEALTH_FIELDS} == {
+            k: logged[record["step"]][k] for k in HEALTH_FIELDS
+        }
+
+    early = make_trainer(tmp_path / "early", checkpoint_every=10, replay_divergence=2)
+    with pytest.raises(TrainingDiverged) as caught:
+        early.train(*input_fns(32, nan_after=2), print_fn=lambda _: None)
+    assert str(caught.value).endswith(
+        "the latest checkpoint (none yet) is the last good one; lower --learning_rate or check "
+        "the input data; nothing replayed: no checkpoint before the divergence"
+    )
+    assert not (tmp_path / "early" / "divergence").exists()
 
 
 def test_mirrored_two_replicas_equal_one_device(tmp_path, mirrored_strategy):

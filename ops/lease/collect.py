@@ -6,8 +6,10 @@ Every call brings back ``status.json``, ``plan.log`` and ``results.tar.gz`` (eve
 every run so far: ``config.json``, ``metrics.jsonl``, ``answers.jsonl`` (which test images each
 evaluation got right, the final predicted classes), ``train.jsonl`` thinned to a record per
 :data:`TRAIN_RECORDS` records, ``launch.log`` without the progress lines that ``train.jsonl`` holds,
-``test_error.png``; the speed tries' and the probe's JSON and logs, the kernel summary, the
-lease's curves), then the weights' parts not yet acknowledged (``plan.Back``), as many as fit.
+``test_error.png``, and where a run diverged its replay's ``divergence/`` whole (a record per
+step before the NaN, and its plot); the speed tries' and the probe's JSON and logs, the kernel
+summary, the lease's curves), then the weights' parts not yet acknowledged (``plan.Back``), as
+many as fit.
 
 A finished run's weights (:func:`cut_weights`): the model's variables of its last checkpoint
 (no optimizer state), byte for byte as the checkpoint holds them, and its step, in
@@ -42,6 +44,9 @@ RUN_FILES = (
     "train.jsonl",
     "launch.log",
     "test_error.png",
+    # a divergence replayed (--replay_divergence: the CIFAR-100 experiments), whole: every step
+    "divergence/train.jsonl",
+    "divergence/health.png",
 )
 PROGRESS = re.compile(r"^\s*(\[[^\]]*\] )?step\s+\d+\s+loss ")  # a launcher's progress line
 
@@ -86,7 +91,7 @@ def trim_launch_log(text: str) -> str:
 
 def small_copy(path: Path) -> bytes:
     """The bytes of ``path`` as they come back: a train log thinned, a launch log trimmed."""
-    if path.name == "train.jsonl":
+    if path.name == "train.jsonl" and path.parent.name != "divergence":
         return thin_train_log(path.read_text()).encode()
     if path.name == "launch.log":
         return trim_launch_log(path.read_text(errors="replace")).encode()

@@ -17,7 +17,10 @@ experiment's default (2026-11-28):
    Keras' form on the same seed and data, what the form does at Table 1's width;
 3. ``cifar100_paper``: CIFAR-100 with the paper's recipe on the exact data, in bfloat16: does the
    divergence of the earlier leases on the JPEG copy (bfloat16 at 7,500 and 9,400, TF32 at
-   19,000) survive the exact data and the 2016 momentum? Its health is in train.jsonl;
+   19,000) survive the exact data and the 2016 momentum? Its health is in train.jsonl and,
+   where it diverges, every step of its last 300 before the NaN in divergence/train.jsonl (the
+   CIFAR-100 experiments' ``--replay_divergence=300``: a few seconds of replay from the last
+   checkpoint), the record that shows, on the CPU, the gradient norm climbing first;
 4. ``cifar100_held_lr_wd_2016``: the same rate held with the 2016 code's weight decay (2e-4 * w),
    to step 12,000 (past both bfloat16 NaNs): the quarter-width CPU runs show the weight norm
    growing all along and the loss turning near step 5,500 with the paper's decay, twice the

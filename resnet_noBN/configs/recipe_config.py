@@ -153,6 +153,16 @@ class TrainConfig:
     max_checkpoints: int = dataclasses.field(
         default=5, metadata={"may_change": True, "help": "Checkpoints kept."}
     )
+    replay_divergence: int = dataclasses.field(
+        default=0,
+        metadata={
+            "may_change": True,
+            "help": "Where the loss turns non-finite: replay the run from its last good "
+            "checkpoint, the call that diverged and up to this many steps before it one step "
+            "at a time, every step's health in <model_dir>/divergence/train.jsonl and "
+            "health.png (0: no replay). trainers.loop.TrainLoop.replay.",
+        },
+    )
     eval_batch_size: int = dataclasses.field(
         default=500,
         metadata={"may_change": True, "help": "GLOBAL batch size of the evaluation."},
@@ -170,6 +180,8 @@ class TrainConfig:
             "eval_batch_size",
         )
         check_at_least(self, counts, 1, "positive")
+        if self.replay_divergence < 0:
+            raise ValueError(f"--replay_divergence must be >= 0, got {self.replay_divergence}")
         if self.log_every_s < 0:
             raise ValueError(f"--log_every_s must be >= 0, got {self.log_every_s:g}")
         if self.schedule_steps < 0:

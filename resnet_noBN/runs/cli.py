@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,8 @@ from resnet_noBN.configs.errors import (
     say,
 )
 from resnet_noBN.host import cpu
+from resnet_noBN.runs import arm_health
+from resnet_noBN.trainers import run_log
 
 if TYPE_CHECKING:
     from resnet_noBN.backends.base import Runtime
@@ -79,10 +82,27 @@ def train_and_report(run, faster: str = "", **report) -> dict:
             print_fn=lambda line: print(line, flush=True),
             faster=faster,
         )
+    except TrainingDiverged:
+        plot_divergence(run.trainer)
+        raise
     finally:
         run.trainer.close()
     print(json.dumps({**report, **result}), flush=True)
     return result
+
+
+def plot_divergence(trainer) -> None:
+    """``divergence/health.png``: the health of every step of a divergence replayed
+    (``--replay_divergence``; ``trainers.loop.TrainLoop.replay``), drawn as a study's
+    (``arm_health.plot``), where the replay recorded a step."""
+    folder = os.path.join(trainer.model_dir, run_log.DIVERGENCE_DIR)
+    if trainer.is_chief and run_log.read_metrics(folder, run_log.TRAIN_FILE):
+        arm_health.plot(
+            {"replayed step by step": [folder]},
+            os.path.join(folder, run_log.HEALTH_PLOT),
+            f"{trainer.log.title}: every step before the divergence",
+            trainer.cfg.batch_size,
+        )
 
 
 # absl's help flags: each prints the help it was asked for and exits 1, which ``run`` makes 0

@@ -4,7 +4,8 @@ evaluation every ``eval_every``, a checkpoint every ``checkpoint_every``, resume
 checkpoint), with several steps per compiled call so the host wakes only at the next event.
 
 :class:`TrainLoop` holds what both backends share: that schedule, the calls' length (about
-:data:`SECONDS_PER_CALL`), the progress scalars, divergence (:class:`TrainingDiverged`), the run
+:data:`SECONDS_PER_CALL`), the progress scalars, divergence (:class:`TrainingDiverged`, and with
+``--replay_divergence`` its last steps replayed one at a time: :meth:`TrainLoop.replay`), the run
 log and the one-line summary, the restore of the newest readable checkpoint and the totals of an
 evaluation. A backend supplies the compiled steps, how to list, read and write one checkpoint,
 how to count one evaluation batch, and the preemption guard: ``tensorflow_training.Trainer``
@@ -213,7 +214,15 @@ class TrainLoop:
                 progress.add(num_steps, seconds if calls > 1 else None)  # the 1st also compiled
                 throughput.add(num_steps * cfg.batch_size, seconds)
                 steps_per_s = progress.rate() or num_steps / seconds  # recent, else this call's
-                scalars = self._scalars(step, num_steps, totals, steps_per_s)
+                try:
+                    scalars = self._scalars(step, num_steps, totals, steps_per_s)
+                except TrainingDiverged as e:
+                    if not cfg.replay_divergence:
+                        raise
+                    found = self.replay(
+                        train_source, step - num_steps, step, handler, print_fn, run_start
+                    )
+                    raise TrainingDiverged(f"{e}; {found}") from None
                 steps_per_call = self.agreed(
                     max(1, math.floor(SECONDS_PER_CALL * num_steps / seconds))
                 )
@@ -310,23 +319,27 @@ class TrainLoop:
         """The progress scalars of one call (``health.scalars`` of its totals, the weight norm,
         the learning rate and images/s at ``steps_per_s``); TrainingDiverged, naming them and
         the last healthy record's, when the loss is not finite."""
-        scalars = {**health.scalars(totals, num_steps), "weight_norm": self.weight_norm()}
+        scalars = self._health(totals, num_steps)
         if not math.isfinite(scalars["loss"]):
-            before = self._last_scalars
             raise TrainingDiverged(
                 f"loss is {scalars['loss']} at step {step}: training diverged ("
-                f"{health.text(scalars)}"
-                + (f"; at step {before['step']}: {health.text(before)}" if before else "")
-                + f"); the latest checkpoint ({self.latest_checkpoint() or 'none yet'}) is the "
-                "last good one; lower --learning_rate or check the input data"
+                f"{self._health_before(scalars)}); the latest checkpoint "
+                f"({self.latest_checkpoint() or 'none yet'}) is the last good one; lower "
+                "--learning_rate or check the input data"
             )
         self._last_scalars = {"step": step, **scalars}
+        return self._record(scalars, steps_per_s * self.cfg.batch_size)
+
+    def _record(self, scalars: dict, images_per_s: float) -> dict:
+        """A record of ``train.jsonl`` from a call's health (:meth:`_scalars`): the loss, the
+        precision, the rate of the next update, images/s, then the health."""
+        rest = {k: v for k, v in scalars.items() if k not in ("loss", "precision")}
         return {
-            "loss": scalars.pop("loss"),
-            "precision": scalars.pop("precision"),
+            "loss": scalars["loss"],
+            "precision": scalars["precision"],
             "learning_rate": self.learning_rate(),
-            "images_per_sec": steps_per_s * self.cfg.batch_size,
-            **scalars,
+            "images_per_sec": images_per_s,
+            **rest,
         }
 
     def _evaluate_and_log(self, eval_source, step, scalars, print_fn, final=False) -> dict:
@@ -350,6 +363,73 @@ class TrainLoop:
         )
         self.log.evaluation(record, answers, final)
         return record
+
+    def _health(self, totals: dict, num_steps: int) -> dict:
+        """A call's logged values (``health.scalars``) and the weight norm after it."""
+        return {**health.scalars(totals, num_steps), "weight_norm": self.weight_norm()}
+
+    def _health_before(self, scalars: dict) -> str:
+        """The health of a non-finite step and of the last record before it, in words."""
+        before = self._last_scalars
+        return health.text(scalars) + (
+            f"; at step {before['step']}: {health.text(before)}" if before else ""
+        )
+
+    def replay(
+        self, train_source, call_start: int, diverged_at: int, handler, print_fn, run_start
+    ) -> str:
+        """The divergence found at the end of the call from ``call_start`` to ``diverged_at``,
+        replayed from the last good checkpoint: the steps before ``call_start -
+        cfg.replay_divergence`` in calls as long as that one, then one step a call, each step's
+        record (the loss, precision, rate and health of ``train.jsonl``) in
+        ``<model_dir>/divergence/train.jsonl`` (``RunLog.divergence``), until the loss is
+        non-finite again or step ``diverged_at`` is reached. The step-by-step health before a
+        NaN that a record every ``log_every`` steps cannot show (arXiv:1611.04231's CIFAR-100
+        rate, Section 4, diverges within tens of steps). Returns what it found, in words, for
+        the divergence's line. The batches are the run's (the stream is a function of the step);
+        on a CPU the replay is the run's own steps, bit for bit (tested); where a device's steps
+        are not reproducible it may stay finite, and says so. It writes no checkpoint, and stops
+        where the run's time budget (``time_budget_s``, from ``run_start``) is spent."""
+        if not self.agreed_flag(self.latest_checkpoint() is not None):
+            return "nothing replayed: no checkpoint before the divergence"
+        start = self.restore(print_fn)
+        source, first = self.restored_from, max(self.step, call_start - self.cfg.replay_divergence)
+        log = self.log.divergence()
+        print_fn(
+            f"replaying the divergence from {source} (step {start}), steps {first + 1} to "
+            f"{diverged_at} one at a time; each step's health in {log.model_dir}"
+        )
+        iterator, chunk = self.start(train_source, start), max(1, diverged_at - call_start)
+        while self.step < first:
+            if self._out_of_time(run_start):
+                return f"the replay stopped at step {self.step}: the time budget was spent"
+            totals = handler.run(self.run_steps, iterator, min(chunk, first - self.step))
+            if not math.isfinite(totals["loss"]):
+                return f"the replay from {source} diverged again by step {self.step}"
+        self._last_scalars = None
+        while self.step < diverged_at:
+            if self._out_of_time(run_start):
+                return (
+                    f"the replay stopped at step {self.step}: the time budget was spent; the "
+                    f"steps before it in {log.model_dir}"
+                )
+            t0 = time.perf_counter()
+            totals = handler.run(self.run_steps, iterator, 1)
+            seconds = time.perf_counter() - t0
+            values = self._health(totals, 1)
+            if not math.isfinite(values["loss"]):
+                return (
+                    f"replayed from {source} one step at a time from step {first + 1}: loss "
+                    f"{values['loss']} at step {self.step} ({self._health_before(values)}), "
+                    f"every step before it in {log.model_dir}"
+                )
+            self._last_scalars = {"step": self.step, **values}
+            log.train(self.step, self._record(values, self.cfg.batch_size / seconds))
+        return (
+            f"replayed from {source} one step at a time from step {first + 1}: finite to step "
+            f"{diverged_at} (this device's steps are not reproducible bit for bit), every step in "
+            f"{log.model_dir}"
+        )
 
     def _summary(self, last_eval: dict, wall_seconds: float, throughput: _Throughput) -> dict:
         """What :meth:`train` returns (the launchers' one line of JSON)."""

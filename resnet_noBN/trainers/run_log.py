@@ -10,6 +10,9 @@
   evaluation's predicted classes (``trainers.answers``).
 * ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
   redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
+* ``<model_dir>/divergence/``, where a run diverged with ``--replay_divergence``: its last steps
+  replayed one at a time (``trainers.loop.TrainLoop.replay``), ``train.jsonl`` a record per step
+  (TensorBoard's ``train/`` beside it) and ``health.png`` drawn from it (``runs.cli``).
 
 (``<model_dir>/config.json``, the run's record, is ``runs.record``'s.)
 
@@ -23,6 +26,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import threading
 
 from tensorboard.summary import Writer
@@ -33,6 +37,8 @@ from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.jsonl"
 PLOT_FILE = "test_error.png"
+DIVERGENCE_DIR = "divergence"  # a divergence replayed step by step
+HEALTH_PLOT = "health.png"
 
 
 def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
@@ -129,6 +135,16 @@ class RunLog:
             if not isinstance(e, _write_errors()):
                 raise
             raise storage.storage_error(what, self.model_dir, e, "the latest checkpoint") from None
+
+    def divergence(self) -> RunLog:
+        """The log of a divergence replayed (``<model_dir>/divergence/``), emptied of an
+        earlier replay's records."""
+        folder = os.path.join(self.model_dir, DIVERGENCE_DIR)
+        if self.enabled:
+            with self._writing(f"the replay's folder {folder}"):
+                shutil.rmtree(folder, ignore_errors=True)
+                os.makedirs(folder)
+        return RunLog(folder, f"{self.title}: every step before the divergence", self.enabled)
 
     def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
