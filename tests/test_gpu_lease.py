@@ -169,11 +169,17 @@ def test_what_comes_back_stays_small(tmp_path):
             assert collect.small_copy(path) == path.read_bytes(), (
                 f"{name}: trim it as a lease brings it back"
             )
-    replayed = tmp_path / "run" / "divergence" / "train.jsonl"  # a replay's: every step
-    replayed.parent.mkdir(parents=True)
-    replayed.write_text(train)
-    assert collect.small_copy(replayed) == train.encode()
-    assert "divergence/train.jsonl" in collect.RUN_FILES
+    work = tmp_path / "work"  # a diverged run's replay comes back whole: every step
+    (work / "run" / "divergence").mkdir(parents=True)
+    (work / "run" / "train.jsonl").write_text(train)
+    (work / "run" / "divergence" / "train.jsonl").write_text(train)
+    (work / "run" / "divergence" / "health.png").write_bytes(b"\x89PNG picture")
+    collect.results_tarball(work, ["run"], tmp_path / "results.tar.gz")
+    back = collect.join([tmp_path], tmp_path / "back")
+    assert back == []  # no status: no run line, the files alone
+    assert (tmp_path / "back" / "run" / "divergence" / "train.jsonl").read_text() == train
+    assert (tmp_path / "back" / "run" / "divergence" / "health.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((tmp_path / "back" / "run" / "train.jsonl").read_text().splitlines()) == 200
     back = plan.Back(since=1764100000, starts=2, speed="baseline", items=("a", "a.w1"))
     assert plan.Back.parse(back.text()) == back
     command = plan.next_command({"LEASE_RUNS": "cifar10_paper", "LEASE_MACHINE_ID": "x"}, back)
