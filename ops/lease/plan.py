@@ -19,8 +19,9 @@ experiment's default (2026-11-28):
    divergence of the earlier leases on the JPEG copy (bfloat16 at 7,500 and 9,400, TF32 at
    19,000) survive the exact data and the 2016 momentum? Its health is in train.jsonl and,
    where it diverges, every step of its last 300 before the NaN in divergence/train.jsonl (the
-   CIFAR-100 experiments' ``--replay_divergence=300``: a few seconds of replay from the last
-   checkpoint), the record that shows, on the CPU, the gradient norm climbing first;
+   CIFAR-100 experiments' ``--replay_divergence=300``: at most the 1,000 steps since the last
+   checkpoint again, the last 400 or fewer one step a call; not in the projection, as a run
+   that diverges ends early), the record that showed the gradient norm climbing first on the CPU;
 4. ``cifar100_held_lr_wd_2016``: the same rate held with the 2016 code's weight decay (2e-4 * w),
    to step 12,000 (past both bfloat16 NaNs): the quarter-width CPU runs show the weight norm
    growing all along and the loss turning near step 5,500 with the paper's decay, twice the
