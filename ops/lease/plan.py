@@ -24,9 +24,10 @@ experiment's default (2026-11-28):
    that diverges ends early), the record that showed the gradient norm climbing first on the CPU;
 4. ``cifar100_held_lr_wd_2016``: the same rate held with the 2016 code's weight decay (2e-4 * w),
    to step 12,000 (past both bfloat16 NaNs): the quarter-width CPU runs show the weight norm
-   growing all along and the loss turning near step 5,500 with the paper's decay, twice the
-   decay holding the turn off, and one of two seeds with the paper's decay diverging at step
-   6,799, its gradient norm climbing first (results/cifar100_held); up to step 30,000 run 3 is its
+   growing all along and the loss turning near step 5,500 with the paper's decay, one of its two
+   seeds diverging at step 6,799, its gradient norm climbing first, and neither of twice the
+   decay's two seeds diverging in 8,000 steps, its weight norm growing less (two seeds each
+   cannot tell those apart; results/cifar100_held); up to step 30,000 run 3 is its
    arm with the paper's decay (the same run until its first drop). Whether the decay is what
    the paper's rate needs at Table 1's width;
 5. ``cifar10_paper-s1``: the headline's spread (seed 1);
