@@ -96,7 +96,7 @@ def plot_divergence(trainer) -> None:
     (``--replay_divergence``; ``trainers.loop.TrainLoop.replay``), drawn as a study's
     (``arm_health.plot``), where the replay recorded a step."""
     folder = os.path.join(trainer.model_dir, run_log.DIVERGENCE_DIR)
-    if trainer.is_chief and run_log.read_metrics(folder, run_log.TRAIN_FILE):
+    if trainer.is_chief and os.path.isfile(os.path.join(folder, run_log.TRAIN_FILE)):
         arm_health.plot(
             {"replayed step by step": [folder]},
             os.path.join(folder, run_log.HEALTH_PLOT),

@@ -393,7 +393,7 @@ class TrainLoop:
         if not self.agreed_flag(self.latest_checkpoint() is not None):
             return "nothing replayed: no checkpoint before the divergence"
         start = self.restore(print_fn)
-        source, first = self.restored_from, max(self.step, call_start - self.cfg.replay_divergence)
+        source, first = self.restored_from, max(start, call_start - self.cfg.replay_divergence)
         log = self.log.divergence()
         print_fn(
             f"replaying the divergence from {source} (step {start}), steps {first + 1} to "

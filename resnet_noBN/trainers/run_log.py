@@ -144,7 +144,7 @@ class RunLog:
             with self._writing(f"the replay's folder {folder}"):
                 shutil.rmtree(folder, ignore_errors=True)
                 os.makedirs(folder)
-        return RunLog(folder, f"{self.title}: every step before the divergence", self.enabled)
+        return RunLog(folder, self.title, self.enabled)
 
     def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
