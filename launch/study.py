@@ -72,14 +72,23 @@ REPORTS = {"claims": claims}
 
 
 def arms() -> tuple[str, ...]:
+    """--arms in the study's order, its baseline first; a retired arm (experiments.RETIRED)
+    after them, for --report_only alone."""
     every = experiments.STUDIES[FLAGS.study]
-    unknown = sorted(set(FLAGS.arms or ()) - set(every))
+    retired = tuple(a for a in experiments.RETIRED.get(FLAGS.study, {}) if a in (FLAGS.arms or ()))
+    if retired and not FLAGS.report_only:
+        raise InputError(
+            f"--arms: {', '.join(retired)} is an arm {FLAGS.study} no longer runs; only "
+            "--report_only writes the report of its runs"
+        )
+    unknown = sorted(set(FLAGS.arms or ()) - set(every) - set(retired))
     if unknown:
         raise InputError(
             f"--arms: {', '.join(unknown)} is not an arm of {FLAGS.study}; choose from "
             f"{','.join(every)}"
         )
-    return tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
+    ran = tuple(a for a in every if FLAGS.arms is None or a in FLAGS.arms or a == every[0])
+    return ran + retired
 
 
 def budget_from_flags() -> study.Budget:

@@ -71,6 +71,9 @@ def test_the_experiments_are_the_ones_listed():
     assert list(experiments.EXPERIMENTS) == NAMES
     for arms in experiments.STUDIES.values():
         assert set(arms) <= set(NAMES)
+    assert set(experiments.RETIRED) <= set(experiments.STUDIES)
+    for retired in experiments.RETIRED.values():
+        assert not set(retired) & set(NAMES)  # a name that runs is no retired arm
 
 
 def test_the_runs_the_paper_reports_are_the_papers():

@@ -238,3 +238,34 @@ def test_the_health_panels_draw_each_arms_mean_over_its_seeds(tmp_path, monkeypa
         )
         assert (b.get_label(), list(b.get_ydata())) == ("b", [5.0, 6.0])
     assert [ax.get_yscale() for ax in axes] == ["linear", "log", "log", "log", "log"]
+
+
+def test_a_retired_arm_is_reported_from_its_committed_runs_and_never_trained(tmp_path):
+    """The small table's cifar10_momentum_2016 (an arm until the 2016 form of momentum became
+    the default): --report_only gives back its committed figures and gap from its runs; a study
+    that would train it is one line, exit 2, nothing written."""
+    committed = Path(__file__).parents[1] / "results" / "table2_small"
+    out = tmp_path / "small"
+    for arm in ("cifar10_paper", "cifar10_momentum_2016"):
+        shutil.copytree(committed / f"runs/{arm}-seed0", out / f"runs/{arm}-seed0")
+    flags = ("--study=table2", "--arms=cifar10_momentum_2016", "--model=small", "--seeds=1")
+    proc = launchers.run("launch/study.py", *flags, "--report_only", f"--output_dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "report of 2 of 2 runs; not ended: none" in proc.stdout
+    arms = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]
+    before = json.loads((committed / study.SUMMARY_FILE).read_text())["arms"]
+    assert list(arms) == ["cifar10_paper", "cifar10_momentum_2016"]
+    values = {arm: before[arm]["final_error"]["values"][0] for arm in arms}
+    assert {arm: arms[arm]["final_error"]["values"] for arm in arms} == {
+        arm: [value] for arm, value in values.items()
+    }
+    gap = arms["cifar10_momentum_2016"]["final_error"]["gap"]
+    assert gap == pytest.approx(values["cifar10_momentum_2016"] - values["cifar10_paper"])
+    assert arms["cifar10_momentum_2016"]["about"].endswith("today's cifar10_paper")
+    trained = launchers.run("launch/study.py", *flags, f"--output_dir={tmp_path / 'new'}")
+    assert trained.returncode == 2
+    assert trained.stderr.strip().splitlines()[-1] == (
+        "error: --arms: cifar10_momentum_2016 is an arm table2 no longer runs; only "
+        "--report_only writes the report of its runs"
+    )
+    assert not (tmp_path / "new").exists()

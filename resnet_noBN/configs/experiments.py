@@ -331,3 +331,20 @@ STUDIES = {
     # the paper's claims (Section 4): its network and one change each (runs/claims.py)
     "claims": tuple(f"claims_{arm}" for arm in CLAIM_CHANGES),
 }
+
+# Arms a study no longer runs, by the name their committed runs' config.json records, with what
+# they changed: ``launch/study.py --report_only`` still writes those folders' reports whole.
+RETIRED = {
+    "table2": {
+        "cifar10_momentum_2016": "CIFAR-10 with the 2016 code's momentum update "
+        "(tf.train.MomentumOptimizer: the accumulator in gradient units, so a rate drop shrinks "
+        "the step at once), an arm while Keras' form was the default (until 2026-11-28); "
+        "today's cifar10_paper",
+    },
+}
+
+
+def about(name: str) -> str:
+    """What the experiment or retired arm ``name`` changes (its one line)."""
+    retired = {arm: text for arms in RETIRED.values() for arm, text in arms.items()}
+    return EXPERIMENTS[name].about if name in EXPERIMENTS else retired[name]

@@ -143,7 +143,7 @@ def summarize(output_dir: str, arms: tuple[str, ...], budget: Budget) -> dict:
         if not found:
             continue
         entry = {
-            "about": experiments.EXPERIMENTS[arm].about,
+            "about": experiments.about(arm),
             "seeds": len(found),
             "diverged": [f["diverged"] for f in found if "diverged" in f],
         }
