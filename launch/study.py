@@ -22,7 +22,9 @@ each run: the report (``study.md``: the table, ``study.json``, ``study_curves.pn
 ``study_errors.png``, ``study_health.png``; the claims': ``claims.md``, ``claims.json``,
 ``claims_curves.png``), and a line with the runs done, the time left and the finish. Ends with
 one line of JSON. ``--report_only`` writes the report of the runs that have ended and starts
-none (a study whose runs go on elsewhere; the table gives each arm's seeds as 1/2).
+none (a study whose runs go on elsewhere; the table gives each arm's seeds as 1/2); its
+``--arms`` may also name an arm the study no longer runs (``experiments.RETIRED``), whose
+committed runs it reports with the others.
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ from resnet_noBN.runs.arm_runs import run_dir, write_result
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
-flags.DEFINE_list("arms", None, "Its arms to run (default: all; the baseline always runs).")
+flags.DEFINE_list(
+    "arms",
+    None,
+    "Its arms to run (default: all; the baseline always runs); with --report_only also a "
+    "retired arm (experiments.RETIRED) to report.",
+)
 # the budget's flags (study.Budget's fields), no default: each study's own (study.BUDGETS)
 define_flags(
     study.Budget(**dict.fromkeys(("model", "train_steps", "eval_every", "seeds"))),

@@ -346,5 +346,6 @@ RETIRED = {
 
 def about(name: str) -> str:
     """What the experiment or retired arm ``name`` changes (its one line)."""
-    retired = {arm: text for arms in RETIRED.values() for arm, text in arms.items()}
-    return EXPERIMENTS[name].about if name in EXPERIMENTS else retired[name]
+    if name in EXPERIMENTS:
+        return EXPERIMENTS[name].about
+    return next(arms[name] for arms in RETIRED.values() if name in arms)
