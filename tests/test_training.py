@@ -152,6 +152,38 @@ def test_resume_continues_step_optimizer_state_and_schedule(tmp_path):
     assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [10, 15]
 
 
+def test_a_run_lost_right_after_a_checkpoint_resumes_with_that_steps_evaluation(tmp_path):
+    """A step's evaluation is logged before its checkpoint is written: a run lost the moment
+    ckpt-10 is whole (a kill, a lost machine) resumes from it with the evaluation of step 10
+    already in metrics.jsonl, so its curve has every point of an uninterrupted run's (the other
+    order lost that point for good: the resumed run trains on from step 10)."""
+
+    class Lost(Exception):
+        pass
+
+    first = make_trainer(tmp_path)  # evaluations every 10 steps, checkpoints every 5, 20 steps
+    save = first.save
+
+    def save_then_lost():
+        save()
+        if first.step == 10:
+            raise Lost
+
+    first.save = save_then_lost
+    with pytest.raises(Lost):
+        first.train(*input_fns(32), print_fn=lambda _: None)
+    assert first.latest_checkpoint() == str(tmp_path / "ckpt-10")
+
+    def steps():
+        return [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")]
+
+    assert steps() == [10]
+    lines = []
+    make_trainer(tmp_path).train(*input_fns(32), print_fn=lines.append)
+    assert lines[0] == f"resumed from {tmp_path / 'ckpt-10'} at step 10"
+    assert steps() == [10, 20]
+
+
 def test_a_truncated_latest_checkpoint_is_named_and_the_one_before_restored(tmp_path):
     first = make_trainer(tmp_path, train_steps=10)
     first.train(*input_fns(32), print_fn=lambda _: None)

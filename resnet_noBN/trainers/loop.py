@@ -188,11 +188,14 @@ class TrainLoop:
         restored step on (the CIFAR stream is a function of (seed, step), so a resumed run sees
         what the uninterrupted run saw); ``eval_source``: the test split. Events (progress line,
         evaluation, checkpoint) fire when the step is a multiple of their interval, and at the
-        end. Raises TrainingDiverged when the loss is not finite (nothing is saved after that:
-        the latest checkpoint is the last good one); ``Preempted`` after saving a checkpoint
-        when SIGTERM or SIGINT arrives; TimeBudgetReached after saving one when
-        ``time_budget_s`` has passed. ``faster``: the faster paths a run projected to take over
-        a day is told of (:func:`slow_run_warning`).
+        end, in that order: a step is logged and evaluated before its checkpoint is written, so a
+        run lost right after a checkpoint resumes with its whole curve up to it (one lost between
+        an evaluation and its checkpoint runs both again; where records are read, a later one of
+        the same step wins). Raises TrainingDiverged when the loss is not finite (nothing is
+        saved after that: the latest checkpoint is the last good one); ``Preempted`` after saving
+        a checkpoint when SIGTERM or SIGINT arrives; TimeBudgetReached after saving one when
+        ``time_budget_s`` has passed. ``faster``: the faster paths a run projected to take over a
+        day is told of (:func:`slow_run_warning`).
         """
         cfg = self.cfg
         step = self.restore(print_fn)
@@ -232,12 +235,12 @@ class TrainLoop:
                     first_call_s = seconds
                 elif calls == 2:
                     self._announce(progress, first_call_s, print_fn, faster)
-                if step % cfg.checkpoint_every == 0 or done:
-                    self.save_if_new()
-                if step % cfg.eval_every == 0 or done:
+                if step % cfg.eval_every == 0 or done:  # then the checkpoint (docstring)
                     last_eval = self._evaluate_and_log(
                         eval_source, step, scalars, print_fn, final=done
                     )
+                if step % cfg.checkpoint_every == 0 or done:
+                    self.save_if_new()
                 if not done and self._out_of_time(run_start):
                     self.save_if_new()
                     raise TimeBudgetReached(
