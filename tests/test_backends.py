@@ -116,3 +116,32 @@ def test_the_time_budget_is_refused_where_workers_would_not_stop_together():
         TensorFlowBackend().refuse(job, {})
     with pytest.raises(ValueError, match="^--time_budget_s=60 needs a positive value"):
         RuntimeConfig(strategy="parameter_server", time_budget_s=60).validate()
+
+
+def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeypatch):
+    """TensorFlow has never run on a GPU in this project: a run whose device list holds one (faked
+    here) is told the measured path, JAX with bfloat16 convolutions; one without, or on JAX, is
+    told nothing."""
+    import tensorflow as tf
+
+    from resnet_noBN.runs import cli
+
+    backend = registry.current()
+    assert backend.name == "tensorflow" and cli.measured_gpu_path(None) is None  # no GPU here
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(
+        tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else []
+    )
+    assert backend.has_gpu(None)
+    assert cli.measured_gpu_path(None) == (
+        "note: this project has never run the tensorflow backend on a GPU; the path measured on "
+        "one: KERAS_BACKEND=jax with --precision=mixed_bfloat16 (the paper's CIFAR-10 run: "
+        "60,000 steps in 449 s on one H200, results/gpu_h200; also run on an H100)"
+    )
+
+    class JaxOnAGpu(JaxBackend):
+        def has_gpu(self, runtime):
+            return True
+
+    monkeypatch.setattr(registry, "current", JaxOnAGpu)
+    assert cli.measured_gpu_path(None) is None

@@ -1,5 +1,6 @@
 """What every training launcher shares on the command line: the layer table, the faster paths a
-long run is told of, the run's report (its one line of JSON), and the exit codes. (The run's
+long run is told of (and a GPU run on a backend never measured on one, the path that was), the
+run's report (its one line of JSON), and the exit codes. (The run's
 flags are ``runs.run_config``'s; its start, ``runs.setup``'s.)
 
 What differs between the Keras backends is the backend object's (``backends.registry.current()``):
@@ -69,6 +70,26 @@ def faster_paths(runtime: Runtime, precision: str, *more: str) -> str:
     paths += more
     paths.append("fewer --train_steps (the time is proportional to them)")
     return "; ".join(paths)
+
+
+# results/gpu_h200: the paper's CIFAR-10 run on JAX, bfloat16 convolutions, one H200 (2026-11-27)
+MEASURED_GPU_PATH = (
+    "KERAS_BACKEND=jax with --precision=mixed_bfloat16 (the paper's CIFAR-10 run: 60,000 steps "
+    "in 449 s on one H200, results/gpu_h200; also run on an H100)"
+)
+
+
+def measured_gpu_path(runtime: Runtime) -> str | None:
+    """One line for a run on a GPU on a backend this project has never run on a GPU (TensorFlow,
+    PyTorch): the path measured on one, JAX with bfloat16 convolutions (H100, H200). None on
+    JAX or without a GPU."""
+    backend = registry.current()
+    if backend.name == "jax" or not backend.has_gpu(runtime):
+        return None
+    return (
+        f"note: this project has never run the {backend.name} backend on a GPU; the path "
+        f"measured on one: {MEASURED_GPU_PATH}"
+    )
 
 
 def train_and_report(run, faster: str = "", **report) -> dict:
