@@ -27,6 +27,9 @@ setup(
         "pillow",
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.
+    # coverage: ops/ci/quick_tier.py measures which modules each test executes, in every Python
+    # process it starts too (COVERAGE_PROCESS_START, whose start-up hook 7.10 installs), to
+    # choose the quick tier (docs/testing.md). The suite itself does not import it.
     # ruff: the one formatter and linter (pyproject.toml), pinned: its output changes by version.
     # jax: the JAX backend (KERAS_BACKEND=jax; the CPU build on a machine without a GPU). The
     # tests run it on the CPU: cross-backend equivalence and a TensorFlow-free training run.
@@ -37,6 +40,6 @@ setup(
     extras_require={
         "jax": ["jax>=0.6"],
         "torch": ["torch>=2.2"],
-        "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6"],
+        "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6", "coverage>=7.10"],
     },
 )

@@ -1,8 +1,10 @@
 """Test-session set-up shared by every test module."""
 
 import atexit
+import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -166,3 +168,91 @@ def write_image_tree():
         return written
 
     return write
+
+
+# The quick tier (docs/testing.md, "The quick tier"): the tests of tests/quick_tier.json, chosen
+# by ops/ci/quick_tier.py from their measured coverage, are marked ``quick``.
+_COLLECTED = pytest.StashKey[frozenset]()
+
+# ops/ci/quick_tier.py's measurement: with $QUICK_TIER_OUT set, each test's start, end and
+# outcome are written to $QUICK_TIER_OUT/session.json, and where coverage.py measures this
+# process each test's lines go to a coverage context named by its id.
+_QUICK_TIER_OUT = os.environ.get("QUICK_TIER_OUT")
+_SESSION: dict = {"pid": os.getpid(), "collected": [], "tests": {}}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "quick: the quick tier (python -m pytest tests -q -m quick), chosen by measured coverage "
+        "to execute code of every module (tests/quick_tier.json, docs/testing.md)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick tier's tests ``quick`` (before ``-m`` selects); under ``-m quick``, a
+    listed test that this run should have collected and did not is an error, not a smaller
+    tier."""
+    tier = json.loads(Path(__file__).with_name("quick_tier.json").read_text())
+    quick = {test["test"] for test in tier["tests"]}
+    collected = frozenset(item.nodeid for item in items)
+    config.stash[_COLLECTED] = collected
+    if _QUICK_TIER_OUT:
+        _SESSION["collected"] = sorted(collected)
+    for item in items:
+        if item.nodeid in quick:
+            item.add_marker(pytest.mark.quick)
+    if "quick" not in (config.option.markexpr or ""):
+        return
+    # the files this run collects whole: those named, or under a folder named, without "::"
+    whole = [
+        Path(config.invocation_params.dir, arg).resolve() for arg in config.args if "::" not in arg
+    ]
+    missing = sorted(
+        test
+        for test in quick - collected
+        if any(config.rootpath.joinpath(test.split("::")[0]).is_relative_to(w) for w in whole)
+    )
+    if missing:
+        raise pytest.UsageError(
+            f"tests/quick_tier.json lists {len(missing)} test(s) that do not exist: "
+            f"{', '.join(missing)}; measure their files again and choose again: {tier['rerun']}"
+        )
+
+
+@pytest.fixture(scope="session")
+def collected_ids(pytestconfig) -> frozenset:
+    """The ids of every test this session collected, before ``-m`` or ``-k`` selected."""
+    return pytestconfig.stash[_COLLECTED]
+
+
+if _QUICK_TIER_OUT:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        coverage = sys.modules.get("coverage")
+        measuring = coverage and coverage.Coverage.current()
+        test = _SESSION["tests"][item.nodeid] = {
+            "start": time.time(),
+            "outcome": "passed",
+            "needs_slices": "cifar_slices" in item.fixturenames,
+        }
+        if measuring:
+            measuring.switch_context(item.nodeid)
+        yield
+        if measuring:
+            measuring.switch_context("")
+        test["end"] = time.time()
+
+    def pytest_runtest_logreport(report):
+        test = _SESSION["tests"].get(report.nodeid)
+        if test is None:
+            return
+        if report.failed:
+            test["outcome"] = "failed"
+        elif report.skipped and test["outcome"] == "passed":
+            test["outcome"] = "skipped"
+
+    def pytest_sessionfinish(session):
+        Path(_QUICK_TIER_OUT, "session.json").write_text(json.dumps(_SESSION))
