@@ -44,8 +44,8 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import claims, cli, folder_lock, study
-from resnet_noBN.runs.arm_runs import run_dir, write_result
+from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, study
+from resnet_noBN.runs.arm_runs import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
@@ -129,43 +129,21 @@ def header(budget: study.Budget, report) -> str:
 
 
 def check(todo: list, budget: study.Budget, threads) -> None:
-    """Every run of ``todo`` checked as it would start (``launch/cifar.py --check_only``: its
-    flags, data, backend and what its folder holds), writing nothing; InputError, one line
-    naming the run, for the first refused."""
-    for arm, seed in todo:
-        command = study.command(FLAGS.output_dir, arm, seed, budget, threads) + ["--check_only"]
-        proc = subprocess.run(command, capture_output=True, text=True)
-        if proc.returncode != 0:
-            said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise InputError(f"{arm}, seed {seed}: {said.removeprefix('error: ')}")
+    """Every run of ``todo`` checked as it would start (``arm_runs.check``), writing nothing;
+    InputError, one line naming the run, for the first refused."""
+    arm_runs.check(
+        {
+            f"{arm}, seed {seed}": study.command(FLAGS.output_dir, arm, seed, budget, threads)
+            for arm, seed in todo
+        }
+    )
 
 
 def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Popen:
-    folder = run_dir(FLAGS.output_dir, arm, seed)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "launch.log"), "a") as log:
-        return subprocess.Popen(
-            study.command(FLAGS.output_dir, arm, seed, budget, threads), stdout=log, stderr=log
-        )
-
-
-def outcome(arm: str, seed: int, proc: subprocess.Popen) -> str:
-    """A run that ended: its result written (its last line of JSON, or its divergence), in
-    words; where it failed otherwise, why (its log)."""
-    folder = run_dir(FLAGS.output_dir, arm, seed)
-    with open(os.path.join(folder, "launch.log")) as f:
-        lines = [line for line in f if line.startswith("{")]
-    if proc.returncode == 0 and lines:
-        result = json.loads(lines[-1])
-        write_result(folder, result)
-        return f"test error {100 * result['test_error']:.2f}%"
-    if proc.returncode == 1:
-        from resnet_noBN.trainers.run_log import read_metrics  # TensorBoard's writer: seconds
-
-        step = max((r["step"] for r in read_metrics(folder)), default=0)
-        write_result(folder, {"diverged": True, "final_step": step})
-        return f"diverged after step {step}"
-    return f"stopped with exit {proc.returncode} (see its launch.log); rerun to resume it"
+    return arm_runs.start(
+        run_dir(FLAGS.output_dir, arm, seed),
+        study.command(FLAGS.output_dir, arm, seed, budget, threads),
+    )
 
 
 def report_only(arm_names: tuple[str, ...], budget: study.Budget, report, ended: int, todo):
@@ -231,7 +209,7 @@ def main(argv):
             if proc.poll() is None:
                 continue
             del running[key]
-            said = outcome(*key, proc)
+            said = arm_runs.outcome(run_dir(FLAGS.output_dir, *key), proc.returncode)
             done += 1
             progress.add(1, time.perf_counter() - began)
             print(

@@ -66,6 +66,9 @@ def plot(
     for ax in (loss_ax, error_ax):
         ax.set_xlabel(f"step (batch {batch_size})")
         ax.grid(alpha=0.3)
-    error_ax.legend(fontsize=8)
+    for ax in (error_ax, loss_ax):  # the error's, unless no run reached an evaluation
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+            break
     fig.suptitle(title, fontsize=10)
     plotting.save(fig, path)

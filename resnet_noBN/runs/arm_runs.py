@@ -1,18 +1,28 @@
 """Where a comparison of arms (a study of ``launch/study.py``, the paper's claims among them)
 keeps its runs: ``<output_dir>/runs/<arm>-seed<k>``, a folder per arm and
 seed, holding ``result.json`` once the run has ended (its last line of JSON, or its divergence);
-a folder without one is a run to start or resume. Plain files: no backend."""
+a folder without one is a run to start or resume. Each run is a ``launch/cifar.py`` process,
+checked before any starts (:func:`check`), started with its output in ``launch.log`` there
+(:func:`start`), its end read back (:func:`outcome`). Plain files and processes: no backend."""
 
 from __future__ import annotations
 
 import collections
 import json
 import os
+import re
+import subprocess
 from collections.abc import Iterable
 
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.runs.record import read_config, section
 
 RESULT_FILE = "result.json"
+LOG_FILE = "launch.log"  # a run's output, stdout and stderr, every invocation's appended
+# the divergence's line (trainers.loop): the step of the call that met the non-finite loss, and
+# the step the replay met it at, one step a call (--replay_divergence), where it did
+DIVERGED = re.compile(r"^error: loss is \S+ at step (\d+): training diverged")
+REPLAYED = re.compile(r"one step at a time from step \d+: loss \S+ at step (\d+) ")
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:
@@ -69,3 +79,55 @@ def write_result(folder: str, result: dict) -> None:
     """``result`` as the ``result.json`` of the run in ``folder``."""
     with open(os.path.join(folder, RESULT_FILE), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
+
+
+def check(commands: dict[str, list[str]], env: dict | None = None) -> None:
+    """Every run of ``commands`` (its name in words -> its ``launch/cifar.py`` command) checked
+    as it would start (``--check_only``: its flags, data, backend and what its folder holds),
+    writing nothing; InputError, one line naming the run, for the first refused. ``env``: the
+    runs' environment (their Keras backend)."""
+    for name, command in commands.items():
+        proc = subprocess.run([*command, "--check_only"], capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise InputError(f"{name}: {said.removeprefix('error: ')}")
+
+
+def start(folder: str, command: list[str], env: dict | None = None) -> subprocess.Popen:
+    """The run of ``command`` started, its output appended to ``folder``'s ``launch.log``."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, LOG_FILE), "a") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log, env=env)
+
+
+def diverged_at(lines: list[str]) -> int | None:
+    """The step a run's loss turned non-finite, from its divergence's ``error:`` line among
+    ``lines`` (its log): the step the replay met it at, one step a call, where it did; else the
+    last step of the call that met it. None where no such line is found."""
+    for line in reversed(lines):
+        if found := DIVERGED.match(line):
+            replayed = REPLAYED.search(line)
+            return int((replayed or found).group(1))
+    return None
+
+
+def outcome(folder: str, returncode: int) -> str:
+    """A run that ended with ``returncode``: its result written (its last line of JSON, or its
+    divergence: the last step evaluated, and the step the loss turned non-finite), in words;
+    where it failed otherwise, why (its log)."""
+    with open(os.path.join(folder, LOG_FILE)) as f:
+        lines = f.read().splitlines()
+    results = [line for line in lines if line.startswith("{")]
+    if returncode == 0 and results:
+        result = json.loads(results[-1])
+        write_result(folder, result)
+        return f"test error {100 * result['test_error']:.2f}%"
+    if returncode == 1:
+        from resnet_noBN.trainers.run_log import read_metrics  # TensorBoard's writer: seconds
+
+        step = max((r["step"] for r in read_metrics(folder)), default=0)
+        at = diverged_at(lines)
+        write_result(folder, {"diverged": True, "final_step": step, "diverged_at": at})
+        turned = f" (the last evaluated; its loss non-finite at step {at})" if at else ""
+        return f"diverged after step {step}{turned}"
+    return f"stopped with exit {returncode} (see its launch.log); rerun to resume it"

@@ -92,13 +92,17 @@ def runs(arms: tuple[str, ...], budget: Budget) -> list[tuple[str, int]]:
     return [(arm, seed) for seed in range(budget.seeds) for arm in arms]
 
 
+# every run's launcher: one CIFAR run, in its folder
+LAUNCHER = os.path.join(os.path.dirname(__file__), "..", "..", "launch", "cifar.py")
+
+
 def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int | None) -> list:
     """The ``launch/cifar.py`` command of one run: its experiment at the budget, seeded, in its
     folder; ``threads``: TensorFlow's intra-op threads (runs side by side share the cores)."""
     every = min(budget.eval_every, budget.train_steps)
     return [
         sys.executable,
-        os.path.join(os.path.dirname(__file__), "..", "..", "launch", "cifar.py"),
+        LAUNCHER,
         f"--experiment={arm}",
         f"--model={budget.model}",
         f"--train_steps={budget.train_steps}",
@@ -124,7 +128,8 @@ def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
     return original_eval.figures(read_answers(path))
 
 
-def _spread(values: list[float]) -> dict:
+def spread(values: list[float]) -> dict:
+    """The mean of ``values``, their sd (None for one value) and the values."""
     return {
         "mean": statistics.fmean(values),
         "sd": statistics.stdev(values) if len(values) > 1 else None,
@@ -149,7 +154,7 @@ def summarize(output_dir: str, arms: tuple[str, ...], budget: Budget) -> dict:
         }
         for key, _ in FIGURES:
             if finished:
-                entry[key] = _spread([f[key] for f in finished])
+                entry[key] = spread([f[key] for f in finished])
         summary[arm] = entry
     base = summary.get(arms[0])
     for arm, entry in summary.items():
@@ -163,7 +168,8 @@ def summarize(output_dir: str, arms: tuple[str, ...], budget: Budget) -> dict:
     return summary
 
 
-def _cell(figure: dict | None) -> str:
+def cell(figure: dict | None) -> str:
+    """A :func:`spread` as a table's cell, ``mean ± sd`` (``-`` for none)."""
     if figure is None:
         return "-"
     sd = "" if figure["sd"] is None else f" ± {figure['sd']:.2f}"
@@ -205,7 +211,7 @@ def markdown_table(summary: dict, arms: tuple[str, ...], budget: Budget) -> str:
         if arm not in summary:
             continue
         s = summary[arm]
-        cells = " | ".join(_cell(s.get(key)) for key, _ in FIGURES)
+        cells = " | ".join(cell(s.get(key)) for key, _ in FIGURES)
         lines.append(
             f"| `{arm}` | {s['about']} | {s['seeds']}/{budget.seeds}{_diverged(s)} | {cells} | "
             f"{_gap(s.get('final_error'))} | {_gap(s.get('original_2016_error'))} |"

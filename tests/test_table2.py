@@ -1,0 +1,339 @@
+"""launch/table2.py (runs.table2_plan, runs.table2_report): Table 2's CIFAR-10 and CIFAR-100
+runs from several seeds on the real slices, one after the other, the plan and its projected
+time first (a dry run trains nothing), stopped and resumed without training an ended run again,
+a diverged run shown at its step with its replay (on random records), every refusal one line
+and exit 2 before anything is written."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import launchers
+import pytest
+
+from resnet_noBN.runs import arm_runs, table2_plan, table2_report
+from resnet_noBN.runs.table2_plan import Measured, RunState
+from resnet_noBN.trainers.answers import read_answers
+
+STEPS = 40
+# the small network, 40 steps of batch 32: an evaluation and a checkpoint every 20 and 10 steps
+TINY = (
+    "--run_flags=--model=small,--train_steps=40,--eval_every=20,--checkpoint_every=10,"
+    "--log_every=5,--batch_size=32"
+)
+RUNS = [
+    "cifar10_paper-seed0",
+    "cifar100_paper-seed0",
+    "cifar10_paper-seed1",
+    "cifar100_paper-seed1",
+]
+
+
+def data_flags(slices):
+    return (
+        f"--cifar10_path={slices / 'cifar-10-batches-bin'}",
+        f"--cifar100_path={slices / 'cifar-100-binary'}",
+    )
+
+
+def table2(slices, out, *more, seeds=2, run_flags=TINY, env=None):
+    args = (*data_flags(slices), f"--seeds={seeds}", f"--output_dir={out}", run_flags, *more)
+    return launchers.run("launch/table2.py", *args, timeout=600, env=env)
+
+
+def mtimes(folder):
+    return {p: os.stat(p).st_mtime_ns for p in sorted(map(str, folder.rglob("*")))}
+
+
+@pytest.fixture(scope="module")
+def tiny_table(cifar_slices, tmp_path_factory):
+    """The dry run; the table started and stopped (SIGTERM) once the second run (CIFAR-100,
+    seed 0) has logged a step; the same command again, to the end. Returns what each left."""
+    out = tmp_path_factory.mktemp("table2") / "table"
+    dry = table2(cifar_slices, out, "--dry_run")
+    written_by_dry_run = out.exists()
+    args = (*data_flags(cifar_slices), "--seeds=2", f"--output_dir={out}", TINY)
+    first = subprocess.Popen(
+        [sys.executable, str(launchers.REPO / "launch" / "table2.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    train_log = out / "runs" / "cifar100_paper-seed0" / "train.jsonl"
+    deadline = time.monotonic() + 300
+    while not (train_log.exists() and train_log.read_text().strip()):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.1)
+    first.send_signal(signal.SIGTERM)
+    first_out, first_err = first.communicate(timeout=300)
+    stopped = {
+        "returncode": first.returncode,
+        "stdout": first_out,
+        "stderr": first_err,
+        "summary": json.loads((out / table2_report.SUMMARY_FILE).read_text()),
+        "step": table2_plan.checkpoint_step(str(out / "runs" / "cifar100_paper-seed0")),
+        "ended": mtimes(out / "runs" / "cifar10_paper-seed0"),
+    }
+    second = table2(cifar_slices, out)
+    return {
+        "out": out,
+        "dry": dry,
+        "dry_wrote": written_by_dry_run,
+        "stopped": stopped,
+        "second": second,
+    }
+
+
+def test_the_dry_run_prints_the_plan_and_its_time_and_trains_nothing(tiny_table):
+    dry = tiny_table["dry"]
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert not tiny_table["dry_wrote"]
+    lines = dry.stdout.splitlines()
+    assert f"4 runs, 2 seeds, into {tiny_table['out']}" in lines[2]
+    assert "  backend: tensorflow (the default on a CPU); precision float32 (the paper's)" in lines
+    order = [line.split()[0] + "-seed" + line.split()[2] for line in lines if "to train: " in line]
+    assert order == RUNS  # seed 0 of both data sets first
+    assert sum(f"to train: {STEPS} steps, 2 evaluations" in line for line in lines) == 4
+    measured = next(line for line in lines if line.startswith("  measured: "))
+    assert " images/s training (" in measured and "of cifar10_paper, seed 0 on CPU" in measured
+    assert any(line.startswith("  projected: ") and " finish " in line for line in lines)
+    assert "started" not in dry.stdout
+
+
+def test_a_stopped_table_resumes_and_trains_nothing_that_ended(tiny_table):
+    out, stopped, second = tiny_table["out"], tiny_table["stopped"], tiny_table["second"]
+    assert stopped["returncode"] == 3, stopped["stderr"][-3000:]
+    assert stopped["stdout"].splitlines()[-1] == "stopped: rerun the same command to resume"
+    runs = {d: s["runs"] for d, s in stopped["summary"]["datasets"].items()}
+    assert [r["state"] for r in runs["cifar10"]] == ["ended", "to do"]
+    assert [r["state"] for r in runs["cifar100"]] == ["stopped", "to do"]
+    step = stopped["step"]
+    assert 0 < step < STEPS and runs["cifar100"][0]["step"] == step
+    assert f"| CIFAR-100 | 0 | stopped at step {step}: rerun to resume |" in stopped["stdout"]
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"    cifar10_paper seed 0   ended at step {STEPS}: test error " in second.stdout
+    assert f"    cifar100_paper seed 0  resumes at step {step}: " in second.stdout
+    started = [line for line in second.stdout.splitlines() if line.startswith("started ")]
+    assert started == [
+        "started cifar100_paper, seed 0",
+        "started cifar10_paper, seed 1",
+        "started cifar100_paper, seed 1",
+    ]
+    assert mtimes(out / "runs" / "cifar10_paper-seed0") == stopped["ended"]  # not touched
+    resumed = out / "runs" / "cifar100_paper-seed0"
+    log = (resumed / arm_runs.LOG_FILE).read_text()
+    assert f"resumed from {resumed / f'ckpt-{step}'} at step {step}" in log
+    steps = [
+        json.loads(line)["step"] for line in (resumed / "train.jsonl").read_text().splitlines()
+    ]
+    assert steps[-1] == STEPS and sorted(set(steps)) == list(range(5, STEPS + 1, 5))
+
+
+def test_the_table_holds_each_runs_figures_beside_the_papers(tiny_table):
+    out = tiny_table["out"]
+    summary = json.loads((out / table2_report.SUMMARY_FILE).read_text())["datasets"]
+    table = (out / table2_report.TABLE_FILE).read_text()
+    for dataset, paper in (("cifar10", 6.38), ("cifar100", 24.64)):
+        entry = summary[dataset]
+        assert entry["paper_error"] == paper and entry["ended"] == 2 and entry["diverged"] == []
+        finals = []
+        for run in entry["runs"]:
+            folder = out / run["folder"]
+            metrics = [
+                json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
+            ]
+            assert run["final_error"] == pytest.approx(100 * metrics[-1]["test_error"], abs=1e-4)
+            best = min(100 * m["test_error"] for m in metrics)
+            assert run["best_error"] == pytest.approx(best, abs=1e-4)
+            answers = read_answers(folder / "answers.jsonl")
+            assert [a.step for a in answers] == [20, 40]
+            # the slices' test split is under one 5,000-image window: the 2016 figure is the best
+            assert run["original_2016_error"] == pytest.approx(best, abs=1e-4)
+            assert run["backend"] == "tensorflow" and run["precision"] == "float32"
+            finals.append(run["final_error"])
+            assert f"| {entry['title']} | {run['seed']} | {run['final_error']:.2f} | " in table
+        assert entry["final_error"]["values"] == finals
+        assert entry["final_error"]["mean"] == pytest.approx(statistics.fmean(finals))
+        assert entry["final_error"]["sd"] == pytest.approx(statistics.stdev(finals))
+        assert entry["final_minus_paper"] == pytest.approx(statistics.fmean(finals) - paper)
+        mean, sd = entry["final_error"]["mean"], entry["final_error"]["sd"]
+        row = (
+            f"| {entry['title']} (`{entry['experiment']}`) | {paper:.2f} | {mean:.2f} ± {sd:.2f} |"
+        )
+        assert row in table
+    for name in (table2_report.PLOT_FILE, table2_report.CURVES_FILE):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    last = json.loads(tiny_table["second"].stdout.strip().splitlines()[-1])
+    assert last["cifar10"]["final_error"] == summary["cifar10"]["final_error"]
+
+
+def test_a_diverged_run_is_shown_at_its_step_with_its_replay(write_cifar, tmp_path):
+    """A rate of 3 diverges both data sets' runs a few steps after their first checkpoint: each
+    is diverged at the step its replay met the NaN (one after its last replayed step), no
+    number, its replay linked; a second invocation trains neither again. On random records in
+    each data set's official layout (no slices needed: the quick tier's test of the report)."""
+    data = tmp_path / "data"
+    write_cifar(data / "cifar-10-batches-bin", "cifar10", 64)
+    write_cifar(data / "cifar-100-binary", "cifar100", 320)
+    out = tmp_path / "table"
+    flags = TINY.replace(
+        "--checkpoint_every=10,--log_every=5", "--checkpoint_every=4,--log_every=2"
+    )
+    proc = table2(data, out, seeds=1, run_flags=f"{flags},--learning_rate=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / table2_report.SUMMARY_FILE).read_text())["datasets"]
+    table = (out / table2_report.TABLE_FILE).read_text()
+    for entry in summary.values():
+        (run,) = entry["runs"]
+        folder = out / run["folder"]
+        replayed = [json.loads(line) for line in (folder / "divergence" / "train.jsonl").open()]
+        step = replayed[-1]["step"] + 1
+        assert run["state"] == "diverged" and run["step"] == step and "final_error" not in run
+        result = json.loads((folder / arm_runs.RESULT_FILE).read_text())
+        assert result["diverged"] and result["diverged_at"] == step
+        assert entry["diverged"] == [{"seed": 0, "step": step}] and entry["final_error"] is None
+        assert run["replayed_steps"] == len(replayed) and (out / run["health"]).is_file()
+        cell = (
+            f"diverged at step {step}: [replay of its last {len(replayed)} steps]"
+            f"({run['folder']}/divergence/train.jsonl), [health]({run['folder']}/divergence/"
+            "health.png)"
+        )
+        assert f"| {entry['title']} | 0 | {cell} |" in table
+        assert f"| 0/1 | seed 0 at step {step} |" in table
+    again = table2(data, out, seeds=1, run_flags=f"{flags},--learning_rate=3")
+    assert again.returncode == 0 and "started" not in again.stdout
+    assert "nothing to train: every run has ended" in again.stdout
+
+
+REFUSALS = [
+    (
+        ["--cifar10_path={tmp}/none"],
+        "error: --cifar10_path {tmp}/none is not a folder: point it at the CIFAR-10 binary files "
+        "(the official archive unpacked: cifar-10-batches-bin/) or at their parent",
+    ),
+    (
+        ["--cifar100_path={slices}/cifar-10-batches-bin"],
+        "error: --cifar100_path={slices}/cifar-10-batches-bin holds CIFAR-10's files, not "
+        "CIFAR-100's: point --cifar100_path at the CIFAR-100 binary files (cifar-100-binary/) or "
+        "their parent, and --cifar10_path at these",
+    ),
+    (
+        ["--cifar10_path={slices}/cifar-100-binary"],
+        "error: --cifar10_path={slices}/cifar-100-binary holds CIFAR-100's files, not "
+        "CIFAR-10's: point --cifar10_path at the CIFAR-10 binary files (cifar-10-batches-bin/) or "
+        "their parent, and --cifar100_path at these",
+    ),
+    (["--seeds=0"], "error: --seeds must be positive, got 0"),
+    (
+        ["--run_flags=--model=small,--data_path=/data"],
+        "error: --run_flags: --data_path=/data is set for every run by launch/table2.py (from "
+        "--cifar10_path and --cifar100_path); drop it",
+    ),
+    (
+        ["--run_flags=--nope=1"],
+        "error: cifar10_paper with --run_flags=--nope=1: Unknown command line flag 'nope'",
+    ),
+]
+
+
+@pytest.mark.parametrize("args, line", REFUSALS, ids=lambda v: str(v)[:40])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(cifar_slices, tmp_path, args, line):
+    out = tmp_path / "table"
+    subs = {"tmp": tmp_path, "slices": cifar_slices}
+    args = [a.format(**subs) for a in args]
+    paths = dict(a.split("=", 1) for a in data_flags(cifar_slices))
+    paths.update(a.split("=", 1) for a in args if a.startswith("--cifar"))
+    rest = [a for a in args if not a.startswith("--cifar")]
+    proc = launchers.run(
+        "launch/table2.py",
+        *(f"{k}={v}" for k, v in paths.items()),
+        f"--output_dir={out}",
+        *(rest if any(a.startswith("--run_flags") for a in rest) else [*rest, TINY]),
+        env=launchers.IMPORT_TIMES,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == line.format(**subs)
+    assert not out.exists()
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # the runs load theirs
+
+
+def test_a_folder_holding_runs_of_another_recipe_is_refused(tiny_table, cifar_slices):
+    out = tiny_table["out"]
+    before = mtimes(out)
+    proc = table2(cifar_slices, out, run_flags=f"{TINY},--learning_rate=0.1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: --output_dir holds a run of another recipe in {out}/runs/cifar10_paper-seed0 "
+        "(learning_rate=0.05 there, 0.1 now): use a new --output_dir, or the --run_flags it was "
+        "started with"
+    )
+    longer = table2(cifar_slices, out, run_flags=TINY.replace("=40", "=80"))
+    assert longer.returncode == 2
+    assert "(train_steps=40 there, 80 now; lr_boundaries=[20, 33] there, [40, 66] now)" in (
+        longer.stderr
+    )
+    assert mtimes(out) == before
+
+
+def test_a_gpu_takes_jax_in_bfloat16_and_a_cpu_the_default_backend(tmp_path, monkeypatch):
+    """The device read from nvidia-smi (no backend loaded): on a GPU, JAX and mixed_bfloat16
+    unless told otherwise; every CIFAR-10 run replays a divergence as CIFAR-100's do."""
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0123)'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert table2_plan.gpus() == ["NVIDIA H200"]
+    backend, _, precision, _ = table2_plan.choose(None, None, ["NVIDIA H200"])
+    assert (backend, precision) == ("jax", "mixed_bfloat16")
+    assert table2_plan.choose("tensorflow", "float32", ["NVIDIA H200"])[::2] == (
+        "tensorflow",
+        "float32",
+    )
+    assert table2_plan.choose(None, None, [])[::2] == ("tensorflow", None)
+    plan = table2_plan.Plan(
+        "out",
+        1,
+        {"cifar10": "/c10", "cifar100": "/c100"},
+        {},
+        ["NVIDIA H200"],
+        "jax",
+        "",
+        "mixed_bfloat16",
+        "",
+        ["--model=small"],
+    )
+    cifar10, cifar100 = plan.command("cifar10_paper", 1), plan.command("cifar100_paper", 1)
+    assert cifar10[2:] == [
+        "--experiment=cifar10_paper",
+        "--seed=1",
+        "--data_path=/c10",
+        "--model_dir=out/runs/cifar10_paper-seed1",
+        "--replay_divergence=300",
+        "--precision=mixed_bfloat16",
+        "--model=small",
+    ]
+    assert "--replay_divergence=300" not in cifar100  # the experiment's own
+    assert plan.env()["KERAS_BACKEND"] == "jax"
+
+
+def test_the_projection_counts_the_steps_left_evaluations_and_start_up():
+    """One run of the paper's recipe at the H200's training rate (results/gpu_h200: 20,029
+    images/s), 13.2 s to its first step: 60,000 steps of 128 and 30 evaluations of 10,000
+    images at three times the rate; a run resumed at step 15 of 40 has 25 left and 2
+    evaluations (20, 40)."""
+    config = {"recipe": {"train_steps": 60000, "eval_every": 2000, "batch_size": 128}}
+    h200 = Measured(20029.0, 13.2, 298, ("NVIDIA H200",))
+    fresh = RunState("cifar10_paper", 0, "f", "to do", 0)
+    expected = 13.2 + 60000 * 128 / 20029 + 30 * 10000 / (3 * 20029)
+    assert table2_plan.seconds(fresh, config, 10000, h200) == pytest.approx(expected)
+    assert table2_plan.evaluations(15, 40, 20) == 2 and table2_plan.evaluations(0, 45, 20) == 3
+    tiny = {"recipe": {"train_steps": 40, "eval_every": 20, "batch_size": 32}}
+    resumed = RunState("cifar100_paper", 0, "f", "stopped", 15)
+    cpu = Measured(100.0, 5.0, 2, ("CPU",))
+    assert table2_plan.seconds(resumed, tiny, 900, cpu) == pytest.approx(5 + 8 + 2 * 3)
