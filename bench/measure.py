@@ -23,6 +23,11 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def images_per_step(args) -> int:
+    """The images a step trains: the batch, or both runs' batches with --pair."""
+    return args.batch_size * (2 if args.pair else 1)
+
+
 def measure_input_pipeline(args, eng, data_path: str) -> dict:
     """Images/s of the training input alone (the backend's: tf.data on TensorFlow, the on-device
     batch maker on JAX), over --input_batches."""
@@ -62,13 +67,14 @@ def measure_training(args, trainer, iterator, flops: dict) -> tuple[dict, list[f
     """s/step (median and spread over --steps), images/s, FLOP/s and CPU s/step; and the times."""
     times, cpu_seconds = time_steps(trainer, iterator, args.steps)
     train = summarize(times)
-    flops_per_s = flops["train_flops_per_image"] * args.batch_size / train["median"]
+    images = images_per_step(args)
+    flops_per_s = flops["train_flops_per_image"] * images / train["median"]
     result = {
         # CPU seconds of this process per step (all threads, spin-waiting included): less
         # sensitive than wall time to other processes on the machine, not a speed by itself.
         "train_cpu_s_per_step": round(statistics.median(cpu_seconds), 4),
         "train_s_per_step": rounded(train),
-        "train_images_per_s": round(args.batch_size / train["median"], 2),
+        "train_images_per_s": round(images / train["median"], 2),
         "train_flops_per_s": round(flops_per_s),
     }
     say(
@@ -88,7 +94,7 @@ def measure_chunk(args, trainer, iterator) -> dict:
     result = {
         "chunk_steps": args.chunk_steps,
         "chunk_s_per_step": round(per_step, 5),
-        "chunk_images_per_s": round(args.batch_size / per_step, 2),
+        "chunk_images_per_s": round(images_per_step(args) / per_step, 2),
     }
     say(
         f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
@@ -132,9 +138,16 @@ def measure_loss(args, trainer, iterator) -> dict:
     done = 1 + args.warmup
     if args.loss_at_step > done + 1:
         trainer.run_steps(iterator, args.loss_at_step - done - 1)
-    loss = float(trainer.run_steps(iterator, 1)["loss"])
-    say(f"loss of step {args.loss_at_step}: {loss:.5f}")
-    return {"loss_step": args.loss_at_step, "loss_at_step": round(loss, 6)}
+    metrics = trainer.run_steps(iterator, 1)
+    loss = float(metrics["loss"])
+    result = {"loss_step": args.loss_at_step, "loss_at_step": round(loss, 6)}
+    if "pair_loss" in metrics:  # --pair: the second run's
+        result["pair_loss_at_step"] = round(float(metrics["pair_loss"]), 6)
+    say(
+        f"loss of step {args.loss_at_step}: {loss:.5f}"
+        + (f" (the pair's second run: {result['pair_loss_at_step']:.5f})" if args.pair else "")
+    )
+    return result
 
 
 def measure_evaluation(args, eng, trainer, data_path: str, flops: dict) -> dict:

@@ -65,16 +65,17 @@ def test_each_call_of_the_default_lease_carries_under_64_mib():
     tree = carry.tree_bytes(ROOT)
     assert tree <= carry.TREE_ROOM, f"the tree is {tree / carry.MiB:.2f} MiB: trim what it holds"
     assert carry.TREE_ROOM + carry.BASE_ROOM + carry.PART_BYTES == carry.CALL_LIMIT
-    calls = carry.calls(tree, carry.BASE_ROOM, carry.default_parts(["cifar10", "cifar100"]))
+    # the default order's data sets, CIFAR-100 first (its first run needs it)
+    calls = carry.calls(tree, carry.BASE_ROOM, carry.default_parts(["cifar100", "cifar10"]))
     for i, call in enumerate(calls, 1):
         print(f"call {i}: {call.line()}")
         assert call.total <= carry.CALL_LIMIT
     assert [c.part for c in calls] == [
-        "cifar10-1",
-        "cifar10-2",
         "cifar100-1",
         "cifar100-2",
         "cifar100-3",
+        "cifar10-1",
+        "cifar10-2",
     ]
     sizes = carry.split_sizes(137_647_064, carry.PART_BYTES)
     assert len(sizes) == 3 and sum(sizes) == 137_647_064 and max(sizes) - min(sizes) <= 1
@@ -86,13 +87,36 @@ def test_each_call_of_the_default_lease_carries_under_64_mib():
 
 
 def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
-    """The default order, each run's launcher flags at the paper's 60,000 steps (seeds, the
+    """The default order (the paper's CIFAR-100, the 2016 network's, the paper's CIFAR-10, the
+    held rate, the 2016 code's CIFAR-10; seeds 1 and 2 of those; true float32), less the runs
+    finished.txt names; each run's launcher flags at the paper's 60,000 steps (seeds, the
     true-float32 run stopped past its first decay with the drops where the whole run has them),
     and the projection: in 900 s of GPU time the first run fits and the second does not, the
-    held CIFAR-100 run (12,000 steps) in what the first leaves; in 1,100 s the first two."""
-    knobs = plan.Knobs.from_env({})
-    assert [r.name for r in knobs.runs] == list(plan.DEFAULT_RUNS)
-    assert knobs.lease_s == 900 and knobs.datasets() == ["cifar10", "cifar100"]
+    held CIFAR-100 run (12,000 steps) and its seed 1 in what the first leaves; in 1,100 s the
+    first two and nothing after them."""
+    assert plan.DEFAULT_RUNS == (
+        "cifar100_paper",
+        "cifar100_original_2016",
+        "cifar10_paper",
+        "cifar100_held_lr_wd_2016",
+        "cifar10_original_2016_wd",
+        "cifar100_paper-s1",
+        "cifar100_original_2016-s1",
+        "cifar10_paper-s1",
+        "cifar100_held_lr_wd_2016-s1",
+        "cifar10_original_2016_wd-s1",
+        "cifar100_paper-s2",
+        "cifar100_original_2016-s2",
+        "cifar10_paper-s2",
+        "cifar100_held_lr_wd_2016-s2",
+        "cifar10_original_2016_wd-s2",
+        "cifar100_true_float32",
+    )
+    default = plan.Knobs.from_env({})
+    assert [r.name for r in default.runs] == list(plan.default_runs(plan.finished()))
+    assert default.lease_s == 900
+    knobs = plan.Knobs.from_env({"LEASE_RUNS": ",".join(plan.DEFAULT_RUNS)})
+    assert knobs.datasets() == ["cifar100", "cifar10"]
     paper, c100 = knobs.run("cifar10_paper-s2"), knobs.run("cifar100_true_float32")
     assert paper.flags(smoke=False) == [
         "--experiment=cifar10_paper",
@@ -114,15 +138,23 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     assert 420 < estimate(knobs.runs[0]) < 480  # 60,000 steps at 18,861 images/s and the rest
     left = 900 - 30 - 60  # the start, the first carry calls
     fits, why = plan.schedule(knobs.runs, left, estimate, knobs.margin_s)
-    assert fits == ["cifar10_original_2016_wd", "cifar100_held_lr_wd_2016"]
-    assert "cifar10_paper" in why and "cifar100_paper" in why
-    fits, _ = plan.schedule(knobs.runs, 1100 - 30 - 60, estimate, knobs.margin_s)
-    assert fits[:2] == ["cifar10_original_2016_wd", "cifar10_paper"]  # LEASE_S=1100 holds both
+    assert fits == [
+        "cifar100_paper",
+        "cifar100_held_lr_wd_2016",
+        "cifar100_held_lr_wd_2016-s1",
+    ]
+    assert {"cifar100_original_2016", "cifar10_paper", "cifar10_original_2016_wd"} <= set(why)
+    longer = plan.Knobs.from_env({"LEASE_RUNS": ",".join(plan.DEFAULT_RUNS), "LEASE_S": "1100"})
+    assert longer.lease_s == 1100 and "LEASE_S=1100 " in plan.next_command(
+        {"LEASE_S": "1100"}, plan.Back(since=1.0)
+    )  # the next call's command passes it on
+    fits, _ = plan.schedule(longer.runs, longer.lease_s - 30 - 60, estimate, knobs.margin_s)
+    assert fits == ["cifar100_paper", "cifar100_original_2016"]  # LEASE_S=1100 holds both
     held = knobs.run("cifar100_held_lr_wd_2016")
     assert held.flags(smoke=False)[-2:] == ["--train_steps=12000", "--schedule_steps=60000"]
     assert 100 < estimate(held) < 160
     assert 1_500 < estimate(c100) < 1_800  # true float32 at the rate one H200 measured
-    assert knobs.speed == ("baseline", "latency_hiding") and knobs.probes == ()
+    assert knobs.speed == ("baseline", "pair", "latency_hiding") and knobs.probes == ()
     bad = subprocess.run(
         [sys.executable, "-m", "ops.lease", "budget"],
         cwd=ROOT,
@@ -132,6 +164,181 @@ def test_the_runs_their_order_flags_and_what_fits_in_15_minutes():
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: LEASE_RUNS names 'imagenet")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def bench_json(rate: float, loss: float, **more) -> dict:
+    """What bench/throughput.py answers a speed try, in the fields the supervisor reads."""
+    return {"chunk_images_per_s": rate, "loss_step": 50, "loss_at_step": loss, **more}
+
+
+def test_seed_pairs_train_where_two_runs_in_one_program_reach_the_gain(tmp_path):
+    """The pair try (bench/throughput.py --pair, its prediction written first) is timed against
+    the baseline: seed pairs train where its loss at step 50 is the baseline's and its images/s,
+    both runs', reach x1.24 the baseline's (not at x1.2, nor with a loss 3% off); LEASE_BACK
+    carries the choice to a machine started again. The runs that may pair (CIFAR-10 in bfloat16;
+    the CIFAR-100 runs replay a divergence, which a pair cannot) pair with their experiment's
+    next seed in the plan's order, in the first's place (seed 2, its partner taken, alone); a
+    pair that does not fit in the GPU time left trains its first run alone. A pair's end: each
+    run its own final JSON, weights cut from its own checkpoint and the launcher's log in its
+    folder."""
+    from ops.lease import call, supervisor
+
+    knobs = plan.Knobs.from_env({"LEASE_RUNS": ",".join(plan.DEFAULT_RUNS)})
+    units = plan.seed_pairs(knobs.runs)
+    assert [u.name for u in units] == [
+        "cifar100_paper",
+        "cifar100_original_2016",
+        "cifar10_paper & cifar10_paper-s1",
+        "cifar100_held_lr_wd_2016",
+        "cifar10_original_2016_wd & cifar10_original_2016_wd-s1",
+        "cifar100_paper-s1",
+        "cifar100_original_2016-s1",
+        "cifar100_held_lr_wd_2016-s1",
+        "cifar100_paper-s2",
+        "cifar100_original_2016-s2",
+        "cifar10_paper-s2",
+        "cifar100_held_lr_wd_2016-s2",
+        "cifar10_original_2016_wd-s2",
+        "cifar100_true_float32",
+    ]
+    assert units[2].flags(smoke=False, second_dir="runs/lease/cifar10_paper-s1") == [
+        "--experiment=cifar10_paper",
+        "--seed=0",
+        "--precision=mixed_bfloat16",
+        "--pair_seed=1",
+        "--pair_model_dir=runs/lease/cifar10_paper-s1",
+    ]
+    pair_try = next(t for t in plan.SPEED_TRIES if t.name == "pair")
+    assert (
+        pair_try.pairs and pair_try.flags == ("--pair",) and "expect x0.85" in pair_try.prediction
+    )
+
+    manifest = {"datasets": {d: {"label": d, "parts": []} for d in ("cifar10", "cifar100")}}
+    seen = {"device": "a GPU", "versions": "JAX"}
+    sups = []
+    for gain, loss, pairs in ((1.25, 2.3021, True), (1.2, 2.3021, False), (1.3, 2.38, False)):
+        sups.append(sup := supervisor.Supervisor(knobs, tmp_path))
+        sup.work.mkdir(parents=True, exist_ok=True)
+        sup.status = call.first_status(knobs, plan.Back(), manifest, seen)
+        sup.status["since"] = time.time() - 90  # 780 s left, a start of 30 s counted
+        for name, result in (
+            ("baseline", bench_json(20_000.0, 2.302078, first_step_s=17.0)),
+            ("pair", bench_json(gain * 20_000, loss, pair_loss_at_step=2.31, first_step_s=20.0)),
+        ):
+            entry = {"name": name}
+            sup.status["speed"]["tries"].append(entry)
+            sup.speed_result(entry, result)
+        sup.choose_speed([])
+        assert sup.status["speed"]["chosen"] == "baseline"
+        assert sup.status["speed"]["pairs"] is pairs, (gain, loss)
+    said = (sup.work / "plan.log").read_text().splitlines()
+    assert "in seed pairs (two runs in one program at x1.250" in said[-3]
+    assert said[-2].endswith("one run at a time (two in one program at x1.200, under x1.24)")
+    assert said[-1].endswith("one run at a time")  # its loss failed the check: no gain
+
+    sup = sups[0]  # seed pairs at x1.25
+    back = plan.Back.parse(plan.Back(since=1.0, starts=1, speed="baseline", pairs=True).text())
+    assert back.pairs and call.first_status(knobs, back, manifest, seen)["speed"]["pairs"]
+    for name in ("cifar100_paper", "cifar100_original_2016"):  # came back from a machine lost
+        sup.status["runs"][name]["state"] = "done earlier"
+    rates, fits, why, _ = sup.plan_runs()  # 780 s left: the first pair fits (about 700 s)
+    assert rates["pair"] == (25_000.0, "speed try pair")
+    assert fits == ["cifar10_paper & cifar10_paper-s1"]
+    assert sup.status["runs"]["cifar10_paper-s1"]["fits"].endswith(f"(as {fits[0]})")
+    sup.status["since"] -= 200  # 580 s left: the pair does not fit, its first run alone does
+    _, fits, why, _ = sup.plan_runs()
+    assert fits == ["cifar10_paper"] and fits[0] + " & " in next(iter(why))
+
+    class Ended:  # the pair's launcher, ended: its log in the first run's folder
+        runs = ("cifar10_paper", "cifar10_paper-s1")
+        log = sup.work / "cifar10_paper" / "launch.log"
+
+    for i, name in enumerate(Ended.runs):
+        folder = sup.work / name
+        folder.mkdir()
+        arrays = {"model/w": np.full(3, i, np.float32), "optimizer/sgd/iteration": np.int64(4)}
+        np.savez(folder / "ckpt-4.npz", **arrays)
+        (folder / "checkpoints.json").write_text(json.dumps({"checkpoints": ["ckpt-4.npz"]}))
+        sup.status["runs"][name].update(state="running", started_at=time.time())
+    runs = [
+        {"model_dir": str(sup.work / n), "seed": i, "weights_sha256": f"d{i}", "test_error": 0.1}
+        for i, n in enumerate(Ended.runs)
+    ]
+    final = {"dataset": "cifar10", "final_step": 4, "images_per_sec": 50.0, "runs": runs}
+    Ended.log.write_text("a line\n" + json.dumps(final) + "\n")
+    sup.finish_run(Ended, 0, Ended.log.read_text())
+    for i, name in enumerate(Ended.runs):
+        run = sup.status["runs"][name]
+        assert run["state"] == "done" and run["final"]["seed"] == i, run
+        assert run["final"]["dataset"] == "cifar10" and run["final"]["weights_sha256"] == f"d{i}"
+        assert run["weights"]["run_weights_sha256"] == f"d{i}" and run["weights"]["step"] == 4
+        with np.load(sup.work / name / "weights-4.npz") as weights:
+            assert weights["model/w"].tolist() == [i] * 3
+        assert (sup.work / name / "launch.log").read_text() == Ended.log.read_text()
+
+
+def test_a_run_that_ends_early_leaves_its_time_to_the_runs_after_it(tmp_path):
+    """The supervisor projects again each time the GPU is free (``next_task``: ``plan_runs``):
+    at 810 s left the paper's CIFAR-100 run fits and the 2016 network's does not; once the first
+    has diverged at step 7,400, 120 s later, the 2016 network's fits in the 690 s left, at the
+    rate the diverged run measured, and the held run after it."""
+    from ops.lease import call, supervisor
+
+    knobs = plan.Knobs.from_env({"LEASE_RUNS": ",".join(plan.DEFAULT_RUNS), "LEASE_SPEED": ""})
+    manifest = {"datasets": {d: {"label": d, "parts": []} for d in ("cifar10", "cifar100")}}
+    sup = supervisor.Supervisor(knobs, tmp_path)
+    sup.work.mkdir(parents=True)
+    sup.status = call.first_status(knobs, plan.Back(), manifest, {"device": "-", "versions": "-"})
+    sup.status["since"] = time.time() - 60  # 810 s left, a start of 30 s counted
+    runs = sup.status["runs"]
+    assert sup.next_task() is None  # the data still travels: nothing starts
+    assert runs["cifar100_paper"]["fits"] == "projected 464 s"
+    assert runs["cifar100_original_2016"]["fits"].startswith("projected 464 s + margin 60 s >")
+    assert runs["cifar100_held_lr_wd_2016-s1"]["fits"] == "projected 135 s"
+    assert sup.status["wanted"] == ["cifar100"]  # no CIFAR-10 run fits: its parts stay here
+    runs["cifar100_paper"].update(state="failed", step=7_400, images_per_s=20_000.0)
+    sup.status["since"] -= 120  # it diverged: 690 s left
+    assert sup.next_task() is None
+    rates, fits, _, _ = sup.plan_runs()
+    assert rates["mixed_bfloat16"] == (20_000.0, "run cifar100_paper")
+    assert fits == ["cifar100_original_2016", "cifar100_held_lr_wd_2016"]
+    assert runs["cifar100_original_2016"]["fits"] == "projected 441 s"
+    assert runs["cifar100_held_lr_wd_2016-s1"]["fits"].startswith("projected 130 s + margin")
+    assert not sup.status["done"]
+
+
+def test_a_later_lease_leaves_out_the_runs_the_repository_keeps(tmp_path, monkeypatch, capsys):
+    """finished.txt names the runs an earlier lease finished, each with its committed folder:
+    the default order leaves them out (LEASE_RUNS runs what it names), and a line that is not
+    RUN FOLDER, or names no run, is refused in one line (exit 2). The committed file's folders
+    are tracked under results/."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for folder in plan.finished().values():
+        assert any(f.startswith(folder.rstrip("/") + "/") for f in tracked), folder
+    listed = tmp_path / "finished.txt"
+    listed.write_text(
+        "# a comment\n\ncifar100_paper results/gpu_x/cifar100_paper  # diverged at step 7,400\n"
+        "cifar10_paper-s1 results/gpu_x/cifar10_paper_s1\n"
+    )
+    monkeypatch.setattr(plan, "FINISHED", str(listed))
+    knobs = plan.Knobs.from_env({})
+    assert knobs.finished == ("cifar100_paper", "cifar10_paper-s1")
+    names = [r.name for r in knobs.runs]
+    assert names == [n for n in plan.DEFAULT_RUNS if n not in knobs.finished]
+    assert names[:3] == ["cifar100_original_2016", "cifar10_paper", "cifar100_held_lr_wd_2016"]
+    named = plan.Knobs.from_env({"LEASE_RUNS": "cifar100_paper"})
+    assert [r.name for r in named.runs] == ["cifar100_paper"] and named.finished == ()
+    for bad, says in (
+        ("cifar100_paper\n", ":1: 'cifar100_paper' is not RUN FOLDER"),
+        ("# x\nimagenet_paper results/y\n", ":2: 'imagenet_paper' is no lease run"),
+    ):
+        listed.write_text(bad)
+        with pytest.raises(SystemExit) as stop:
+            plan.Knobs.from_env({})
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_what_comes_back_stays_small(tmp_path):

@@ -135,7 +135,9 @@ def main(argv=None) -> int:
     if args.what == "budget":
         print(
             f"the default lease ({', '.join(knobs.datasets())}), data parts of at most "
-            f"{part_bytes / carry.MiB:.0f} MiB:"
+            f"{part_bytes / carry.MiB:.0f} MiB"
+            + (f"; finished earlier, left out: {list(knobs.finished)}" if knobs.finished else "")
+            + ":"
         )
         return 0 if print_calls(carry.default_calls(ROOT, knobs.datasets(), part_bytes)) else 1
     if args.what == "collect":

@@ -3,51 +3,77 @@ data travels, and the knobs.
 
 The runs are named experiments (``configs.experiments``), each with its own flags: a lease run
 ``NAME`` is ``launch/cifar.py --experiment=NAME --seed=0``, ``NAME-sK`` the same with seed K.
-The default order (:data:`DEFAULT_RUNS`) is the one that decides the most about Table 2 of
-arXiv:1611.04231 (CIFAR-10 6.38%, CIFAR-100 24.64%), all on the exact data, now that the
-paper's CIFAR-10 run has come back in Keras' form of momentum (seed 0: 6.79% on one H200,
-2026-11-27; results/gpu_h200) and the 2016 code's form, ``momentum_2016``, is every
-experiment's default (2026-11-28):
+The default order (:data:`DEFAULT_RUNS`) puts first what Table 2 of arXiv:1611.04231 (CIFAR-10
+6.38%, CIFAR-100 24.64%) still lacks on the exact data. The lease of 2026-11-27 gave the paper's
+CIFAR-10 (6.79%, seed 0, Keras' form of momentum, one H200; results/gpu_h200). The CIFAR-100
+column is missing: every full-width CIFAR-100 run so far read a JPEG copy and diverged at lr 0.05
+(bfloat16 at steps 7,500 and 9,400, TF32 at 19,000; results/gpu_h100). At a quarter of the width
+with the rate held, the paper's network turned and diverged in one seed of two, while the 2016
+code's network neither turned nor diverged and ended 18.76 points lower (results/cifar100_held):
+the 2016 network may be where the paper's 24.64% came from. Every experiment trains in the 2016
+code's form of momentum, ``momentum_2016``, since 2026-11-28.
 
-1. ``cifar10_original_2016_wd``: the 2016 code the paper forked, whole (leaky ReLU,
-   pre-activation units, its trained head, its weight decay 2e-4, its momentum), batch norm
-   removed;
-2. ``cifar10_paper``: the paper's run in the 2016 code's momentum (the accumulator in gradient
-   units, so each learning-rate drop shrinks the step at once), seed 0: beside the 6.79% of
-   Keras' form on the same seed and data, what the form does at Table 1's width;
-3. ``cifar100_paper``: CIFAR-100 with the paper's recipe on the exact data, in bfloat16: does the
-   divergence of the earlier leases on the JPEG copy (bfloat16 at 7,500 and 9,400, TF32 at
-   19,000) survive the exact data and the 2016 momentum? Its health is in train.jsonl and,
+1. ``cifar100_paper``: CIFAR-100 with the paper's recipe on the exact data, in bfloat16: does the
+   divergence survive the exact data and the 2016 momentum? Its health is in train.jsonl and,
    where it diverges, every step of its last 300 before the NaN in divergence/train.jsonl (the
    CIFAR-100 experiments' ``--replay_divergence=300``: at most the 1,000 steps since the last
-   checkpoint again, the last 400 or fewer one step a call; not in the projection, as a run
-   that diverges ends early), the record that showed the gradient norm climbing first on the CPU;
-4. ``cifar100_held_lr_wd_2016``: the same rate held with the 2016 code's weight decay (2e-4 * w),
-   to step 12,000 (past both bfloat16 NaNs): the quarter-width CPU runs show the weight norm
-   growing all along and the loss turning near step 5,500 with the paper's decay, one of its two
-   seeds diverging at step 6,799, its gradient norm climbing first, and neither of twice the
-   decay's two seeds diverging in 8,000 steps, its weight norm growing less (two seeds each
-   cannot tell those apart; results/cifar100_held); up to step 30,000 run 3 is its
-   arm with the paper's decay (the same run until its first drop). Whether the decay is what
-   the paper's rate needs at Table 1's width;
-5. ``cifar10_paper-s1``: the headline's spread (seed 1);
-6. seeds 1 and 2 of the 2016 network, seed 2 of the paper's, ``cifar100_original_2016``, and
+   checkpoint again, the last 400 or fewer one step a call; not in the projection), the record
+   that showed the gradient norm climbing first on the CPU. A run that diverges ends early, and
+   the plan projects again: each time the GPU is free, ``Supervisor.next_task``
+   (ops/lease/supervisor.py) calls ``Supervisor.plan_runs``, which schedules the runs still
+   pending in the GPU time left then, at the rates measured so far, and starts the first that
+   fits;
+2. ``cifar100_original_2016``: the 2016 code's network (leaky ReLU, pre-activation units, its
+   trained head), batch norm removed, with the paper's recipe on CIFAR-100, the candidate for
+   24.64% (at a quarter of the width, 8,000 steps with the drops, two seeds, it ended 5.46
+   points below the paper's network: 43.23% against 48.69%, results/cifar100_original_2016_cpu);
+3. ``cifar10_paper``: the paper's CIFAR-10 run in today's default, the 2016 code's momentum (the
+   accumulator in gradient units, so each learning-rate drop shrinks the step at once), seed 0:
+   the figure the README's main command gives, beside the 6.79% of Keras' form on the same seed
+   and data;
+4. ``cifar100_held_lr_wd_2016``: the paper's rate held with the 2016 code's weight decay
+   (2e-4 * w), to step 12,000 (past both bfloat16 NaNs) where it fits: the quarter-width CPU
+   runs show the weight norm growing all along and the loss turning near step 5,500 with the
+   paper's decay, one of its two seeds diverging at step 6,799, its gradient norm climbing
+   first, and neither of twice the decay's two seeds diverging in 8,000 steps, its weight norm
+   growing less (two seeds each cannot tell those apart; results/cifar100_held); up to step
+   30,000 run 1 is its arm with the paper's decay (the same run until its first drop). Whether
+   the decay is what the paper's rate needs at Table 1's width;
+5. ``cifar10_original_2016_wd``: the 2016 code the paper forked, whole (its network, its weight
+   decay 2e-4 * w, its momentum), batch norm removed, on CIFAR-10;
+6. seeds 1 and 2 of runs 1 to 5, in the same order (``-s1`` of each, then ``-s2``); last
    ``cifar100_true_float32`` (lr 0.05 in true float32 to 32,000 of its 60,000 steps: about
    1,650 s at the 2,558 images/s measured, so only in a longer grant).
+
+Every later lease goes on from where the last one left off: a run whose results came back and
+are kept in the repository is named, with its folder, in ``finished.txt`` beside this module
+(:func:`finished`), and the default order leaves it out (:func:`default_runs`; ``LEASE_RUNS``
+runs what it names). Within one lease, ``LEASE_BACK`` (:class:`Back`) keeps a lost machine from
+redoing what came back. The 6.79% run is not in ``finished.txt``: it trained in Keras' form of
+momentum, so it is not today's ``cifar10_paper``.
 
 A run starts only where its projection (start-up and compile, the steps at the rate measured on
 this machine or else :data:`PRIOR`, the whole-test evaluations) ends :data:`Knobs.margin_s`
 before the lease's GPU time runs out, with the time to bring its weights back; one that does not
-fit is skipped and the next tried. With the default 900 s (15 minutes, the start included), the
-first run fits with about 300 s to spare and the second does not, the fourth (12,000 steps)
-does (each 60,000-step run takes about 464 s on one H100, 449 s on one H200); ``LEASE_S=1100``
-holds the first two.
+fit is skipped and the next tried. Projected at :data:`PRIOR`'s rates (one H100: a 60,000-step
+run about 464 s, one H200 took 449 s; the held run's 12,000 steps about 135 s), with the default
+900 s (15 minutes, the start included) and 90 s gone before the first projection (the start, the
+first calls): run 1 fits, runs 2, 3 and 5 do not, run 4 and its seed 1 do in what run 1 leaves
+(``cifar100_held_lr_wd_2016-s1``). Where run 1 ends within 286 s of GPU time (a divergence by
+about step 34,000 at that rate, its replay aside), run 2 fits after it; within 151 s (by about
+step 14,000), run 4 after run 2 too. ``LEASE_S=1100`` holds runs 1 and 2 and nothing after them
+where run 1 starts with 988 s left (within 82 s of the first call); later, runs 1 and 4 and
+seeds of run 4 instead.
 
 While the first run's data travels, the GPU times candidate speed-ups of our step
 (:data:`SPEED_TRIES`, each with its prediction written before its result) and the runs train
-with the fastest whose loss at step 50 equals the baseline's within :data:`LOSS_RTOL`; after the
-runs (or while a later run's data travels), the probe's parts (:data:`PROBES`) that earlier
-leases did not measure.
+with the fastest whose loss at step 50 equals the baseline's within :data:`LOSS_RTOL`. One try
+is a way of training rather than an environment: two runs in one program (``pair``,
+``launch/cifar.py --pair_seed``); where its images/s, both runs', reach :data:`PAIR_GAIN` times
+the baseline's, the runs that may pair train as seed pairs (:func:`seed_pairs`: the first pair,
+``cifar10_paper`` with ``cifar10_paper-s1``, two paper runs in one lease; the CIFAR-100 runs
+replay a divergence, so they train alone). After the runs (or while a later run's data travels),
+the probe's parts (:data:`PROBES`) that earlier leases did not measure.
 
 Standard library and ``configs.experiments`` only: the plan starts before anything is unpacked.
 """
@@ -62,18 +88,19 @@ import sys
 
 from resnet_noBN.configs.experiments import EXPERIMENTS
 
-DEFAULT_RUNS = (
-    "cifar10_original_2016_wd",
-    "cifar10_paper",
+FIRST_RUNS = (  # runs 1 to 5 of the module docstring, seed 0
     "cifar100_paper",
-    "cifar100_held_lr_wd_2016",
-    "cifar10_paper-s1",
-    "cifar10_original_2016_wd-s1",
-    "cifar10_paper-s2",
-    "cifar10_original_2016_wd-s2",
     "cifar100_original_2016",
+    "cifar10_paper",
+    "cifar100_held_lr_wd_2016",
+    "cifar10_original_2016_wd",
+)
+DEFAULT_RUNS = (
+    *FIRST_RUNS,
+    *(f"{name}-s{seed}" for seed in (1, 2) for name in FIRST_RUNS),
     "cifar100_true_float32",
 )
+FINISHED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finished.txt")
 # Runs stopped before their experiment's end, as a fraction of its steps (the learning-rate
 # drops stay where the whole run has them): the true-float32 CIFAR-100 run to one evaluation
 # past its first decay (32,000 of 60,000 steps); the held rate past the bfloat16 NaNs (12,000).
@@ -98,19 +125,41 @@ PRIOR = {
 LOSS_RTOL = 0.02  # a speed-up passes where its loss at step 50 is the baseline's within 2%
 SPEED_GAIN = 1.02  # and trains only where it is this much faster (the timing's noise)
 LOSS_STEP = 50
+# Seed pairs train (two runs in one program, launch/cifar.py --pair_seed) where the pair try's
+# images/s, both runs', reach this many times the baseline's: two 60,000-step paper runs in one
+# 15-minute lease (results/gpu_h200: about 610 s for 15.4 million images, 25,000 images/s)
+PAIR_GAIN = 1.24
+PAIR_PRECISION = "mixed_bfloat16"  # the precision the pair try times: only such runs pair
 
 
 @dataclasses.dataclass(frozen=True)
 class SpeedTry:
-    """A candidate speed-up of our JAX step: environment for the benchmark and the runs."""
+    """A candidate speed-up of our JAX step: environment for the benchmark and the runs, or
+    (``pairs``) the benchmark's flags of a way of training the runs: seed pairs."""
 
     name: str
     prediction: str
     env: tuple[tuple[str, str], ...] = ()
+    flags: tuple[str, ...] = ()  # bench/throughput.py's, beyond the speed tries' own
+    pairs: bool = False  # timed against the baseline for seed pairs (PAIR_GAIN), not an env
 
 
 SPEED_TRIES = (  # the baseline also traces 10 steps: the kernel-time summary (speed/kernels.txt)
     SpeedTry("baseline", "the launcher's step as it is: mixed_bfloat16, NHWC, XLA's defaults"),
+    SpeedTry(
+        "pair",
+        "two runs in one program (bench/throughput.py --pair, launch/cifar.py --pair_seed): one "
+        "step jax.vmap'd over two seeds' weights and batches, each convolution one of two "
+        "groups. The baseline's convolutions are 59% of its 6.42 ms step at about 40% of the "
+        "bf16 peak, the ReLU, select and convert fusions most of the rest; those move bytes and "
+        "take twice as long for twice the work. Two together at x1.24 the baseline's images/s "
+        "need the grouped convolutions at about 60% of the peak; expect x0.85 to x1.15 (cuDNN's "
+        "grouped kernels are seldom faster than its dense ones), the loss at step 50 the "
+        "baseline's within bfloat16 rounding (on a CPU: equal in float32; there XLA's grouped "
+        "convolution ran the pair at x0.3 of one run)",
+        flags=("--pair",),
+        pairs=True,
+    ),
     SpeedTry(
         "cudnn_runtime_fusion",
         "cuDNN's runtime fusion of a convolution with the ReLU after it (XLA_FLAGS="
@@ -182,6 +231,7 @@ class LeaseRun:
     schedule_steps: int  # the run the learning-rate schedule is laid over
     precision: str
     about: str
+    pairs: bool = False  # may train in a seed pair: PAIR_PRECISION, no divergence replayed
 
     def flags(self, smoke: bool) -> list[str]:
         """Its launcher flags beyond the data, folder and time budget: the experiment, the seed,
@@ -217,6 +267,7 @@ def lease_run(name: str, train_steps: int | None = None) -> LeaseRun:
         )
     schedule = train_steps or exp.recipe.get("train_steps", PAPER_STEPS)
     steps = round(STOP_AT.get(exp.name, 1.0) * schedule)
+    precision = exp.runtime.get("precision", "mixed_bfloat16")
     return LeaseRun(
         name=name,
         experiment=exp.name,
@@ -224,9 +275,100 @@ def lease_run(name: str, train_steps: int | None = None) -> LeaseRun:
         dataset=exp.data.get("dataset", "cifar10"),
         steps=max(2, steps),
         schedule_steps=schedule,
-        precision=exp.runtime.get("precision", "mixed_bfloat16"),
+        precision=precision,
         about=exp.about,
+        pairs=precision == PAIR_PRECISION and not exp.recipe.get("replay_divergence"),
     )
+
+
+def finished(path: str | None = None) -> dict[str, str]:
+    """The lease runs an earlier lease finished whose results the repository keeps
+    (``finished.txt``: ``RUN FOLDER`` a line, ``#`` a comment): {run: its folder}. ValueError
+    (one line) for a line that is not a lease run and one folder."""
+    done, path = {}, path or FINISHED
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            if len(fields) != 2:
+                raise ValueError(
+                    f"{path}:{number}: {line.strip()!r} is not RUN FOLDER (a lease run and the "
+                    "folder under results/ that keeps its results)"
+                )
+            try:
+                lease_run(fields[0])
+            except ValueError:
+                raise ValueError(
+                    f"{path}:{number}: {fields[0]!r} is no lease run (EXPERIMENT or "
+                    "EXPERIMENT-sSEED of an experiment of launch/cifar.py)"
+                ) from None
+            done[fields[0]] = fields[1]
+    return done
+
+
+def default_runs(done) -> tuple[str, ...]:
+    """:data:`DEFAULT_RUNS` without the runs in ``done`` (:func:`finished`), in order."""
+    return tuple(name for name in DEFAULT_RUNS if name not in done)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedPair:
+    """Two lease runs of one experiment, steps and precision, other seeds, trained in one
+    program (``launch/cifar.py --pair_seed``): each in its own folder, as it would alone."""
+
+    first: LeaseRun
+    second: LeaseRun
+
+    @property
+    def name(self) -> str:
+        return f"{self.first.name} & {self.second.name}"
+
+    @property
+    def runs(self) -> tuple[LeaseRun, LeaseRun]:
+        return (self.first, self.second)
+
+    @property
+    def dataset(self) -> str:
+        return self.first.dataset
+
+    def flags(self, smoke: bool, second_dir: str) -> list[str]:
+        """The first run's flags, and the second run's seed and folder."""
+        return [
+            *self.first.flags(smoke),
+            f"--pair_seed={self.second.seed}",
+            f"--pair_model_dir={second_dir}",
+        ]
+
+
+def members(unit: LeaseRun | SeedPair) -> tuple[LeaseRun, ...]:
+    """The lease runs a scheduled unit trains: a run itself, or a seed pair's two."""
+    return unit.runs if isinstance(unit, SeedPair) else (unit,)
+
+
+def seed_pairs(runs) -> list[LeaseRun | SeedPair]:
+    """``runs`` as they train once the plan trains seed pairs: each run that may pair
+    (``LeaseRun.pairs``) with the first later one of its experiment, steps and precision and
+    another seed, in its place; the others alone."""
+    runs, units, taken = list(runs), [], set()
+    for i, run in enumerate(runs):
+        if run.name in taken:
+            continue
+        partner = next(
+            (
+                r
+                for r in runs[i + 1 :]
+                if run.pairs
+                and r.name not in taken
+                and (r.experiment, r.steps, r.schedule_steps, r.precision)
+                == (run.experiment, run.steps, run.schedule_steps, run.precision)
+                and r.seed != run.seed
+            ),
+            None,
+        )
+        taken.update({run.name, *([partner.name] if partner else [])})
+        units.append(SeedPair(run, partner) if partner else run)
+    return units
 
 
 def refuse(line: str) -> None:
@@ -249,15 +391,18 @@ class Knobs:
     speed_s: float  # LEASE_SPEED_S: at most this long timing speed-ups (150)
     runs: tuple[LeaseRun, ...]  # LEASE_RUNS, in order
     speed: tuple[str, ...]  # LEASE_SPEED: which SPEED_TRIES ("" none: the baseline's rate only)
+    pair_gain: float  # LEASE_PAIR_GAIN: seed pairs train from this x the baseline (PAIR_GAIN)
     probes: tuple[str, ...]  # LEASE_PROBE: which PROBES after the runs
     python: str  # PYTHON (python3)
+    finished: tuple[str, ...] = ()  # the default runs left out: finished.txt names them
 
     @classmethod
     def from_env(cls, env=os.environ) -> Knobs:
         smoke = env.get("LEASE_SMOKE", "0") == "1"
         steps = env.get("LEASE_TRAIN_STEPS") or ("40" if smoke else "")
-        names = [r for r in env.get("LEASE_RUNS", ",".join(DEFAULT_RUNS)).split(",") if r]
         try:
+            done = () if "LEASE_RUNS" in env else tuple(n for n in finished() if n in DEFAULT_RUNS)
+            names = [r for r in env.get("LEASE_RUNS", ",".join(default_runs(done))).split(",") if r]
             runs = tuple(lease_run(name, int(steps) if steps else None) for name in names)
         except ValueError as e:
             refuse(str(e))
@@ -267,17 +412,19 @@ class Knobs:
         probes = _names(env, "LEASE_PROBE", [p.name for p in PROBES], DEFAULT_PROBES)
         try:
             numbers = {
-                key: float(env.get(f"LEASE_{key.upper()}", default))
-                for key, default in NUMBERS.items()
+                key: float(env.get(name, default)) for key, (name, default) in NUMBERS.items()
             }
+            pair_gain = float(env.get("LEASE_PAIR_GAIN", PAIR_GAIN))
         except ValueError as e:
-            refuse(f"a LEASE_ time is not a number: {e}")
+            refuse(f"a LEASE_ time or gain is not a number: {e}")
         return cls(
             smoke=smoke,
             runs=runs,
             speed=speed,
+            pair_gain=pair_gain,
             probes=probes,
             python=env.get("PYTHON", "python3"),
+            finished=done,
             **numbers,
         )
 
@@ -289,25 +436,27 @@ class Knobs:
         return list(dict.fromkeys(r.dataset for r in self.runs))
 
 
-NUMBERS = {  # the knobs' defaults, in seconds
-    "lease_s": 900,
-    "start_s": 30,
-    "margin_s": 60,
-    "return_s": 20,
-    "wait_s": 540,
-    "run_start_s": 15,
-    "speed_s": 150,
+NUMBERS = {  # the knobs in seconds: {Knobs field: (its environment variable, its default)}
+    "lease_s": ("LEASE_S", 900),
+    "start_s": ("LEASE_START_S", 30),
+    "margin_s": ("LEASE_MARGIN_S", 60),
+    "return_s": ("LEASE_RETURN_S", 20),
+    "wait_s": ("LEASE_WAIT_S", 540),
+    "run_start_s": ("LEASE_RUN_START_S", 15),
+    "speed_s": ("LEASE_SPEED_S", 150),
 }
-# the baseline (its rate and its kernel profile) and the one try not yet timed; the others were
-# timed on one H200 (2026-11-27) within 0.5% of the baseline and run only where named
-DEFAULT_SPEED = ("baseline", "latency_hiding")
+# the baseline (its rate, its kernel profile, the yardstick of the others) and the tries not yet
+# timed, the pair first; the others were timed on one H200 (2026-11-27) within 0.5% of the
+# baseline and run only where named
+DEFAULT_SPEED = ("baseline", "pair", "latency_hiding")
 KNOB_NAMES = (  # the environment a call passes on to the next
     "LEASE_SMOKE",
     "LEASE_RUNS",
     "LEASE_TRAIN_STEPS",
     "LEASE_SPEED",
+    "LEASE_PAIR_GAIN",
     "LEASE_PROBE",
-    *(f"LEASE_{key.upper()}" for key in NUMBERS),
+    *(name for name, _ in NUMBERS.values()),
 )
 
 
@@ -319,30 +468,35 @@ def _names(env, key: str, known: list[str], default) -> tuple[str, ...]:
     return names
 
 
-def projection(run: LeaseRun, rate: float, eval_rate: float, first_step_s: float, knobs) -> float:
+def projection(
+    run: LeaseRun, rate: float, eval_rate: float, first_step_s: float, knobs, runs: int = 1
+) -> float:
     """Seconds of GPU time ``run`` takes at ``rate`` training images/s: its start-up and compile,
-    the steps, the whole-test evaluations, and a call to bring its weights back."""
+    the steps, the whole-test evaluations, and a call to bring its weights back; ``runs`` = 2: a
+    seed pair of it, ``rate`` both runs' images/s (each evaluated, each one's weights back)."""
     evals = run.evaluations(EVAL_EVERY if not knobs.smoke else max(1, run.steps // 2))
     return (
         knobs.run_start_s
         + first_step_s
-        + run.steps * BATCH / rate
-        + evals * TEST_IMAGES / eval_rate
-        + knobs.return_s
+        + runs * run.steps * BATCH / rate
+        + runs * evals * TEST_IMAGES / eval_rate
+        + runs * knobs.return_s
     )
 
 
 def schedule(runs, left: float, estimate, margin: float) -> tuple[list[str], dict[str, str]]:
-    """The runs that fit in ``left`` seconds, in order, each where the ones before it left room
-    (``estimate(run)``: its projected seconds): (their names, {skipped run: why})."""
+    """The runs (or seed pairs) that fit in ``left`` seconds, in order, each where the ones
+    before it left room (``estimate(run)``: its projected seconds): (their names, {skipped one:
+    why}). A seed pair that does not fit is tried as its first run alone, in its place."""
     fits, why = [], {}
     for run in runs:
-        need = estimate(run)
-        if need + margin <= left:
-            fits.append(run.name)
-            left -= need
-        else:
-            why[run.name] = (
+        for unit in (run, run.first) if isinstance(run, SeedPair) else (run,):
+            need = estimate(unit)
+            if need + margin <= left:
+                fits.append(unit.name)
+                left -= need
+                break
+            why[unit.name] = (
                 f"projected {need:,.0f} s + margin {margin:.0f} s > {left:,.0f} s of GPU time left"
             )
     return fits, why
@@ -352,13 +506,14 @@ def schedule(runs, left: float, estimate, margin: float) -> tuple[list[str], dic
 class Back:
     """What has come back to the caller, as the caller's next command says it
     (``LEASE_BACK``): the lease's first call's start, the machines started, the speed-up chosen,
-    and the items of replies received (a run's results: its name; its weights' parts:
-    ``NAME.wI``). A call on a bare machine with it knows the machine was lost, and what not to
-    redo."""
+    whether the runs train in seed pairs, and the items of replies received (a run's results:
+    its name; its weights' parts: ``NAME.wI``). A call on a bare machine with it knows the
+    machine was lost, and what not to redo."""
 
     since: float | None = None
     starts: int = 0
     speed: str | None = None
+    pairs: bool = False  # the runs train in seed pairs (the pair try reached the gain)
     items: tuple[str, ...] = ()
 
     @classmethod
@@ -372,6 +527,8 @@ class Back:
                 back.starts = int(value)
             elif key == "speed":
                 back.speed = value or None
+            elif key == "pairs":
+                back.pairs = value == "1"
             elif key == "back":
                 back.items = tuple(filter(None, value.split("+")))
             else:
@@ -382,6 +539,8 @@ class Back:
         fields = [f"since:{self.since:.0f}", f"starts:{self.starts}"]
         if self.speed:
             fields.append(f"speed:{self.speed}")
+        if self.pairs:
+            fields.append("pairs:1")
         return ",".join([*fields, "back:" + "+".join(self.items)])
 
 

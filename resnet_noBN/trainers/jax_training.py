@@ -116,8 +116,16 @@ class JaxTrainer(OneProcessTrainer):
     def _step_fn(self, state, totals, images, labels, seed, step, batch, pad):
         """One update on the batch of ``step`` (made here, from the uint8 split on the device):
         (new state, the call's metrics ``totals`` with this step's added: ``health.add_step``)."""
-        trainable, non_trainable, optimizer = state
         x, y = stream.training_batch(images, labels, seed, step, batch, pad)
+        state, metrics = self.update(state, x, y)
+        return state, health.add_step(totals, metrics)
+
+    def update(self, state, x, y):
+        """One update of ``state`` (trainable, non-trainable and optimizer values) on the batch
+        ``x``, ``y``: (new state, the step's ``health.step_metrics``). Pure: the paired step
+        (``trainers.jax_paired``) maps it over two runs' states and batches."""
+        trainable, non_trainable, optimizer = state
+        batch = x.shape[0]
         if len(self.devices) > 1:
             x = jax.lax.with_sharding_constraint(x, self._split)
             y = jax.lax.with_sharding_constraint(y, self._split)
@@ -131,7 +139,7 @@ class JaxTrainer(OneProcessTrainer):
         norm_sq = health.grad_norm_sq(grads)
         trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
         metrics = health.step_metrics(loss, parts, batch, norm_sq)
-        return (trainable, non_trainable, optimizer), health.add_step(totals, metrics)
+        return (trainable, non_trainable, optimizer), metrics
 
     def _eval_batch_fn(self, trainable, non_trainable, images):
         logits, _ = self.model.stateless_call(

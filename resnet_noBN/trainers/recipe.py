@@ -105,7 +105,7 @@ def momentum_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     in the rate's units: after a learning-rate drop it shrinks by m a step). The paper's
     optimizer (arXiv:1611.04231, Section 4), the same as the 2016 code's at a constant rate; at
     a drop, see :func:`momentum_2016`."""
-    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum)
+    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum, name="sgd")
 
 
 def momentum_2016(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
@@ -113,18 +113,20 @@ def momentum_2016(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     ``tf.train.MomentumOptimizer`` (arXiv:1611.04231, Section 4): a = m a + g, w -= lr a, the
     accumulator in gradient units, so a learning-rate drop shrinks the whole step at once
     (:class:`Momentum2016`)."""
-    return Momentum2016(learning_rate=schedule, momentum=float(cfg.momentum))
+    return Momentum2016(learning_rate=schedule, momentum=float(cfg.momentum), name="momentum2016")
 
 
 def nesterov_sgd(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     """SGD with Nesterov momentum ``cfg.momentum``."""
-    return keras.optimizers.SGD(learning_rate=schedule, momentum=cfg.momentum, nesterov=True)
+    return keras.optimizers.SGD(
+        learning_rate=schedule, momentum=cfg.momentum, nesterov=True, name="sgd"
+    )
 
 
 def adam(cfg: TrainConfig, schedule) -> keras.optimizers.Optimizer:
     """Adam (first-moment decay ``cfg.momentum``) on the schedule; the weight decay stays the
     objective's L2 term, as in the paper's recipe."""
-    return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum)
+    return keras.optimizers.Adam(learning_rate=schedule, beta_1=cfg.momentum, name="adam")
 
 
 # name (recipe_config.LOSSES) -> fn(logits, labels, cfg): float32 per-example losses [B]
@@ -132,7 +134,10 @@ LOSSES = {
     "softmax_cross_entropy": softmax_cross_entropy,
     "sigmoid_cross_entropy": sigmoid_cross_entropy,
 }
-# name (recipe_config.OPTIMIZERS) -> fn(cfg, schedule): a Keras optimizer
+# name (recipe_config.OPTIMIZERS) -> fn(cfg, schedule): a Keras optimizer, named as Keras names the
+# first of its class in a process (a second would be "sgd_1"), so that its variables' paths in a
+# checkpoint are the same whatever the process built before it (the second run of a pair,
+# ``trainers.jax_paired``, among them)
 OPTIMIZERS = {
     "momentum": momentum_sgd,
     "momentum_2016": momentum_2016,
