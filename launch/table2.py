@@ -14,16 +14,17 @@ runs/E-seedK`` (its folder, config.json, answers, checkpoints; its output in ``l
 there), in the order seed 0 of CIFAR-10, seed 0 of CIFAR-100, then seed 1 of each...; a
 CIFAR-10 run also replays a divergence's last steps, as the CIFAR-100 experiment does.
 
-Before anything is written, every check (``runs.table2_plan.build``): bad input is one line,
-exit 2. Then the plan: the runs (ended, diverged, resuming at a step, to train), the data, the
-device, backend and precision (on a GPU: JAX and mixed_bfloat16, the one path measured on GPUs
-here; on a CPU: the default backend in float32), the rate measured by a few steps of the first
-run to train in a throwaway folder, the time projected and the finish (a CPU: days, and the
-faster paths). ``--dry_run`` stops there. Then the runs, their evaluations and divergences shown as
-they come, and after each: the table (``table2.md``, ``table2.json``, ``table2.png``,
-``table2_curves.png``: ``runs.table2_report``) and a line with the runs done, the time left and
-the finish. Interrupted (SIGTERM, SIGINT: the run saves a checkpoint), the same command resumes:
-an ended run (a diverged one too) is never trained again, a stopped one resumes at its
+The folder is locked first (another invocation there: refused at once). Before anything is written,
+every check (``runs.table2_plan.build``): bad input is one line, exit 2. Then the plan: the runs
+(ended, diverged, resuming at a step, to train), the data, the device, backend and precision (on a
+GPU: JAX and mixed_bfloat16, the one path measured on GPUs here; on a CPU: the default backend in
+float32), the rate measured by a few steps of the first run to train in a throwaway folder, the time
+projected and the finish (a CPU: days, and the faster paths). ``--dry_run`` stops there. Then the
+runs, their evaluations and divergences shown as they come, and after each: the table
+(``table2.md``, ``table2.json``, ``table2.png``, ``table2_curves.png``: ``runs.table2_report``) and
+a line with the runs done, the time left and the finish. Interrupted (SIGTERM, SIGINT: the run saves
+a checkpoint; killed, on Linux its run is sent SIGTERM: ``arm_runs.start``), the same command
+resumes: an ended run (a diverged one too) is never trained again, a stopped one resumes at its
 checkpoint. Ends with the table and one line of JSON.
 
 Exit status: 0 every run ended (a diverged one included); 1 a run failed otherwise (its
@@ -108,7 +109,8 @@ class LogTail:
 def header(plan: table2_plan.Plan) -> str:
     command = "python launch/table2.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     return (
-        f"# Table 2 of arXiv:1611.04231 on your own machine: {plan.seeds} seeds\n\n"
+        f"# Table 2 of arXiv:1611.04231 on your own machine: "
+        f"{table2_plan.seeds_text(plan.seeds)}\n\n"
         f"This invocation: {plan.device()}; backend {plan.backend}, precision "
         f"{plan.precision or 'float32'}; {datetime.date.today().isoformat()}.\n"
         f"Command: `{command}`\n"
@@ -122,18 +124,26 @@ def stop_before_training(signum, frame):
 @cli.exit_codes
 def main(argv):
     data = {"cifar10": FLAGS.cifar10_path, "cifar100": FLAGS.cifar100_path}
-    print("checking the data, the flags and every run as it would start", flush=True)
-    plan = table2_plan.build(
-        FLAGS.output_dir, FLAGS.seeds, data, FLAGS.run_flags, FLAGS.backend, FLAGS.precision
-    )
-    todo = [run for run in plan.states() if run.to_train]
-    measured, measured_line = None, ""
-    if todo:
-        signal.signal(signal.SIGTERM, stop_before_training)
-        signal.signal(signal.SIGINT, stop_before_training)
-        first = todo[0]
-        print(f"timing {first.experiment}, seed {first.seed} for a few steps", flush=True)
-        measured, measured_line = table2_plan.measure(plan, first)
+    # the folder is this invocation's from the first moment (another one there: refused at
+    # once); a refusal or a stop before training gives it back as it was found
+    lock = None if FLAGS.dry_run else folder_lock.lock(FLAGS.output_dir, "--output_dir")
+    try:
+        print("checking the data, the flags and every run as it would start", flush=True)
+        plan = table2_plan.build(
+            FLAGS.output_dir, FLAGS.seeds, data, FLAGS.run_flags, FLAGS.backend, FLAGS.precision
+        )
+        todo = [run for run in plan.states() if run.to_train]
+        measured, measured_line = None, ""
+        if todo:
+            signal.signal(signal.SIGTERM, stop_before_training)
+            signal.signal(signal.SIGINT, stop_before_training)
+            first = todo[0]
+            print(f"timing {first.experiment}, seed {first.seed} for a few steps", flush=True)
+            measured, measured_line = table2_plan.measure(plan, first)
+    except BaseException:  # nothing else written yet
+        if lock is not None:
+            lock.withdraw()
+        raise
     print(table2_plan.describe(plan, measured, measured_line, time.time()), flush=True)
     if FLAGS.dry_run:
         return
@@ -146,7 +156,6 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    folder_lock.lock(FLAGS.output_dir, "--output_dir")
     batch_size = plan.configs[table2_plan.EXPERIMENTS["cifar10"]]["recipe"]["batch_size"]
     progress, failed, summary = Progress(len(todo), every_units=1), [], None
     for done, run in enumerate(todo, 1):

@@ -249,7 +249,7 @@ def test_a_folder_lock_is_exclusive_and_dies_with_its_process(tmp_path):
 def test_a_withdrawn_lock_leaves_the_file_system_as_it_found_it(tmp_path):
     """A run refused before it writes withdraws its lock: every folder taking it created
     (parents too) goes, deepest first; a folder that was there stays, its lock file's last
-    holder put back."""
+    holder and its times put back."""
     deep = tmp_path / "a" / "b" / "run"
     assert folder_lock.missing_folders(str(deep)) == [
         str(tmp_path / "a"),
@@ -259,9 +259,12 @@ def test_a_withdrawn_lock_leaves_the_file_system_as_it_found_it(tmp_path):
     folder_lock.lock(str(deep)).withdraw()
     assert sorted(os.listdir(tmp_path)) == []
     folder_lock.lock(str(tmp_path)).release()
-    before = (tmp_path / folder_lock.LOCK_FILE).read_bytes()
+    lock_file = tmp_path / folder_lock.LOCK_FILE
+    os.utime(lock_file, ns=(1_000_000_000, 2_000_000_000))  # an old lock file
+    before = lock_file.read_bytes()
     folder_lock.lock(str(tmp_path)).withdraw()
-    assert (tmp_path / folder_lock.LOCK_FILE).read_bytes() == before
+    assert lock_file.stat().st_mtime_ns == 2_000_000_000
+    assert lock_file.read_bytes() == before
 
 
 def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifar_bin):

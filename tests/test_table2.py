@@ -7,6 +7,7 @@ and exit 2 before anything is written."""
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 import launchers
 import pytest
 
-from resnet_noBN.runs import arm_runs, table2_plan, table2_report
+from resnet_noBN.runs import arm_runs, folder_lock, table2_plan, table2_report
 from resnet_noBN.runs.table2_plan import Measured, RunState
 from resnet_noBN.trainers.answers import read_answers
 
@@ -262,6 +263,85 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(cifar_slices, tmp_path
     assert not launchers.imported(proc) & launchers.BACKEND_MODULES  # the runs load theirs
 
 
+def test_a_folder_in_use_is_refused_at_once(tmp_path):
+    """Another invocation holding --output_dir: refused before the checks (the data paths are
+    not even read) and the timing run (no backend loaded), its lock file as it was."""
+    out = tmp_path / "table"
+    held = folder_lock.lock(str(out), "--output_dir")
+    before = (out / folder_lock.LOCK_FILE).read_bytes()
+    try:
+        proc = launchers.run(
+            "launch/table2.py",
+            *data_flags(tmp_path / "no-data"),
+            f"--output_dir={out}",
+            TINY,
+            env=launchers.IMPORT_TIMES,
+        )
+    finally:
+        held.release()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: --output_dir {out} is in use by another run (host {socket.gethostname()}, "
+        f"process {os.getpid()}, started {json.loads(before)['started']}); wait for it to end "
+        "or stop it, or use another --output_dir"
+    )
+    assert "checking" not in proc.stdout
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES
+    assert sorted(p.name for p in out.iterdir()) == [folder_lock.LOCK_FILE]
+    assert (out / folder_lock.LOCK_FILE).read_bytes() == before
+
+
+# a run as arm_runs.start starts it: SIGTERM saves and exits 3 (launch/cifar.py's stop)
+STOPPABLE_RUN = """
+import signal, sys, time
+def stop(signum, frame):
+    print("stopped by SIGTERM", flush=True)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, stop)
+print("training", flush=True)
+time.sleep(120)
+"""
+# the launcher: starts the run, names its process, and waits
+LAUNCHER = """
+import sys, time
+from resnet_noBN.runs import arm_runs
+proc = arm_runs.start(sys.argv[1], [sys.executable, "-c", sys.argv[2]])
+print(proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
+    """kill -9 of launch/table2.py (or launch/study.py) stops its run the way SIGTERM does (a
+    checkpoint, exit 3), instead of leaving it training unwatched in the folder the rerun
+    would resume."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path), STOPPABLE_RUN],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    run_pid = int(launcher.stdout.readline())
+    log = tmp_path / arm_runs.LOG_FILE
+    try:
+        deadline = time.monotonic() + 60
+        while "training" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert "stopped" not in log.read_text()
+        launcher.kill()
+        launcher.wait()
+        while "stopped by SIGTERM" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+    finally:
+        launcher.kill()
+        try:
+            os.kill(run_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert log.read_text() == "training\nstopped by SIGTERM\n"
+
+
 def test_a_folder_holding_runs_of_another_recipe_is_refused(tiny_table, cifar_slices):
     out = tiny_table["out"]
     before = mtimes(out)
@@ -320,6 +400,43 @@ def test_a_gpu_takes_jax_in_bfloat16_and_a_cpu_the_default_backend(tmp_path, mon
     ]
     assert "--replay_divergence=300" not in cifar100  # the experiment's own
     assert plan.env()["KERAS_BACKEND"] == "jax"
+
+
+def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp_path):
+    """What a GPU machine gets, on this CPU: nvidia-smi (a stand-in) lists an H200, so the runs
+    take JAX and mixed_bfloat16; JAX here has no CUDA, so its timing run computes on the CPU
+    and the plan says so in one line; both runs end, recorded in that backend and precision."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0123)'\n")
+    tool.chmod(0o755)
+    data = tmp_path / "data"
+    write_cifar(data / "cifar-10-batches-bin", "cifar10", 64)
+    write_cifar(data / "cifar-100-binary", "cifar100", 320)
+    out = tmp_path / "table"
+    env = {"PATH": f"{tool.parent}{os.pathsep}{os.environ['PATH']}", "KERAS_BACKEND": None}
+    flags = TINY.replace("--train_steps=40,--eval_every=20", "--train_steps=20,--eval_every=20")
+    proc = table2(data, out, seeds=1, run_flags=flags, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "2 runs, 1 seed, into" in lines[2] and "  device: NVIDIA H200" in lines
+    assert (
+        "  backend: jax (the only backend measured on a GPU here (H100, H200)); precision "
+        "mixed_bfloat16 (bfloat16 convolutions: the default on a GPU)"
+    ) in lines
+    assert "299 timed steps of cifar10_paper, seed 0 on cpu" in proc.stdout
+    assert (
+        "  warning: nvidia-smi lists NVIDIA H200, but the jax backend computes on the CPU: "
+        "install its GPU build (pip install -e '.[jax]' with CUDA), or pass --backend"
+    ) in lines
+    for run in ("cifar10_paper-seed0", "cifar100_paper-seed0"):
+        config = json.loads((out / "runs" / run / "config.json").read_text())
+        assert (config["backend"], config["runtime"]["precision"]) == ("jax", "mixed_bfloat16")
+        assert (
+            json.loads((out / "runs" / run / arm_runs.RESULT_FILE).read_text())["final_step"] == 20
+        )
+    assert "| 0 | " in (out / table2_report.TABLE_FILE).read_text()
+    assert "jax, mixed_bfloat16, cpu |" in (out / table2_report.TABLE_FILE).read_text()
 
 
 def test_the_projection_counts_the_steps_left_evaluations_and_start_up():

@@ -8,10 +8,14 @@ checked before any starts (:func:`check`), started with its output in ``launch.l
 from __future__ import annotations
 
 import collections
+import ctypes
+import functools
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 from collections.abc import Iterable
 
 from resnet_noBN.configs.errors import InputError
@@ -19,6 +23,7 @@ from resnet_noBN.runs.record import read_config, section
 
 RESULT_FILE = "result.json"
 LOG_FILE = "launch.log"  # a run's output, stdout and stderr, every invocation's appended
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 # the divergence's line (trainers.loop): the step of the call that met the non-finite loss, and
 # the step the replay met it at, one step a call (--replay_divergence), where it did
 DIVERGED = re.compile(r"^error: loss is \S+ at step (\d+): training diverged")
@@ -38,10 +43,16 @@ def read_result(output_dir: str, arm: str, seed: int) -> dict | None:
         return json.load(f)
 
 
+def on_cpu(devices: Iterable[str]) -> bool:
+    """Whether the devices a run's config.json names (``runtime.devices``) are the CPU's:
+    "CPU" in TensorFlow's and PyTorch's words, "cpu" (its device kind) in JAX's."""
+    return all(device.lower() == "cpu" for device in devices)
+
+
 def _machine(runtime: dict) -> str:
     """Where a run computed, from its config.json's ``runtime``: its accelerator, or on a CPU
     the widest vector extension it had (what sets a CPU run's speed here)."""
-    if runtime.get("devices", ["CPU"]) != ["CPU"]:
+    if not on_cpu(runtime.get("devices", ["CPU"])):
         return " + ".join(runtime["devices"])
     if "cpu_isa" not in runtime:
         return "a CPU its config.json does not name"
@@ -93,11 +104,26 @@ def check(commands: dict[str, list[str]], env: dict | None = None) -> None:
             raise InputError(f"{name}: {said.removeprefix('error: ')}")
 
 
+def _stop_with(parent: int, prctl) -> None:
+    """In a run's process, before its program starts: SIGTERM (a checkpoint of the step
+    reached, exit 3) when ``parent`` ends, however it ends (``kill -9`` too): Linux's
+    ``prctl(PR_SET_PDEATHSIG)`` (looked up in the parent: nothing loads between fork and exec);
+    at once where it has ended already."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def start(folder: str, command: list[str], env: dict | None = None) -> subprocess.Popen:
-    """The run of ``command`` started, its output appended to ``folder``'s ``launch.log``."""
+    """The run of ``command`` started, its output appended to ``folder``'s ``launch.log``. On
+    Linux it is stopped (SIGTERM: it saves a checkpoint) when this process ends, however it
+    ends: a launcher killed leaves no run training on unwatched, holding its folder."""
     os.makedirs(folder, exist_ok=True)
+    stop_with = None
+    if sys.platform == "linux":
+        stop_with = functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl)
     with open(os.path.join(folder, LOG_FILE), "a") as log:
-        return subprocess.Popen(command, stdout=log, stderr=log, env=env)
+        return subprocess.Popen(command, stdout=log, stderr=log, env=env, preexec_fn=stop_with)
 
 
 def diverged_at(lines: list[str]) -> int | None:

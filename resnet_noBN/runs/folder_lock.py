@@ -45,12 +45,18 @@ class FolderLock:
     """The lock on one folder: held until :meth:`release` or the end of the process;
     ``created``: the paths taking it made (the folder and those of its parents that were not
     there, its lock file), which :meth:`withdraw` removes; ``previous``: what a lock file there
-    before held (the last holder), which it puts back."""
+    before held (the last holder) and its times (access, modification; ns), which it puts back."""
 
     def __init__(
-        self, folder: str, fd: int | None, created: tuple[str, ...] = (), previous: bytes = b""
+        self,
+        folder: str,
+        fd: int | None,
+        created: tuple[str, ...] = (),
+        previous: bytes = b"",
+        previous_times: tuple[int, int] | None = None,
     ):
-        self.folder, self._fd, self.created, self.previous = folder, fd, created, previous
+        self.folder, self._fd, self.created = folder, fd, created
+        self.previous, self.previous_times = previous, previous_times
 
     @property
     def locked(self) -> bool:
@@ -70,6 +76,7 @@ class FolderLock:
             try:
                 os.ftruncate(self._fd, 0)
                 os.pwrite(self._fd, self.previous, 0)
+                os.utime(self._fd, ns=self.previous_times)
             except OSError:  # a lock file only names its holder: the refusal stands
                 pass
         self.release()
@@ -143,10 +150,11 @@ def lock(folder: str, flag: str = "--model_dir", print_fn=None) -> FolderLock:
         )
         return FolderLock(folder, None, created)
     try:
+        before = os.fstat(fd)
         previous = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder()).encode(), 0)
     except OSError as e:
         os.close(fd)
         raise storage.storage_error(LOCK_FILE, folder, e, "the latest checkpoint") from None
-    return FolderLock(folder, fd, created, previous)
+    return FolderLock(folder, fd, created, previous, (before.st_atime_ns, before.st_mtime_ns))

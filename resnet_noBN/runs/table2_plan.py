@@ -78,6 +78,11 @@ def runs(seeds: int) -> list[tuple[str, int]]:
     return study.runs(tuple(EXPERIMENTS.values()), study.Budget(seeds=seeds))
 
 
+def seeds_text(seeds: int) -> str:
+    """``seeds`` in words: "1 seed", "3 seeds"."""
+    return f"{seeds} seed{'' if seeds == 1 else 's'}"
+
+
 def dataset_of(experiment: str) -> str:
     """The data set of one of Table 2's experiments ("cifar10", "cifar100")."""
     return next(d for d, e in EXPERIMENTS.items() if e == experiment)
@@ -434,7 +439,7 @@ def describe(plan: Plan, measured: Measured | None, measured_line: str, now: flo
     lines = [
         f"Table 2 of arXiv:1611.04231 (CIFAR-10 {experiments.TABLE2_ERRORS['cifar10_paper']}%, "
         f"CIFAR-100 {experiments.TABLE2_ERRORS['cifar100_paper']}%): {len(states)} runs, "
-        f"{plan.seeds} seeds, into {plan.output_dir}",
+        f"{seeds_text(plan.seeds)}, into {plan.output_dir}",
         f"  data: {data}",
         f"  device: {plan.device()}",
         f"  backend: {plan.backend} ({plan.backend_why}); precision {precision} "
@@ -449,7 +454,7 @@ def describe(plan: Plan, measured: Measured | None, measured_line: str, now: flo
     lines.append(f"  measured: {measured_line}")
     if measured is None:
         return "\n".join([*lines, "  projected: unknown (no rate measured)"])
-    if plan.gpus and measured.devices == ("CPU",):
+    if plan.gpus and arm_runs.on_cpu(measured.devices):
         lines.append(
             f"  warning: nvidia-smi lists {', '.join(plan.gpus)}, but the {plan.backend} backend "
             f"computes on the CPU: install its GPU build ({registry.INSTALL[plan.backend]} with "

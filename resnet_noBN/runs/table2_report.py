@@ -21,7 +21,7 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.runs import arm_curves, arm_runs, study
 from resnet_noBN.runs.record import read_config
-from resnet_noBN.runs.table2_plan import EXPERIMENTS, runs, state
+from resnet_noBN.runs.table2_plan import EXPERIMENTS, runs, seeds_text, state
 from resnet_noBN.trainers import run_log
 
 TABLE_FILE = "table2.md"
@@ -166,7 +166,7 @@ def title(summary: dict) -> str:
     total = sum(s["seeds"] for s in summary.values())
     done = sum(s["ended"] + len(s["diverged"]) for s in summary.values())
     seeds = next(iter(summary.values()))["seeds"]
-    text = f"Table 2 of arXiv:1611.04231, {seeds} seeds"
+    text = f"Table 2 of arXiv:1611.04231, {seeds_text(seeds)}"
     return text if done == total else f"{text}, {done} of {total} runs ended"
 
 
@@ -209,7 +209,7 @@ def plot(summary: dict, path: str) -> None:
         ax.set_xticks(range(s["seeds"]))
         ax.set_xlabel("seed")
         ax.set_ylabel("test error (%), whole test split")
-        ax.set_title(f"{s['title']}: {s['ended']} of {s['seeds']} seeds ended", fontsize=9)
+        ax.set_title(f"{s['title']}: {s['ended']} of {seeds_text(s['seeds'])} ended", fontsize=9)
         ax.grid(alpha=0.3)
     grey = "0.35"
     axes[0].legend(
