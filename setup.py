@@ -39,6 +39,10 @@ setup(
     #   pip install torch --index-url https://download.pytorch.org/whl/cpu
     extras_require={
         "jax": ["jax>=0.6"],
+        # JAX with its own CUDA wheels, for a GPU (the one path measured on GPUs here: JAX 0.11.2
+        # on CUDA 13); cuda12 for an NVIDIA driver too old for CUDA 13
+        "cuda13": ["jax[cuda13]>=0.7"],
+        "cuda12": ["jax[cuda12]>=0.6"],
         "torch": ["torch>=2.2"],
         "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6", "coverage>=7.10"],
     },

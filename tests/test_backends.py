@@ -136,7 +136,9 @@ def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeyp
     assert cli.measured_gpu_path(None) == (
         "note: this project has never run the tensorflow backend on a GPU; the path measured on "
         "one: KERAS_BACKEND=jax with --precision=mixed_bfloat16 (the paper's CIFAR-10 run: "
-        "60,000 steps in 449 s on one H200, results/gpu_h200; also run on an H100)"
+        "60,000 steps in 449 s on one H200, results/gpu_h200; also run on an H100); JAX's GPU "
+        "build: pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA driver predates "
+        "CUDA 13)"
     )
 
     class JaxOnAGpu(JaxBackend):

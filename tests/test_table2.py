@@ -4,6 +4,7 @@ time first (a dry run trains nothing), stopped and resumed without training an e
 a diverged run shown at its step with its replay (on random records), every refusal one line
 and exit 2 before anything is written."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 import launchers
 import pytest
 
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.runs import arm_runs, folder_lock, table2_plan, table2_report
 from resnet_noBN.runs.table2_plan import Measured, RunState
 from resnet_noBN.trainers.answers import read_answers
@@ -362,7 +364,8 @@ def test_a_folder_holding_runs_of_another_recipe_is_refused(tiny_table, cifar_sl
 
 def test_a_gpu_takes_jax_in_bfloat16_and_a_cpu_the_default_backend(tmp_path, monkeypatch):
     """The device read from nvidia-smi (no backend loaded): on a GPU, JAX and mixed_bfloat16
-    unless told otherwise; every CIFAR-10 run replays a divergence as CIFAR-100's do."""
+    unless told otherwise, and where JAX is not installed one line naming its GPU build; every
+    CIFAR-10 run replays a divergence as CIFAR-100's do."""
     tool = tmp_path / "nvidia-smi"
     tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0123)'\n")
     tool.chmod(0o755)
@@ -376,6 +379,18 @@ def test_a_gpu_takes_jax_in_bfloat16_and_a_cpu_the_default_backend(tmp_path, mon
         "float32",
     )
     assert table2_plan.choose(None, None, [])[::2] == ("tensorflow", None)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "jax" else real_find_spec(name)
+    )
+    with pytest.raises(InputError) as refused:
+        table2_plan.choose(None, None, ["NVIDIA H200"])
+    assert str(refused.value) == (
+        "nvidia-smi lists NVIDIA H200, where the runs take JAX (the only backend measured on a "
+        "GPU here), and JAX is not installed: pip install -e '.[cuda13]' (or '.[cuda12]' where "
+        "the NVIDIA driver predates CUDA 13); or pass --backend=tensorflow"
+    )
+    assert table2_plan.choose("tensorflow", None, ["NVIDIA H200"])[0] == "tensorflow"
     plan = table2_plan.Plan(
         "out",
         1,
@@ -427,7 +442,8 @@ def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp
     assert "299 timed steps of cifar10_paper, seed 0 on cpu" in proc.stdout
     assert (
         "  warning: nvidia-smi lists NVIDIA H200, but the jax backend computes on the CPU: "
-        "install its GPU build (pip install -e '.[jax]' with CUDA), or pass --backend"
+        "install its GPU build (pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA "
+        "driver predates CUDA 13)), or pass --backend"
     ) in lines
     for run in ("cifar10_paper-seed0", "cifar100_paper-seed0"):
         config = json.loads((out / "runs" / run / "config.json").read_text())

@@ -51,6 +51,8 @@ INSTALL = {
     "jax": "pip install -e '.[jax]'",
     "torch": "pip install -e '.[torch]'",
 }
+# JAX's build for an NVIDIA GPU, its own CUDA wheels (the lease's machines: JAX 0.11.2 on CUDA 13)
+GPU_INSTALL = "pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA driver predates CUDA 13)"
 
 
 def check_chosen(env=os.environ) -> str:

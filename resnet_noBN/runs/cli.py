@@ -88,7 +88,7 @@ def measured_gpu_path(runtime: Runtime) -> str | None:
         return None
     return (
         f"note: this project has never run the {backend.name} backend on a GPU; the path "
-        f"measured on one: {MEASURED_GPU_PATH}"
+        f"measured on one: {MEASURED_GPU_PATH}; JAX's GPU build: {registry.GPU_INSTALL}"
     )
 
 

@@ -23,6 +23,7 @@ evaluations at :data:`EVAL_SPEEDUP` times it, and its start-up.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -234,11 +235,17 @@ def choose(backend: str | None, precision: str | None, gpu_names: list[str]):
     """(backend, why, precision, why): ``backend`` and ``precision`` where given; else on a GPU
     :data:`GPU_BACKEND` and :data:`GPU_PRECISION`, on a CPU the Keras backend chosen
     (``KERAS_BACKEND``, else TensorFlow) in the experiments' float32. InputError (one line)
-    for a backend that is not installed."""
+    for a backend that is not installed (on a GPU without JAX: naming its GPU build)."""
     if backend:
         backend_why = "--backend"
     elif gpu_names:
         backend, backend_why = GPU_BACKEND, "the only backend measured on a GPU here (H100, H200)"
+        if importlib.util.find_spec(GPU_BACKEND) is None:
+            raise InputError(
+                f"nvidia-smi lists {', '.join(gpu_names)}, where the runs take JAX (the only "
+                f"backend measured on a GPU here), and JAX is not installed: "
+                f"{registry.GPU_INSTALL}; or pass --backend=tensorflow"
+            )
     else:
         backend = registry.check_chosen()
         backend_why = "KERAS_BACKEND" if os.environ.get("KERAS_BACKEND") else "the default on a CPU"
@@ -455,10 +462,14 @@ def describe(plan: Plan, measured: Measured | None, measured_line: str, now: flo
     if measured is None:
         return "\n".join([*lines, "  projected: unknown (no rate measured)"])
     if plan.gpus and arm_runs.on_cpu(measured.devices):
+        gpu_build = (
+            registry.GPU_INSTALL
+            if plan.backend == GPU_BACKEND
+            else f"{registry.INSTALL[plan.backend]} with CUDA"
+        )
         lines.append(
             f"  warning: nvidia-smi lists {', '.join(plan.gpus)}, but the {plan.backend} backend "
-            f"computes on the CPU: install its GPU build ({registry.INSTALL[plan.backend]} with "
-            "CUDA), or pass --backend"
+            f"computes on the CPU: install its GPU build ({gpu_build}), or pass --backend"
         )
     total = sum(
         seconds(r, plan.configs[r.experiment], plan.test_images[dataset_of(r.experiment)], measured)
