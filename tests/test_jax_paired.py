@@ -12,12 +12,11 @@ The small network (1 block per stage) on 40 generated records, batch 8, seed 4 a
 """
 
 import json
-import signal
 
 import launchers
 import numpy as np
 import pytest
-from test_tensorflow_free_backends import backend_env, final_json, launch, small_run
+from test_tensorflow_free_backends import backend_env, final_json, launch, small_run, stopped_at
 
 from resnet_noBN.trainers.answers import read_answers
 
@@ -148,14 +147,7 @@ def test_a_pair_resumes_together_from_one_step_and_each_run_alone(tmp_path, writ
     pair = [*common, "--pair_seed=5"]
     whole = launch([*pair, f"--model_dir={tmp_path / 'whole'}"])
     cut = launch([*pair, f"--model_dir={tmp_path / 'cut'}"])
-    lines = []
-    for line in cut.stdout:
-        lines.append(line)
-        if line.startswith("seed 5: step       3"):
-            cut.send_signal(signal.SIGTERM)
-            break
-    rest, _ = cut.communicate(timeout=600)
-    first = "".join(lines) + rest
+    first = stopped_at(cut, "seed 5: step       3")
     out, _ = whole.communicate(timeout=600)
     assert whole.returncode == 0, out
     digests = [r["weights_sha256"] for r in final_json(out)["runs"]]

@@ -197,6 +197,18 @@ def small_run(tmp_path, write_cifar, **intervals) -> list[str]:
     ]
 
 
+def stopped_at(proc, line_start: str) -> str:
+    """``proc``'s whole output, SIGTERM sent once a line starting with ``line_start`` came."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(line_start):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=600)
+    return "".join(lines) + rest
+
+
 def final_json(output: str) -> dict:
     return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
 
@@ -215,14 +227,7 @@ def test_tensorflow_free_run_is_stopped_by_sigterm_and_resumes_bit_identically(
     )
     whole = launch([*common, f"--model_dir={tmp_path / 'whole'}"], backend)
     run = launch([*common, f"--model_dir={tmp_path / 'cut'}"], backend)
-    lines = []
-    for line in run.stdout:
-        lines.append(line)
-        if line.startswith("step       3"):
-            run.send_signal(signal.SIGTERM)
-            break
-    rest, _ = run.communicate(timeout=600)
-    first = "".join(lines) + rest
+    first = stopped_at(run, "step       3")
     out, _ = whole.communicate(timeout=600)
     assert whole.returncode == 0, out
     assert f"{backend} backend" in out
