@@ -294,7 +294,8 @@ def test_every_choice_of_the_configs_has_its_function():
     loads); the builders hold one function for each name, no more."""
     assert tuple(INIT_STDDEVS) == network_config.INITS
     assert tuple(layers.SHORTCUTS) == network_config.SHORTCUTS
-    assert tuple(BLOCKS) == network_config.BLOCKS == ("hardt_ma", "preactivation")
+    assert tuple(BLOCKS) == network_config.BLOCKS
+    assert network_config.BLOCKS == ("hardt_ma", "preactivation", "fixup", "skipinit", "zero_last")
     assert tuple(blocks.NORMALIZERS) == network_config.NORMS == ("none", "batch")
     assert tuple(recipe.LOSSES) == recipe_config.LOSSES
     assert tuple(recipe.OPTIMIZERS) == recipe_config.OPTIMIZERS

@@ -41,7 +41,8 @@ def run_study(cifar_bin, output_dir, *more, env=None):
     [
         (
             "--study=nope",
-            "error: flag --study=nope: value should be one of <table2|cifar100_held|claims>",
+            "error: flag --study=nope: value should be one of "
+            "<table2|cifar100_held|identity|identity_cifar100_held|claims>",
         ),
         ("--seeds=0", "error: --seeds must be positive, got 0"),
         ("--eval_every=0", "error: --eval_every must be positive, got 0"),

@@ -78,6 +78,23 @@ DIVERGENCE_REPLAY = {"replay_divergence": 300}
 # reproduces it (launch/table2.py writes its seeds' beside them)
 TABLE2_ERRORS = {DEFAULTS["cifar"]: 6.38, "cifar100_paper": 24.64}
 
+# --- Identity at initialisation, four ways (the studies "identity" and "identity_cifar100_held"):
+# the paper's small init (Section 4) beside Fixup (arXiv:1901.09321), SkipInit (arXiv:2002.10444)
+# and a zero-initialised branch, each its block (models/blocks.py) and its papers' init
+IDENTITY_INITS = {
+    "fixup": {"block": "fixup", "init": "he"},
+    "skipinit": {"block": "skipinit", "init": "he"},
+    "zero_last": {"block": "zero_last"},
+}
+IDENTITY_ABOUT = {
+    "fixup": "Fixup's init (Zhang et al. 2019): C2 at zero, C1 He-drawn and scaled by L^-1/2, "
+    "a multiplier and four scalar biases per branch at a tenth of the rate",
+    "skipinit": "SkipInit (De & Smith 2020): each branch times a learnable scalar from 0, "
+    "He-drawn convolutions",
+    "zero_last": "the paper's init with each branch's second convolution at zero (Fixup's first "
+    "rule alone; zero-gamma without normalisation)",
+}
+
 CIFAR10 = experiment(
     DEFAULTS["cifar"],
     "the paper's CIFAR-10 run (Section 4, Table 1's network; Table 2: "
@@ -263,6 +280,15 @@ _ALL = (
     ),
 )
 
+_IDENTITY = tuple(
+    derived(base, f"{prefix}_{arm}", f"{what}, {IDENTITY_ABOUT[arm]}", network=changes)
+    for base, prefix, what in (
+        (CIFAR10, "cifar10", "CIFAR-10"),
+        (CIFAR100_HELD, "cifar100_held_lr", "CIFAR-100 at lr 0.05 held"),
+    )
+    for arm, changes in IDENTITY_INITS.items()
+)
+
 # --- The claims' arms (the study "claims", runs/claims.py): the paper's network and one change
 # each, at the study's budget (the paper's depth, a quarter of the widths, 300 steps)
 CLAIMS_BUDGET = {
@@ -294,7 +320,7 @@ _CLAIMS = tuple(
     for arm, changes in CLAIM_CHANGES.items()
 )
 
-EXPERIMENTS = {e.name: e for e in _ALL + _CLAIMS}
+EXPERIMENTS = {e.name: e for e in _ALL + _IDENTITY + _CLAIMS}
 
 
 def named(name: str, launcher: str = "cifar") -> Experiment:
@@ -332,6 +358,13 @@ STUDIES = {
         "cifar100_held_lr",
         "cifar100_held_lr_wd_2016",
         "cifar100_held_lr_original_2016",
+    ),
+    # identity at initialisation: the paper's init beside Fixup, SkipInit and a zero last
+    # convolution, on CIFAR-10 and on CIFAR-100 at the rate held that diverged (1 of 2 seeds)
+    "identity": ("cifar10_paper", *(f"cifar10_{arm}" for arm in IDENTITY_INITS)),
+    "identity_cifar100_held": (
+        "cifar100_held_lr",
+        *(f"cifar100_held_lr_{arm}" for arm in IDENTITY_INITS),
     ),
     # the paper's claims (Section 4): its network and one change each (runs/claims.py)
     "claims": tuple(f"claims_{arm}" for arm in CLAIM_CHANGES),

@@ -25,7 +25,7 @@ INITS = ("hardt_ma", "standard", "he")
 # --shortcut: the shape-changing shortcut (models.layers.SHORTCUTS)
 SHORTCUTS = ("pool_pad", "projection")
 # --block: the residual block (models.blocks.BLOCKS)
-BLOCKS = ("hardt_ma", "preactivation")
+BLOCKS = ("hardt_ma", "preactivation", "fixup", "skipinit", "zero_last")
 # --norm: what stands where the original code's unit normalises (models.blocks.NORMALIZERS)
 NORMS = ("none", "batch")
 # the blocks that normalise (read --norm): the original code's pre-activation unit
@@ -107,7 +107,11 @@ class BlockConfig:
             "x + C2(ReLU(C1(x))); preactivation, the original 2016 code's unit "
             "x + C2(σ(N(C1(σ(N(x)))))) (two activations per block where Table 1's text has "
             "one), the stem's σ shared with the first shortcut, σ before the global pool; N is "
-            "--norm.",
+            "--norm. The paper's block started at the identity in other ways: fixup (Zhang et "
+            "al. 2019: C2 at zero, C1 scaled by L^-1/2, a multiplier and four scalar biases per "
+            "branch at a tenth of the rate; with --init=he), skipinit (De & Smith 2020: the "
+            "branch times a learnable scalar starting at 0; with --init=he), zero_last (C2 at "
+            "zero, C1 as --init).",
         },
     )
     norm: str = dataclasses.field(
@@ -239,6 +243,11 @@ class ModelConfig(NetworkConfig):
             strides = (1,) + (2,) * (len(self.stage_widths) - 1)
             object.__setattr__(self, "stage_strides", strides)
 
+    @property
+    def residual_blocks(self) -> int:
+        """The residual blocks of the network (Table 1: 27; Fixup's L)."""
+        return self.num_residual_units * len(self.stage_widths)
+
     @classmethod
     def preset(cls, name: str, **changes) -> ModelConfig:
         """The named architecture of ``presets.MODELS`` (paper, quarter, small) with
@@ -295,6 +304,11 @@ class ImageNetConfig(NetworkConfig):
             "block; conv = ReLU + 3x3 stride-2 conv after the stem (All-CNN).",
         },
     )
+
+    @property
+    def residual_blocks(self) -> int:
+        """The residual blocks of the network (ResNet-34: 16; Fixup's L)."""
+        return sum(self.stage_units)
 
     @property
     def stage_strides(self) -> tuple[int, ...]:

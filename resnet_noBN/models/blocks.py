@@ -27,6 +27,7 @@ from resnet_noBN.models.layers import (
     INIT_STDDEVS,
     STREAM,
     Block,
+    Scalar,
     activation,
     batch_norm,
     conv,
@@ -50,6 +51,63 @@ def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, fi
     y = conv(x, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
     y = activation(y, block, f"{name}_relu")
     return x, conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
+
+
+# --- Starting at the identity in other ways (the paper's argument, Section 2: a residual network
+# near the identity is easy to train; its init, sigma = 1/(k^2 c), starts each branch near 0).
+# Each body below starts its branch at exactly 0, so the residual stages are exactly their
+# shortcuts at step 0 (tests/test_identity_init.py).
+
+# Fixup's scalars learn at a tenth of the network's rate, as its CIFAR code's parameter groups
+# (github.com/hongyi-zhang/Fixup, cifar/cifar_train.py: base_lr / 10 for its biases and scales)
+FIXUP_SCALAR_RATE = 0.1
+
+
+def fixup_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+    """Fixup (Zhang, Dauphin & Ma, ICLR 2019, arXiv:1901.09321, Section 3) on the paper's block:
+    s * C2(ReLU(C1(x + b1) + b2) + b3) + b4. Its three rules: (1) the branch's last layer C2 at
+    zero; (2) C1 drawn as ``--init`` (He, sqrt(2 / (k^2 c)), with ``--init=he``: Fixup's) and
+    scaled by L^(-1/(2m-2)) = L^(-1/2), L the network's residual blocks, m = 2 layers a branch;
+    (3) a multiplier s (from 1) and a scalar bias (from 0) before each convolution and the
+    activation and at the branch's end, as its CIFAR code's ``FixupBasicBlock``, each at
+    :data:`FIXUP_SCALAR_RATE` of the rate. Fixup's other zero, the classifier, is not taken:
+    the last layer stays the paper's fixed random projection. No ReLU after the addition
+    (Table 1's block; Fixup's code has the original ResNet's there), and the shortcut starts
+    from x (its code's downsampling shortcut reads x + b1)."""
+
+    def bias(y, which):
+        return Scalar("add", 0.0, FIXUP_SCALAR_RATE, name=f"{name}_bias{which}", dtype=block.dtype)(
+            y
+        )
+
+    stddev = INIT_STDDEVS[block.init](3, out_filters) * block.residual_blocks**-0.5
+    y = conv(bias(x, 1), out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    y = activation(bias(y, 2), block, f"{name}_relu")
+    y = conv(bias(y, 3), out_filters, 3, 1, 0.0, block, name=f"{name}_conv2")
+    scale = Scalar("multiply", 1.0, FIXUP_SCALAR_RATE, name=f"{name}_scale", dtype=block.dtype)
+    return x, bias(scale(y), 4)
+
+
+def skipinit_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+    """SkipInit (De & Smith, NeurIPS 2020, arXiv:2002.10444, Section 4) on the paper's block:
+    alpha * C2(ReLU(C1(x))), alpha one learnable scalar starting at 0 (ReZero's, Bachlechner et
+    al. 2020, arXiv:2003.04887, on this block), at the network's rate; both convolutions drawn
+    as ``--init`` (He with ``--init=he``: SkipInit's)."""
+    stddev = INIT_STDDEVS[block.init](3, out_filters)
+    y = conv(x, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    y = activation(y, block, f"{name}_relu")
+    y = conv(y, out_filters, 3, 1, stddev, block, name=f"{name}_conv2")
+    return x, Scalar("multiply", 0.0, name=f"{name}_alpha", dtype=block.dtype)(y)
+
+
+def zero_last_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+    """The paper's block and init (Section 4: C1 at sigma = 1/(k^2 c)) with C2 at zero: Fixup's
+    first rule alone, the normalisation-free form of zero-gamma (Goyal et al. 2017,
+    arXiv:1706.02677, Section 5.1)."""
+    stddev = INIT_STDDEVS[block.init](3, out_filters)
+    y = conv(x, out_filters, 3, strides, stddev, block, name=f"{name}_conv1")
+    y = activation(y, block, f"{name}_relu")
+    return x, conv(y, out_filters, 3, 1, 0.0, block, name=f"{name}_conv2")
 
 
 def no_norm(x, block: Block, name: str):
@@ -102,6 +160,9 @@ class BlockVariant:
 BLOCKS = {
     "hardt_ma": BlockVariant(hardt_ma_body),
     "preactivation": BlockVariant(preactivation_body, end=preactivation_end),
+    "fixup": BlockVariant(fixup_body),
+    "skipinit": BlockVariant(skipinit_body),
+    "zero_last": BlockVariant(zero_last_body),
 }
 
 

@@ -33,6 +33,7 @@ import dataclasses
 import math
 
 import keras
+from keras import ops
 
 from resnet_noBN.configs.choices import PRECISIONS, dtype_policy
 from resnet_noBN.configs.network_config import BlockConfig
@@ -70,7 +71,9 @@ def conv(
     name: str,
     use_bias: bool | None = None,
 ):
-    """A SAME-padded convolution with a N(0, stddev^2) kernel (the original ``_conv``).
+    """A SAME-padded convolution with a N(0, stddev^2) kernel (the original ``_conv``); a
+    ``stddev`` of 0 is a kernel of exact zeros (a branch's last convolution in Fixup and
+    ``zero_last``, :mod:`models.blocks`).
 
     ``use_bias`` defaults to ``block.conv_bias``.
     """
@@ -80,12 +83,55 @@ def conv(
         strides=strides,
         padding="same",
         use_bias=block.conv_bias if use_bias is None else use_bias,
-        kernel_initializer=keras.initializers.RandomNormal(stddev=stddev),
+        kernel_initializer=(
+            keras.initializers.RandomNormal(stddev=stddev) if stddev else keras.initializers.Zeros()
+        ),
         bias_initializer="zeros",
         data_format=block.data_format,
         name=name,
         dtype=block.dtype,
     )(x)
+
+
+@keras.saving.register_keras_serializable(package="resnet_noBN")
+class Scalar(keras.layers.Layer):
+    """One learnable number applied to the whole tensor: ``x * s`` (``op="multiply"``) or
+    ``x + s`` (``op="add"``), ``s`` starting at ``initial``. Fixup's multipliers and biases and
+    SkipInit's branch scalar (:mod:`models.blocks`).
+
+    ``rate``: the learning rate of ``s`` relative to the network's. Its gradient is scaled by
+    ``rate`` (the value computed is ``s`` exactly: ``stop_gradient(s) + rate * (s -
+    stop_gradient(s))``), which under SGD, in either form of momentum, is the update of a rate
+    ``rate`` times the schedule's: both are linear in the gradient. It lives in the model, so
+    every backend's step and a resumed run see it. Never weight-decayed (not a convolution:
+    ``networks.decayed_weights``).
+    """
+
+    OPS = ("multiply", "add")
+
+    def __init__(self, op: str, initial: float, rate: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        if op not in self.OPS:
+            raise ValueError(f"Scalar op must be one of {', '.join(self.OPS)}, got {op}")
+        self.op, self.initial, self.rate = op, float(initial), float(rate)
+
+    def build(self, input_shape):
+        self.scalar = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(self.initial), name="scalar"
+        )
+
+    def call(self, x):
+        s = ops.cast(self.scalar, x.dtype)
+        if self.rate != 1.0:
+            held = ops.stop_gradient(s)
+            s = held + self.rate * (s - held)
+        return x * s if self.op == "multiply" else x + s
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "op": self.op, "initial": self.initial, "rate": self.rate}
 
 
 @keras.saving.register_keras_serializable(package="resnet_noBN")
@@ -183,18 +229,25 @@ def batch_norm(x, block: Block, name: str):
 
 @dataclasses.dataclass(frozen=True)
 class Block(BlockConfig):
-    """What the block functions get: a network's switches (:class:`BlockConfig`) and ``dtype``,
+    """What the block functions get: a network's switches (:class:`BlockConfig`), ``dtype``,
     the Keras dtype policy their layers are built with (the runtime's ``--precision``, given to
-    the builder; not a switch of the network: checkpoints carry over between precisions)."""
+    the builder; not a switch of the network: checkpoints carry over between precisions), and
+    ``residual_blocks``, the network's number of residual branches (Fixup's L)."""
 
     dtype: str = "float32"
+    residual_blocks: int = 1
 
     @classmethod
     def of(cls, config, precision: str = "float32") -> Block:
-        """The block switches of a network's config, built in the dtype policy of ``precision``
-        (``choices.dtype_policy``; ValueError naming --precision for an unknown one)."""
+        """The block switches of a network's config (and its ``residual_blocks``), built in the
+        dtype policy of ``precision`` (``choices.dtype_policy``; ValueError naming --precision
+        for an unknown one)."""
         if precision not in PRECISIONS:
             raise ValueError(
                 f"--precision={precision} is unknown; choose one of {', '.join(PRECISIONS)}"
             )
-        return cls(**dataclasses.asdict(BlockConfig.of(config)), dtype=dtype_policy(precision))
+        return cls(
+            **dataclasses.asdict(BlockConfig.of(config)),
+            dtype=dtype_policy(precision),
+            residual_blocks=config.residual_blocks,
+        )

@@ -125,6 +125,12 @@ def validated_run(run: RunConfig) -> RunConfig:
     """``run`` with every section validated (InputError, one line, naming the flag)."""
     for section in (run.network, run.data, run.recipe, run.runtime):
         validated(section)
+    if run.network.block == "fixup" and run.recipe.optimizer == "adam":
+        raise InputError(
+            "--block=fixup gives its scalars a tenth of the rate by scaling their gradient, "
+            "which Adam's update ignores: use a momentum --optimizer (momentum_2016, momentum, "
+            "nesterov) or another --block"
+        )
     return run
 
 

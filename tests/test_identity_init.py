@@ -1,0 +1,149 @@
+"""Identity at initialisation, four ways (models/blocks.py): the paper's small init
+(arXiv:1611.04231, Section 4) beside Fixup (arXiv:1901.09321), SkipInit (arXiv:2002.10444) and
+a zero last convolution. Each variant's parameters, its residual stages exactly their shortcuts
+at step 0, the first step's gradient zero exactly where the construction puts it, and Fixup's
+scalars at a tenth of the rate."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_noBN.configs import experiments
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.models import blocks
+from resnet_noBN.models.layers import Block, Scalar, shortcut
+from resnet_noBN.models.networks import build_cifar_model, param_counts
+from resnet_noBN.runs import run_config
+from resnet_noBN.trainers.recipe import objective
+
+VARIANTS = tuple(experiments.IDENTITY_INITS)
+# two blocks a stage, so that every stage has a block that keeps its shape and (stages 2, 3) one
+# that changes it
+TWO_A_STAGE = {"num_residual_units": 2, "stage_widths": (16, 32, 64)}
+
+
+def variant_config(variant: str, **changes) -> ModelConfig:
+    return ModelConfig(**{**experiments.IDENTITY_INITS[variant], **changes})
+
+
+@pytest.mark.parametrize(
+    "variant, extra",
+    [("fixup", 27 * 5), ("skipinit", 27), ("zero_last", 0)],
+)
+def test_each_variant_counts_the_papers_kernels_and_its_scalars(variant, extra):
+    """Table 1's 13,538,736 kernel weights and the fixed head's 2,560, plus Fixup's multiplier
+    and four biases a block, SkipInit's one scalar a block, nothing for zero_last."""
+    counts = param_counts(build_cifar_model(variant_config(variant)))
+    assert counts == {
+        "trainable_params": 13_538_736 + extra,
+        "non_trainable_params": 2_560,
+        "convolutions": 55,
+        "conv_kernel_weights": 13_538_736,
+    }
+    assert (
+        sum(
+            isinstance(layer, Scalar)
+            for layer in build_cifar_model(variant_config(variant, **TWO_A_STAGE)).layers
+        )
+        == extra // 27 * 6
+    )
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_residual_stages_are_exactly_their_shortcuts_at_step_0(variant):
+    """The last stage's output equals the first conv's output carried through the shortcuts
+    alone (pool and pad where a stage changes the shape), bit for bit, on real-valued inputs:
+    every branch adds exactly 0. The paper's own init does not (its branches are small, not
+    zero)."""
+    keras.utils.set_random_seed(3)
+    cfg = variant_config(variant, **TWO_A_STAGE)
+    model = build_cifar_model(cfg)
+    last_add = [layer for layer in model.layers if layer.name.endswith("_add")][-1]
+    probe = keras.Model(model.input, [model.get_layer("init_conv").output, last_add.output])
+    images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype(np.float32)
+    stem, stages = (t.numpy() for t in probe(images))
+    block = Block.of(cfg)
+    x, width = tf.constant(stem), cfg.init_filters
+    for stage, out in enumerate(cfg.stage_widths):
+        x = shortcut(x, width, out, cfg.stage_strides[stage], block, f"probe{stage}")
+        width = out
+    np.testing.assert_array_equal(stages, x.numpy())
+    assert stages.shape == (4, 8, 8, 64) and np.abs(stages).max() > 0
+    # the paper's init is near the identity, not at it
+    keras.utils.set_random_seed(3)
+    paper = build_cifar_model(ModelConfig(**TWO_A_STAGE))
+    paper_probe = keras.Model(
+        paper.input, [l for l in paper.layers if l.name.endswith("_add")][-1].output
+    )
+    assert not np.array_equal(paper_probe(images).numpy(), x.numpy())
+
+
+def first_gradients(cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The cross-entropy's gradient (the data's: the decay's r·W left out) at step 0, by
+    variable path, on 8 random images."""
+    keras.utils.set_random_seed(4)
+    model = build_cifar_model(cfg)
+    rng = np.random.default_rng(1)
+    images = rng.normal(size=(8, 32, 32, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, size=8).astype(np.int32)
+    with tf.GradientTape() as tape:
+        _, parts = objective(model(images, training=True), labels, 0.0, TrainConfig(batch_size=8))
+    grads = tape.gradient(parts["cross_entropy"], model.trainable_variables)
+    return {v.path: g.numpy() for v, g in zip(model.trainable_variables, grads)}
+
+
+# the variables of a branch whose first gradient is zero by construction (the rest: non-zero)
+ZERO_AT_STEP_0 = {
+    # alpha = 0 multiplies the whole branch: nothing inside it moves the output
+    "skipinit": ("_conv1/", "_conv2/"),
+    # C2 = 0: nothing before it moves the output, nor the multiplier after it (it scales 0)
+    "fixup": ("_conv1/", "_bias1/", "_bias2/", "_bias3/", "_scale/"),
+    "zero_last": ("_conv1/",),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_first_gradient_is_zero_exactly_where_the_construction_says(variant):
+    grads = first_gradients(variant_config(variant, **TWO_A_STAGE))
+    zero = [
+        p for p in grads if p.startswith("stage") and any(k in p for k in ZERO_AT_STEP_0[variant])
+    ]
+    rest = [p for p in grads if p not in zero]
+    assert len(zero) == 6 * len(ZERO_AT_STEP_0[variant])  # six blocks
+    assert {p for p in zero if not np.any(grads[p])} == set(zero)
+    assert {p for p in rest if np.any(grads[p])} == set(rest)
+    assert "init_conv/kernel" in rest
+
+
+def test_fixups_scalars_learn_at_a_tenth_of_the_rate(monkeypatch):
+    """Fixup's scalars' gradient is a tenth of the one they would have at the network's rate
+    (so SGD, in either form of momentum, moves them at a tenth of the rate), and their values
+    are the same: the output is bit for bit the model's with rate 1."""
+    cfg = variant_config("fixup", **TWO_A_STAGE)
+    tenth = first_gradients(cfg)
+    monkeypatch.setattr(blocks, "FIXUP_SCALAR_RATE", 1.0)
+    whole = first_gradients(cfg)
+    scalars = [p for p in tenth if "_bias" in p or "_scale" in p]
+    assert len(scalars) == 6 * 5
+    for path in tenth:
+        if path in scalars:
+            np.testing.assert_allclose(tenth[path], 0.1 * whole[path], rtol=1e-6, atol=0)
+        else:
+            np.testing.assert_array_equal(tenth[path], whole[path])
+    assert any(np.any(tenth[p]) for p in scalars)  # the branch's last bias moves at step 0
+
+
+def test_the_variants_are_experiments_and_fixup_refuses_adam():
+    """Each variant an experiment on CIFAR-10 and on CIFAR-100 at the rate held, with its
+    papers' init, recorded in config.json's network; Fixup with Adam (which ignores the scaled
+    gradient) refused in one line naming the fix."""
+    for variant, changes in experiments.IDENTITY_INITS.items():
+        for name in (f"cifar10_{variant}", f"cifar100_held_lr_{variant}"):
+            network = run_config.build(name).sections()["network"]
+            assert {k: network[k] for k in changes} == changes
+    assert run_config.build("cifar10_fixup").network.init == "he"
+    assert run_config.build("cifar10_zero_last").network.init == "hardt_ma"
+    with pytest.raises(Exception, match=r"^--block=fixup .* Adam's update ignores: use a momentum"):
+        run_config.build("cifar10_fixup", recipe={"optimizer": "adam"})
