@@ -17,6 +17,7 @@ from resnet_noBN.models.layers import Block, Scalar, shortcut
 from resnet_noBN.models.networks import build_cifar_model, param_counts
 from resnet_noBN.runs import run_config
 from resnet_noBN.trainers.recipe import objective
+from resnet_noBN.trainers.tensorflow_training import Trainer
 
 VARIANTS = tuple(experiments.IDENTITY_INITS)
 # two blocks a stage, so that every stage has a block that keeps its shape and (stages 2, 3) one
@@ -147,3 +148,66 @@ def test_the_variants_are_experiments_and_fixup_refuses_adam():
     assert run_config.build("cifar10_zero_last").network.init == "hardt_ma"
     with pytest.raises(Exception, match=r"^--block=fixup .* Adam's update ignores: use a momentum"):
         run_config.build("cifar10_fixup", recipe={"optimizer": "adam"})
+
+
+def test_fixups_first_convolution_is_he_scaled_by_one_over_root_l():
+    """Fixup's rule 2 with its papers' init: C1 ~ N(0, 2 / (k^2 c) / L), L = 27 blocks at Table
+    1's depth; C2 exactly zero."""
+    keras.utils.set_random_seed(0)
+    model = build_cifar_model(variant_config("fixup"))
+    kernel = model.get_layer("stage3_unit4_conv1").kernel.numpy()  # 3 x 3 x 256 x 256
+    assert kernel.std() == pytest.approx(np.sqrt(2 / (9 * 256) / 27), rel=0.01)
+    assert not np.any(model.get_layer("stage3_unit4_conv2").kernel.numpy())
+
+
+def trainer(model_dir, variant: str, steps: int):
+    keras.utils.set_random_seed(0)
+    cfg = TrainConfig(
+        batch_size=16,
+        train_steps=steps,
+        eval_every=3,
+        checkpoint_every=3,
+        log_every=3,
+        eval_batch_size=16,
+        learning_rate=0.05,
+        lr_boundaries=(100,),  # one rate for both halves (the default drops follow train_steps)
+    )
+    return Trainer(
+        tf.distribute.get_strategy(),
+        lambda: build_cifar_model(variant_config(variant, **TWO_A_STAGE)),
+        cfg,
+        str(model_dir),
+    )
+
+
+def fns():
+    rng = np.random.default_rng(5)
+    train = (rng.normal(size=(64, 32, 32, 3)).astype(np.float32), rng.integers(0, 10, 64))
+    test = (train[0][:16], train[1][:16].astype(np.int32))
+
+    def train_fn(ctx, start_step=0):
+        ds = tf.data.Dataset.from_tensor_slices((train[0], train[1].astype(np.int32))).repeat()
+        return ds.batch(16, drop_remainder=True).skip(start_step)
+
+    return train_fn, lambda ctx: tf.data.Dataset.from_tensor_slices(test).batch(16)
+
+
+@pytest.mark.parametrize("variant", ["fixup", "skipinit"])
+def test_a_variant_resumes_exactly(tmp_path, variant):
+    """6 steps straight and 3 + 3 from the step-3 checkpoint: the same weights, scalars and
+    optimizer state, bit for bit; the scalars moved from their start."""
+    straight = trainer(tmp_path / "straight", variant, 6)
+    straight.train(*fns(), print_fn=lambda _: None)
+    trainer(tmp_path / "halves", variant, 3).train(*fns(), print_fn=lambda _: None)
+    resumed = trainer(tmp_path / "halves", variant, 6)
+    assert resumed.restore() == 3
+    resumed.train(*fns(), print_fn=lambda _: None)
+    for a, b in zip(
+        straight.model.weights + straight.optimizer.variables,
+        resumed.model.weights + resumed.optimizer.variables,
+    ):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    scalars = [w.numpy() for w in resumed.model.weights if w.path.endswith("/scalar")]
+    assert len(scalars) == {"fixup": 30, "skipinit": 6}[variant]
+    start = {"fixup": (0.0, 1.0), "skipinit": (0.0,)}[variant]
+    assert all(float(s) not in start for s in scalars[-2:])

@@ -64,12 +64,17 @@ BATCHES = [[11, 0], [11, 4], [3, 9]]  # (seed, step); step 4 of 40 records / 8 s
 # conv and add, 5 shortcut layers (stage 1's channel pad, stages 2 and 3's pool and pad), the
 # pool and the head. The 2016 network: its 13,538,736 kernel weights and its head's 256 x 10 +
 # 10, and 28 more layers, the activations before each block's first conv and before the pool.
-# The 13.59M network: 3 projection convolutions in place of the 5 shortcut layers.
+# The 13.59M network: 3 projection convolutions in place of the 5 shortcut layers. The identity
+# inits (models/blocks.py): Fixup's 5 scalars a block (a layer each), SkipInit's 1, none for a
+# zero last convolution.
 COUNTS = {
     "cifar10_paper": [13_538_736, 2_560, 55, 13_538_736, 117],
     "cifar10_original_2016": [13_541_306, 0, 55, 13_538_736, 145],
     "cifar10_original_2016_wd": [13_541_306, 0, 55, 13_538_736, 145],
     "cifar10_13_59m": [13_588_800, 2_560, 58, 13_580_720, 115],
+    "cifar10_fixup": [13_538_736 + 135, 2_560, 55, 13_538_736, 117 + 135],
+    "cifar10_skipinit": [13_538_736 + 27, 2_560, 55, 13_538_736, 117 + 27],
+    "cifar10_zero_last": [13_538_736, 2_560, 55, 13_538_736, 117],
 }
 
 
