@@ -82,7 +82,11 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     assert leaky["final_error"]["exceeds_spread"] is None  # one seed: no spread
     table = (out / study.TABLE_FILE).read_text().splitlines()
     assert sum(line.startswith("Runs (each run's config.json): 2 on a CPU") for line in table) == 1
-    assert sum(line.startswith("| `cifar10_") for line in table) == 2
+    # a row an arm in the table, then a row a run in the health's
+    health = table.index("## Health, run by run (train.jsonl)")
+    rows = [i for i, line in enumerate(table) if line.startswith("| `cifar10_")]
+    assert len([i for i in rows if i < health]) == 2 and len([i for i in rows if i > health]) == 2
+    assert [h["largest_grad_norm"][1] for h in base["health"]] in ([2], [4])
     assert (out / study.PLOT_FILE).stat().st_size > 0
     assert (out / study.ERRORS_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / study.HEALTH_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -270,3 +274,33 @@ def test_a_retired_arm_is_reported_from_its_committed_runs_and_never_trained(tmp
         "--report_only writes the report of its runs"
     )
     assert not (tmp_path / "new").exists()
+
+
+def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
+    """arm_health.figures: the last weight norm, the largest gradient norm, |logit| and spike
+    (a record's gradient norm over the median of the 10 before it), each with its step, a
+    diverged run's non-finite records left out; one row a run in the table, none without
+    records."""
+    from resnet_noBN.runs import arm_health
+
+    norms = [1.0] * 10 + [1.5, 4.0, 2.0, float("nan")]
+    rows = [
+        {"step": 100 * (i + 1), "grad_norm": g, "max_abs_logit": 3.0 + i, "weight_norm": 10.0 + i}
+        for i, g in enumerate(norms)
+    ]
+    rows[-1].update(max_abs_logit=float("nan"), weight_norm=float("inf"))
+    (tmp_path / "a0").mkdir()
+    (tmp_path / "a0" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    health = arm_health.figures(str(tmp_path / "a0"))
+    # the spike at step 1,200: 4.0 over the median of 1.0 x 9 and 1.5
+    assert health == {
+        "final_weight_norm": 22.0,
+        "largest_grad_norm": [4.0, 1200],
+        "largest_logit": [15.0, 1300],
+        "largest_spike": [4.0, 1200],
+    }
+    assert arm_health.figures(str(tmp_path / "none")) is None
+    table = arm_health.markdown_table({"a": [str(tmp_path / "a0"), str(tmp_path / "a1")]})
+    assert table.splitlines()[2:] == [
+        "| `a` | 0 | 22.00 | 4.00 (step 1,200) | 4.0 (step 1,200) | 15.0 (step 1,300) |"
+    ]

@@ -7,7 +7,9 @@ a colour per arm (``arm_curves.band``). Reads nothing but the runs' ``train.json
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 
 from resnet_noBN.runs.arm_curves import band
 from resnet_noBN.trainers import run_log
@@ -20,6 +22,64 @@ PANELS = {
     "weight_norm": "weight norm",
     "max_abs_logit": "largest |logit|",
 }
+
+
+# a record's gradient norm against the median of this many records before it: its spike
+SPIKE_WINDOW = 10
+
+
+def figures(folder: str) -> dict | None:
+    """One run's health in numbers, from its ``train.jsonl`` (None where it has no record):
+    ``final_weight_norm`` (its last finite record's), and each as ``[value, step]``:
+    ``largest_grad_norm``, ``largest_logit`` (the largest |logit| of a batch), and
+    ``largest_spike``, the largest ratio of a record's gradient norm to the median of the
+    :data:`SPIKE_WINDOW` records before it (None with fewer records). Non-finite values (a
+    diverged run's last records) are left out."""
+    records = run_log.read_metrics(folder, run_log.TRAIN_FILE)
+
+    def finite(key):
+        return [(r[key], r["step"]) for r in records if key in r and math.isfinite(r[key])]
+
+    norms, logits, weights = finite("grad_norm"), finite("max_abs_logit"), finite("weight_norm")
+    if not norms:
+        return None
+    spikes = [
+        (norms[i][0] / median, norms[i][1])
+        for i in range(SPIKE_WINDOW, len(norms))
+        if (median := statistics.median(n for n, _ in norms[i - SPIKE_WINDOW : i])) > 0
+    ]
+    return {
+        "final_weight_norm": weights[-1][0] if weights else None,
+        "largest_grad_norm": list(max(norms)),
+        "largest_logit": list(max(logits)) if logits else None,
+        "largest_spike": list(max(spikes)) if spikes else None,
+    }
+
+
+def markdown_table(arms: dict[str, list[str]]) -> str:
+    """One row per run of ``arms`` (name -> its seeds' folders) that has records: the figures of
+    :func:`figures`, each with its step."""
+
+    def at(pair, digits=2):
+        return "-" if pair is None else f"{pair[0]:.{digits}f} (step {pair[1]:,})"
+
+    lines = [
+        "| experiment | seed | weight norm, last record | largest gradient norm | largest "
+        f"spike (× the median of the {SPIKE_WINDOW} records before) | largest \\|logit\\| |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm, dirs in arms.items():
+        for seed, folder in enumerate(dirs):
+            health = figures(folder) if os.path.isdir(folder) else None
+            if health is None:
+                continue
+            weight = health["final_weight_norm"]
+            lines.append(
+                f"| `{arm}` | {seed} | {'-' if weight is None else f'{weight:.2f}'} | "
+                f"{at(health['largest_grad_norm'])} | {at(health['largest_spike'], 1)} | "
+                f"{at(health['largest_logit'], 1)} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def plot(arms: dict[str, list[str]], path: str, title: str, batch_size: int) -> None:

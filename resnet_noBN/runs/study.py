@@ -258,13 +258,21 @@ def write_tables(
 
 
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:
-    """``study.md`` (``header``, where the runs computed, and the table), ``study.json``, the
+    """``study.md`` (``header``, where the runs computed, the table and each run's health in
+    numbers, ``arm_health.figures``), ``study.json``, the
     curves' PNG, the final errors' (``arm_errors``) and the health's (``arm_health``), from the
     runs finished so far (the health also of the runs still going); returns the summary."""
     summary = summarize(output_dir, arms, budget)
-    table = markdown_table(summary, arms, budget)
-    write_tables(output_dir, (TABLE_FILE, SUMMARY_FILE), header, table, summary, arms, budget)
     folders = {a: [run_dir(output_dir, a, s) for s in range(budget.seeds)] for a in arms}
+    for arm, entry in summary.items():
+        entry["health"] = [
+            arm_health.figures(d) if os.path.isdir(d) else None for d in folders[arm]
+        ]
+    table = (
+        f"{markdown_table(summary, arms, budget)}\n## Health, run by run (train.jsonl)\n\n"
+        f"{arm_health.markdown_table(folders)}"
+    )
+    write_tables(output_dir, (TABLE_FILE, SUMMARY_FILE), header, table, summary, arms, budget)
     name = title(budget, output_dir, arms)
     diverged = {a: max(e["diverged"]) for a, e in summary.items() if e["diverged"]}
     arm_curves.plot(
