@@ -36,6 +36,16 @@ WEIGHTS_ATOL = {"float32": 1e-5, "mixed_bfloat16": 1e-2}
 # float32; in mixed_bfloat16 none here, on the slices' 1,017 test images the same right and
 # wrong at both evaluations and one wrong answer's class another: the bound, one
 ANSWERS_APART = {"float32": 0, "mixed_bfloat16": 1}
+# The losses and weights above cannot tell bfloat16 from float32 on this run: its loss sits near
+# ln 10, and a pair built in float32 beside its runs alone in mixed_bfloat16 stays within both
+# bounds (measured: loss 1.9e-05 relative, weights 1.1e-04). What tells them apart is the pair
+# itself: its weights after 50 steps in mixed_bfloat16 against the same pair in float32, the
+# largest absolute difference of any array, measured 1.4e-04 here, and 0 exactly where the
+# pair computes in float32 whatever --precision says. The bound: 1e-6, 16 times float32's noise
+# between a pair and its runs alone (6.0e-08), a hundredth of bfloat16's.
+BFLOAT16_FROM_FLOAT32 = 1e-6
+# each precision's pair, its checkpoint of step 50 ({name: array}), for the other case to read
+PAIR_WEIGHTS: dict[str, dict] = {}
 
 
 def pair_flags(tmp_path, write_cifar, **intervals):
@@ -46,13 +56,40 @@ def records(folder, name):
     return [json.loads(line) for line in (folder / name).read_text().splitlines()]
 
 
+def weights(checkpoint) -> dict:
+    with np.load(checkpoint) as arrays:
+        return {name: arrays[name] for name in arrays.files}
+
+
+def float32_pair_weights(tmp_path, write_cifar) -> dict:
+    """The float32 pair's checkpoint of step 50, as its case of the test left it, else run
+    here (the float32 case not run in this session)."""
+    if "float32" not in PAIR_WEIGHTS:
+        folder = tmp_path / "float32-pair"
+        flags = pair_flags(
+            tmp_path / "float32",
+            write_cifar,
+            train_steps=50,
+            log_every=1,
+            eval_every=25,
+            checkpoint_every=25,
+            precision="float32",
+        )
+        pair = launch([*flags, "--pair_seed=5", f"--model_dir={folder}"])
+        out, _ = pair.communicate(timeout=600)
+        assert pair.returncode == 0, out
+        PAIR_WEIGHTS["float32"] = weights(folder / "ckpt-50.npz")
+    return PAIR_WEIGHTS["float32"]
+
+
 @pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
 def test_each_run_of_a_pair_trains_as_it_does_alone(tmp_path, write_cifar, precision):
     """Seeds 4 and 5 alone and as a pair, 50 steps: each run's loss at every step equals its
     run alone within LOSS_RTOL, its evaluations and answers the same (ANSWERS_APART), its
     checkpoints the same arrays within WEIGHTS_ATOL; each folder its own config.json (its seed,
     the other run in runtime.paired_with), checkpoints and logs; the pair's JSON each run's
-    summary, and each run's weights digest that of its own checkpoint (launch/evaluate.py)."""
+    summary, and each run's weights digest that of its own checkpoint (launch/evaluate.py). In
+    mixed_bfloat16 the pair's weights are not the float32 pair's (BFLOAT16_FROM_FLOAT32)."""
     common = pair_flags(
         tmp_path,
         write_cifar,
@@ -77,6 +114,17 @@ def test_each_run_of_a_pair_trains_as_it_does_alone(tmp_path, write_cifar, preci
     assert result["final_step"] == 50
     assert result["images_per_sec"] == pytest.approx(2 * result["runs"][0]["images_per_sec"])
     assert "seed 5: step      50  loss" in out and "seed 4: step      50  test error" in out
+    PAIR_WEIGHTS[precision] = weights(folders[4] / "ckpt-50.npz")
+    if precision == "mixed_bfloat16":
+        reference = float32_pair_weights(tmp_path, write_cifar)
+        assert list(reference) == list(PAIR_WEIGHTS[precision])
+        apart = max(
+            float(np.abs(reference[name] - array).max())
+            for name, array in PAIR_WEIGHTS[precision].items()
+            if array.dtype.kind == "f"
+        )
+        print(f"the mixed_bfloat16 pair's weights against the float32 pair's: {apart:.2e}")
+        assert apart > BFLOAT16_FROM_FLOAT32, "the pair computed in float32"
     for i, seed in enumerate((4, 5)):
         worst_loss, worst_weight = 0.0, 0.0
         lone_out, _ = alone[seed].communicate(timeout=600)
