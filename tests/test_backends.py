@@ -2,6 +2,7 @@
 on JAX and PyTorch with one line before anything of TensorFlow is imported or anything
 written."""
 
+import json
 import os
 import subprocess
 import sys
@@ -118,6 +119,29 @@ def test_the_time_budget_is_refused_where_workers_would_not_stop_together():
         RuntimeConfig(strategy="parameter_server", time_budget_s=60).validate()
 
 
+GPU_NOTE = (
+    "note: this project has never run the tensorflow backend on a GPU; the path measured on "
+    "one: KERAS_BACKEND=jax with --precision=mixed_bfloat16 (the paper's CIFAR-10 run: "
+    "60,000 steps in 449 s on one H200, results/gpu_h200; also run on an H100); JAX's GPU "
+    "build: pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA driver predates "
+    "CUDA 13)"
+)
+# launch/cifar.py run as a user runs it, its backend told it sees a GPU (no TensorFlow loaded
+# first: the launcher sets oneDNN before TensorFlow loads)
+SEEING_A_GPU = """
+import runpy, sys
+from resnet_noBN.backends import registry
+current = registry.current
+def seeing_a_gpu():
+    backend = current()
+    backend.has_gpu = lambda runtime: True
+    return backend
+registry.current = seeing_a_gpu
+sys.argv[0] = "launch/cifar.py"
+runpy.run_path("launch/cifar.py", run_name="__main__")
+"""
+
+
 def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeypatch):
     """TensorFlow has never run on a GPU in this project: a run whose device list holds one (faked
     here) is told the measured path, JAX with bfloat16 convolutions; one without, or on JAX, is
@@ -133,13 +157,7 @@ def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeyp
         tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else []
     )
     assert backend.has_gpu(None)
-    assert cli.measured_gpu_path(None) == (
-        "note: this project has never run the tensorflow backend on a GPU; the path measured on "
-        "one: KERAS_BACKEND=jax with --precision=mixed_bfloat16 (the paper's CIFAR-10 run: "
-        "60,000 steps in 449 s on one H200, results/gpu_h200; also run on an H100); JAX's GPU "
-        "build: pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA driver predates "
-        "CUDA 13)"
-    )
+    assert cli.measured_gpu_path(None) == GPU_NOTE
 
     class JaxOnAGpu(JaxBackend):
         def has_gpu(self, runtime):
@@ -147,3 +165,33 @@ def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeyp
 
     monkeypatch.setattr(registry, "current", JaxOnAGpu)
     assert cli.measured_gpu_path(None) is None
+
+
+def test_the_launcher_names_the_measured_path_where_tensorflow_sees_a_gpu(tmp_path, write_cifar):
+    """launch/cifar.py on TensorFlow, its backend seeing a GPU (faked: ``has_gpu``; it computes
+    on the CPU): the run prints the note once, before its first step, and trains to its end."""
+    write_cifar(tmp_path / "data" / "cifar-10-batches-bin", "cifar10", 8)
+    flags = [
+        f"--data_path={tmp_path / 'data'}",
+        "--model=small",
+        "--batch_size=8",
+        "--train_steps=2",
+        "--log_every=1",
+        "--eval_every=2",
+        "--checkpoint_every=2",
+        f"--model_dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", SEEING_A_GPU, *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines.count(GPU_NOTE) == 1, proc.stdout[-2000:]
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    assert lines.index(GPU_NOTE) < first_step
+    assert json.loads(lines[-1])["final_step"] == 2
