@@ -45,5 +45,9 @@ setup(
         "cuda12": ["jax[cuda12]>=0.6"],
         "torch": ["torch>=2.2"],
         "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6", "coverage>=7.10"],
+        # mutmut: mutation testing of the modules the README's figures come from, by hand
+        # (ops/mutation/run.py, docs/testing.md); pinned: its mutants and their names change
+        # by version. Not in .ci/run.
+        "mutation": ["mutmut==3.8.1"],
     },
 )

@@ -105,6 +105,19 @@ def test_the_figures_of_a_run_whose_answers_are_known():
     assert figures([]) == {}
 
 
+def test_a_figure_is_a_percentage_to_four_decimals():
+    """On the slices' 1,017 test images (one window: the whole split), 317 wrong is 31.170108...%,
+    written 31.1701 (a hundredth of an image in 10,000); all right, 0.0. The window of a split
+    exactly its size is the whole split too."""
+    right = np.zeros(1_017, bool)
+    right[:700] = True
+    result = figures([Evaluation(100, right, None)])
+    assert (result["final_error"], result["original_2016_error"]) == (31.1701, 31.1701)
+    assert result["original_2016_either_window_error"] == 31.1701
+    assert figures([Evaluation(100, ~np.zeros(1_017, bool), None)])["final_error"] == 0.0
+    assert window_starts(5_000) == [0]
+
+
 def test_the_figures_command_reads_a_run_folder(tmp_path):
     lines = [
         Answers(correct_bits(4_000, 3_000), np.zeros(10_000, int)).line(500, final=False),
@@ -168,3 +181,36 @@ def test_a_calls_health_sums_its_steps_keeps_the_last_gradient_and_the_largest_l
     assert health.text({**values, "weight_norm": 12.0}) == (
         "cross_entropy 2.4, weight_decay 0.1, weight_norm 12, grad_norm 4, max_abs_logit 7"
     )
+
+
+def test_a_calls_gradient_is_its_last_steps_and_its_logit_the_largest():
+    """|g|^2 16 then 9: the call's is 9, the last step's, not the largest; |logit| 7 then 5: 7.
+    The same for one-step calls combined (the parameter-server trainer)."""
+    first = health.step_metrics(2.5, parts(10.0, 2.4, 0.1, 7.0), 16, 16.0)
+    second = health.step_metrics(2.5, parts(10.0, 2.4, 0.1, 5.0), 16, 9.0)
+    totals = health.to_numpy(health.add_step(health.add_step(health.zeros(), first), second))
+    assert (totals["grad_norm_sq"], totals["max_abs_logit"]) == (9.0, 7.0)
+    combined = health.combine_calls([health.to_numpy(first), health.to_numpy(second)])
+    assert (combined["grad_norm_sq"], combined["max_abs_logit"]) == (9.0, 7.0)
+    assert all(np.asarray(value).dtype == np.float32 for value in first.values())
+
+
+def test_the_gradient_norm_squares_every_gradient_in_float32_and_skips_a_missing_one():
+    """(3, 4), none, and a bfloat16 1 + 2^-7 (its square 1.0156860 in float32, 1.015625 in
+    bfloat16): 25 + 1.0156860, in float32."""
+    import ml_dtypes
+
+    grads = [np.array([3.0, 4.0], np.float32), None, np.array([1 + 2**-7], ml_dtypes.bfloat16)]
+    total = health.grad_norm_sq(grads)
+    assert np.asarray(total).dtype == np.float32
+    assert float(total) == np.float32(25 + (1 + 2**-7) ** 2)
+
+
+def test_a_gradient_norm_is_the_root_of_its_square_and_nan_without_one():
+    """0.25 logs 0.5, 0 logs 0, a negative one (no squared norm) NaN, not a ValueError."""
+    call = dict(
+        loss=2.0, correct=1.0, examples=2.0, cross_entropy=1.0, weight_decay=1.0, max_abs_logit=3.0
+    )
+    assert health.scalars({**call, "grad_norm_sq": 0.25}, 1)["grad_norm"] == 0.5
+    assert health.scalars({**call, "grad_norm_sq": 0.0}, 1)["grad_norm"] == 0.0
+    assert np.isnan(health.scalars({**call, "grad_norm_sq": -1.0}, 1)["grad_norm"])

@@ -1,7 +1,9 @@
 """The quick tier, ``python -m pytest tests -q -m quick`` (docs/testing.md, "The quick tier"):
 tests/quick_tier.json, chosen by ops/ci/quick_tier.py from each test's measured coverage, still
-covers every module of the tree as it is now, and every test it names exists."""
+covers every module of the tree as it is now, every test it names exists, and ``-m quick``
+selects exactly those tests (tests/conftest.py marks them) and the tier's own check."""
 
+import re
 import subprocess
 import sys
 
@@ -9,9 +11,14 @@ import pytest
 
 from ops.ci import quick_tier
 
+OWN = "tests/test_quick_tier.py::test_every_module_has_a_quick_test_and_every_quick_test_exists"
+
 
 @pytest.mark.quick  # the tier's own check: in the tier always, whatever it covers
-def test_every_module_has_a_quick_test_and_every_quick_test_exists(collected_ids):
+def test_every_module_has_a_quick_test_and_every_quick_test_exists():
+    """The tier file against the tree; then ``-m quick`` collected in a process of its own over
+    the tier's files: it selects the listed tests and this one, no other, and says so in its
+    count (a test the conftest no longer marks, or one marked after ``-m`` selects, fails it)."""
     tier = quick_tier.load_tier()
     missing = quick_tier.uncovered(tier)
     assert not missing, "\n".join(missing.values())
@@ -19,25 +26,31 @@ def test_every_module_has_a_quick_test_and_every_quick_test_exists(collected_ids
     assert tier["rerun"] == quick_tier.RERUN
     listed = [test["test"] for test in tier["tests"]]
     assert len(listed) == len(set(listed)) == tier["chosen"]["tests"]
-    collected = set(collected_ids)
-    # a run of some test files only: collect the tier's other files, in a process of their own
-    files = {test.split("::")[0] for test in listed} - {t.split("::")[0] for t in collected}
-    present = sorted(f for f in files if (quick_tier.REPO / f).is_file())
-    if present:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-            + present,
-            cwd=quick_tier.REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        collected |= {line for line in proc.stdout.splitlines() if "::" in line}
-    gone = [test for test in listed if test not in collected]
+    gone = [test for test in listed if not (quick_tier.REPO / test.split("::")[0]).is_file()]
     assert not gone, (
         f"tests/quick_tier.json names tests that do not exist: {gone}; measure their files "
         f"again and choose again: {quick_tier.RERUN}"
     )
+    files = sorted({test.split("::")[0] for test in [*listed, OWN]})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["-m", "quick", *files],
+        cwd=quick_tier.REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    # a listed test not collected stops -m quick (tests/conftest.py), the tests named
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    selected = {line for line in proc.stdout.splitlines() if "::" in line}
+    unmarked = sorted(set(listed) - selected)
+    assert not unmarked, (
+        f"-m quick does not select {len(unmarked)} of the {len(listed)} tests of "
+        f"tests/quick_tier.json (tests/conftest.py marks them quick): {unmarked}"
+    )
+    assert sorted(selected - set(listed)) == [OWN], "-m quick selects tests the tier does not list"
+    count = re.match(r"(\d+)/\d+ tests collected", proc.stdout.strip().splitlines()[-1])
+    assert count and int(count.group(1)) == len(selected), proc.stdout[-500:]
 
 
 def test_a_module_no_quick_test_executes_is_named_with_the_command_that_mends_it():

@@ -72,6 +72,9 @@ OUTSIDE_TIER = {
     "its record is ops/ci/suite_under_load.jsonl",
     "ops/ci/peer_watch_at_exit.py": "repeats a two-process JAX job for minutes to provoke a "
     "race: run by hand, its record is ops/ci/peer_watch_at_exit.jsonl",
+    "ops/mutation/__init__.py": "the package of ops/mutation/run.py, run by hand",
+    "ops/mutation/run.py": "mutation testing, one module at a time, for tens of minutes: run by "
+    "hand, its record is ops/mutation/passes.jsonl",
     "bench/torch_twin.py": TORCH,
     "resnet_noBN/backends/torch_backend.py": TORCH,
     "resnet_noBN/trainers/torch_training.py": TORCH,
