@@ -7,6 +7,7 @@ and exit 2 before anything is written."""
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -46,6 +47,43 @@ def data_flags(slices):
 def table2(slices, out, *more, seeds=2, run_flags=TINY, env=None):
     args = (*data_flags(slices), f"--seeds={seeds}", f"--output_dir={out}", run_flags, *more)
     return launchers.run("launch/table2.py", *args, timeout=600, env=env)
+
+
+DURATION_UNITS = {"d": 86_400, "h": 3_600, "min": 60, "s": 1}
+
+
+def read_duration(text: str) -> tuple[float, float]:
+    """A time as progress.duration writes it ("45 s", "12 min 05 s", "3 h 02 min", "4 d 07 h"):
+    (seconds, the seconds its last unit rounds to)."""
+    parts = text.split()
+    values = [int(n) * DURATION_UNITS[unit] for n, unit in zip(parts[::2], parts[1::2])]
+    return float(sum(values)), float(DURATION_UNITS[parts[-1]])
+
+
+def check_projection(lines: list[str], configs: dict, test_images: dict) -> None:
+    """The plan's projected total (its "projected:" line) against the sum of its runs, each
+    run to train from step 0 recomputed from the rate and start-up its "measured:" line prints
+    (runs.table2_plan.seconds; ``configs``: {experiment: recipe}, ``test_images``: {experiment:
+    images}), within what their printed rounding leaves."""
+    measured = next(line for line in lines if line.startswith("  measured: "))
+    rate = float(re.search(r"measured: ([\d,.]+) images/s", measured).group(1).replace(",", ""))
+    startup, startup_step = read_duration(re.search(r"start-up ([^)]+)\)$", measured).group(1))
+    todo = [line.split()[0] for line in lines if " to train: " in line]
+    projected = re.search(
+        r"^  projected: (.+?) for the (\d+) runs? to train", "\n".join(lines), re.M
+    )
+    total, total_step = read_duration(projected.group(1))
+    assert int(projected.group(2)) == len(todo)
+    timing = Measured(rate, startup, 2, ("CPU",))
+    expected = sum(
+        table2_plan.seconds(
+            RunState(e, 0, "f", "to do", 0), {"recipe": configs[e]}, test_images[e], timing
+        )
+        for e in todo
+    )
+    # each start-up and the total rounded to their last printed unit, the rate to 0.1
+    slack = len(todo) * startup_step / 2 + total_step / 2 + expected * 0.05 / rate
+    assert abs(total - expected) <= slack, (total, expected, slack, measured)
 
 
 def mtimes(folder):
@@ -105,6 +143,13 @@ def test_the_dry_run_prints_the_plan_and_its_time_and_trains_nothing(tiny_table)
     measured = next(line for line in lines if line.startswith("  measured: "))
     assert " images/s training (" in measured and "of cifar10_paper, seed 0 on CPU" in measured
     assert any(line.startswith("  projected: ") and " finish " in line for line in lines)
+    # the total: every run's steps, evaluations and start-up, not the first run's alone
+    recipe = {"train_steps": STEPS, "eval_every": 20, "batch_size": 32}
+    check_projection(
+        lines,
+        {"cifar10_paper": recipe, "cifar100_paper": recipe},
+        {"cifar10_paper": 1_017, "cifar100_paper": 916},  # the slices' test images
+    )
     assert "started" not in dry.stdout
 
 
