@@ -11,7 +11,14 @@ import pytest
 
 from resnet_noBN.runs.original_eval import figures, window_starts
 from resnet_noBN.trainers import health
-from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, Evaluation, read_answers
+from resnet_noBN.trainers.answers import (
+    ANSWERS_FILE,
+    Answers,
+    Evaluation,
+    decode,
+    final_predictions,
+    read_answers,
+)
 
 
 def correct_bits(first_half: int, second_half: int) -> np.ndarray:
@@ -55,6 +62,38 @@ def test_a_run_keeps_a_line_per_evaluation_and_its_final_predictions(tmp_path):
     assert read[1].predicted.tolist() == [3, 7, 300]  # uint16 where a class is past 255
     assert json.loads(path.read_text().splitlines()[2])["predicted_dtype"] == "uint16"
     assert read_answers(tmp_path / "absent.jsonl") == []
+
+
+def test_answers_keep_their_types_and_the_narrowest_type_of_their_classes():
+    """Gathered and read back, the answers are bools and the classes int64; classes up to 255
+    are stored as uint8, 256 and over as uint16 (256 as uint8 would read back 0); an empty
+    split's line reads back empty."""
+    gathered = Answers.gathered([(np.array([1, 0]), np.array([1, 0]), np.array([255, 3], "i4"))])
+    assert gathered.correct.dtype == bool and gathered.correct.tolist() == [False, True]
+    assert gathered.predicted.dtype == np.int64 and gathered.predicted.tolist() == [3, 255]
+    for classes, dtype in (([0, 255], "uint8"), ([0, 256], "uint16")):
+        record = json.loads(Answers(np.array([True, False]), np.array(classes)).line(3, True))
+        assert record["predicted_dtype"] == dtype
+        read = decode(record)
+        assert read.predicted.dtype == np.int64 and read.predicted.tolist() == classes
+        assert read.correct.dtype == bool and read.correct.tolist() == [True, False]
+    empty = decode(json.loads(Answers(np.zeros(0, bool), np.zeros(0, int)).line(1, True)))
+    assert (empty.step, empty.correct.size, empty.predicted.size) == (1, 0, 0)
+
+
+def test_the_final_predictions_are_the_last_evaluation_with_classes(tmp_path):
+    """Classes at steps 10, 30 and 50, none at 20 and 60: step 50's; a file without classes
+    has none."""
+    path, right = tmp_path / ANSWERS_FILE, np.array([True, False])
+    lines = [
+        Answers(right, np.array([step, step + 1])).line(step, final=step in (10, 30, 50))
+        for step in (10, 20, 30, 50, 60)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    final = final_predictions(str(path))
+    assert final.step == 50 and final.predicted.tolist() == [50, 51]
+    path.write_text(lines[1] + "\n")
+    assert final_predictions(str(path)) is None
 
 
 def test_the_original_windows_cycle_through_the_test_split():
