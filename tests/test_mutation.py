@@ -67,7 +67,7 @@ def test_a_survivor_is_equivalent_where_an_entry_lists_its_function_and_change()
 def test_the_copys_config_mutates_the_module_and_runs_its_tests(tmp_path):
     for name in ("launch", "resnet_noBN", "tests", "README.md"):
         (tmp_path / name).mkdir()
-    p = PASSES["table2_plan"]
+    p = Pass("resnet_noBN/runs/table2_plan.py", ("tests/test_table2.py", "-k", "a"), slices=True)
     config = tomllib.loads(run.mutmut_config(p, tmp_path, "/data/slices"))["tool"]["mutmut"]
     assert config["only_mutate"] == [p.module]
     assert config["pytest_add_cli_args_test_selection"] == list(p.tests)

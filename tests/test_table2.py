@@ -18,8 +18,11 @@ import time
 import launchers
 import pytest
 
+from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import arm_runs, folder_lock, table2_plan, table2_report
+from resnet_noBN.host import cpu
+from resnet_noBN.progress import clock, finish_at
+from resnet_noBN.runs import arm_runs, cli, folder_lock, study, table2_plan, table2_report
 from resnet_noBN.runs.table2_plan import Measured, RunState
 from resnet_noBN.trainers.answers import read_answers
 
@@ -156,11 +159,14 @@ def test_the_dry_run_prints_the_plan_and_its_time_and_trains_nothing(tiny_table)
 def test_a_stopped_table_resumes_and_trains_nothing_that_ended(tiny_table):
     out, stopped, second = tiny_table["out"], tiny_table["stopped"], tiny_table["second"]
     assert stopped["returncode"] == 3, stopped["stderr"][-3000:]
-    assert stopped["stdout"].splitlines()[-1] == "stopped: rerun the same command to resume"
     runs = {d: s["runs"] for d, s in stopped["summary"]["datasets"].items()}
     assert [r["state"] for r in runs["cifar10"]] == ["ended", "to do"]
     assert [r["state"] for r in runs["cifar100"]] == ["stopped", "to do"]
     step = stopped["step"]
+    assert stopped["stderr"].splitlines()[-1] == (
+        f"stopped by SIGTERM: cifar100_paper, seed 0 saved at step {step}; rerun the same "
+        "command to resume"
+    )
     assert 0 < step < STEPS and runs["cifar100"][0]["step"] == step
     assert f"| CIFAR-100 | 0 | stopped at step {step}: rerun to resume |" in stopped["stdout"]
     assert second.returncode == 0, second.stderr[-3000:]
@@ -276,7 +282,13 @@ REFUSALS = [
         "CIFAR-10's: point --cifar10_path at the CIFAR-10 binary files (cifar-10-batches-bin/) or "
         "their parent, and --cifar100_path at these",
     ),
-    (["--seeds=0"], "error: --seeds must be positive, got 0"),
+    (["--seeds=0"], "error: --seeds must be 1 to 100, got 0"),
+    (["--seeds=100000"], "error: --seeds must be 1 to 100, got 100,000"),
+    (
+        ["--output_dir={slices}/cifar-10-batches-bin/test_batch.bin"],
+        "error: --output_dir {slices}/cifar-10-batches-bin/test_batch.bin is a file, not a "
+        "folder; pick a folder",
+    ),
     (
         ["--run_flags=--model=small,--data_path=/data"],
         "error: --run_flags: --data_path=/data is set for every run by launch/table2.py (from "
@@ -324,6 +336,8 @@ def test_a_folder_in_use_is_refused_at_once(tmp_path):
             TINY,
             env=launchers.IMPORT_TIMES,
         )
+        assert sorted(p.name for p in out.iterdir()) == [folder_lock.LOCK_FILE]
+        assert (out / folder_lock.LOCK_FILE).read_bytes() == before  # as its holder wrote it
     finally:
         held.release()
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -334,8 +348,6 @@ def test_a_folder_in_use_is_refused_at_once(tmp_path):
     )
     assert "checking" not in proc.stdout
     assert not launchers.imported(proc) & launchers.BACKEND_MODULES
-    assert sorted(p.name for p in out.iterdir()) == [folder_lock.LOCK_FILE]
-    assert (out / folder_lock.LOCK_FILE).read_bytes() == before
 
 
 # a run as arm_runs.start starts it: SIGTERM saves and exits 3 (launch/cifar.py's stop)
@@ -515,3 +527,149 @@ def test_the_projection_counts_the_steps_left_evaluations_and_start_up():
     resumed = RunState("cifar100_paper", 0, "f", "stopped", 15)
     cpu = Measured(100.0, 5.0, 2, ("CPU",))
     assert table2_plan.seconds(resumed, tiny, 900, cpu) == pytest.approx(5 + 8 + 2 * 3)
+
+
+def plan_of(out, every=20, test_images=(1_017, 916), **chosen) -> table2_plan.Plan:
+    """A plan of 2 seeds of the tiny recipe (40 steps of 32, an evaluation every ``every``) on
+    the slices' test images, in ``out``, on this CPU (``chosen``: the GPUs, backend, precision,
+    flags)."""
+    recipe = {"train_steps": STEPS, "eval_every": every, "batch_size": 32}
+    settings = {
+        "run_flags": ["--model=small", "--log_every=5"],
+        "gpus": [],
+        "backend": "tensorflow",
+        "backend_why": "the default on a CPU",
+        "precision": None,
+        "precision_why": "the paper's",
+        **chosen,
+    }
+    return table2_plan.Plan(
+        output_dir=str(out),
+        seeds=2,
+        data={"cifar10": "/c10", "cifar100": "/c100"},
+        test_images=dict(zip(("cifar10", "cifar100"), test_images)),
+        configs={e: {"recipe": recipe} for e in table2_plan.EXPERIMENTS.values()},
+        **settings,
+    )
+
+
+def test_the_plan_in_words_names_each_run_and_projects_the_runs_to_train(tmp_path):
+    """Seed 0 of CIFAR-10 ended, of CIFAR-100 diverged at step 12; seed 1 of CIFAR-10 stopped
+    with a checkpoint of step 30, of CIFAR-100 not started. At 100 images/s and 5 s to the
+    first step the two to train take 5 + 10 x 32 / 100 + 1,017 / 300 (the stopped one: 10
+    steps, 1 evaluation) and 5 + 40 x 32 / 100 + 2 x 916 / 300 (40 steps, 2 evaluations):
+    35.5 s. At 0.01 images/s, over a day: the faster paths. No rate: unknown; every run ended:
+    nothing to train. On a GPU whose backend computed on the CPU: the warning, naming its GPU
+    build. A diverged run without the replay's step is at its last; without that, step 0."""
+    out = tmp_path / "table"
+    for run, result in (
+        ("cifar10_paper-seed0", {"final_step": 40, "test_error": 0.1234}),
+        ("cifar100_paper-seed0", {"final_step": 10, "diverged": True, "diverged_at": 12}),
+    ):
+        (out / "runs" / run).mkdir(parents=True)
+        (out / "runs" / run / arm_runs.RESULT_FILE).write_text(json.dumps(result))
+    (out / "runs" / "cifar10_paper-seed1").mkdir()
+    for name in ("ckpt-20.index", "ckpt-30.index", "ckpt-30.data-00000-of-00001"):
+        (out / "runs" / "cifar10_paper-seed1" / name).write_text("")
+    plan, now = plan_of(out), 1_800_000_000.0
+    folders = [
+        str(out / "runs" / f"{e}_paper-seed{k}") for k in (0, 1) for e in ("cifar10", "cifar100")
+    ]
+    assert plan.states() == [
+        RunState("cifar10_paper", 0, folders[0], "ended", 40),
+        RunState("cifar100_paper", 0, folders[1], "diverged", 12),
+        RunState("cifar10_paper", 1, folders[2], "stopped", 30),
+        RunState("cifar100_paper", 1, folders[3], "to do", 0),
+    ]
+    assert plan.command("cifar100_paper", 1) == [
+        sys.executable,
+        study.LAUNCHER,
+        "--experiment=cifar100_paper",
+        "--seed=1",
+        "--data_path=/c100",
+        f"--model_dir={folders[3]}",
+        "--model=small",
+        "--log_every=5",
+    ]
+    measured = Measured(100.0, 5.0, 2, ("CPU",))
+    lines = table2_plan.describe(plan, measured, "THE RATE", now).splitlines()
+    total = 5 + 10 * 32 / 100 + 1_017 / 300 + 5 + 40 * 32 / 100 + 2 * 916 / 300
+    assert lines[0] == (
+        f"Table 2 of arXiv:1611.04231 (CIFAR-10 6.38%, CIFAR-100 24.64%): 4 runs, 2 seeds, into "
+        f"{out}"
+    )
+    assert (
+        lines[1] == "  data: CIFAR-10 /c10 (1,017 test images); CIFAR-100 /c100 (916 test images)"
+    )
+    assert lines[2].startswith("  device: CPU: ") and lines[2].endswith(
+        " cores (no GPU: nvidia-smi lists none)"
+    )
+    assert lines[3:] == [
+        "  backend: tensorflow (the default on a CPU); precision float32 (the paper's)",
+        "  flags of every run: --model=small --log_every=5",
+        f"  runs, in order (each launch/cifar.py --experiment=E --seed=K in {out}/runs/E-seedK):",
+        "    cifar10_paper seed 0   ended at step 40: test error 12.34%",
+        "    cifar100_paper seed 0  diverged at step 12",
+        "    cifar10_paper seed 1   resumes at step 30: 10 steps to train",
+        "    cifar100_paper seed 1  to train: 40 steps, 2 evaluations",
+        "  measured: THE RATE",
+        f"  projected: 35 s for the 2 runs to train (each run's steps at that rate, its "
+        f"evaluations at 3x it, its start-up), finish {clock(finish_at(total, now), now)}",
+    ]
+    slow = Measured(0.01, 5.0, 2, ("CPU",))
+    faster = table2_plan.describe(plan, slow, "", now).splitlines()[-1]
+    bf16 = (
+        f"; --precision=mixed_bfloat16 ({cli.CPU_BF16_SPEEDUP:.2f}x on a Zen 4 CPU with "
+        "AVX512_BF16)"
+        if cpu.has_native_bf16()
+        else ""
+    )
+    assert faster == f"  faster: a GPU, where this command runs {cli.MEASURED_GPU_PATH}{bf16}"
+    bf16_run = plan_of(out, precision="mixed_bfloat16", precision_why="--precision")
+    assert table2_plan.describe(bf16_run, slow, "", now).splitlines()[-1] == (
+        f"  faster: a GPU, where this command runs {cli.MEASURED_GPU_PATH}"
+    )
+    # exactly a day (2 start-ups of 43,167.5 s, 50 steps of 32 at 32/s, 3 evaluations of 480
+    # at 96/s) is not over one
+    day = plan_of(out, test_images=(480, 480), run_flags=[])
+    lines = table2_plan.describe(day, Measured(32.0, 43_167.5, 2, ("CPU",)), "", now).splitlines()
+    assert "  flags of every run: none" in lines
+    assert lines[-1].startswith("  projected: 1 d 00 h for the 2 runs to train (")
+    unknown = table2_plan.describe(plan, None, "none: why", now).splitlines()
+    assert unknown[-2:] == ["  measured: none: why", "  projected: unknown (no rate measured)"]
+    h200s = ["NVIDIA H200", "NVIDIA H200"]
+    gpu = plan_of(out, gpus=h200s, backend="jax", backend_why="b", precision="float32")
+    warned = table2_plan.describe(gpu, Measured(0.01, 5.0, 2, ("cpu",)), "", now).splitlines()
+    assert warned[2] == "  device: NVIDIA H200, NVIDIA H200"
+    assert warned[-3] == (
+        "  warning: nvidia-smi lists NVIDIA H200, NVIDIA H200, but the jax backend computes on "
+        f"the CPU: install its GPU build ({registry.GPU_INSTALL}), or pass --backend"
+    )
+    assert warned[-1] == f"  faster: a GPU, where this command runs {cli.MEASURED_GPU_PATH}"
+    tf_gpu = plan_of(out, gpus=h200s[:1], backend="tensorflow", backend_why="--backend")
+    assert table2_plan.describe(tf_gpu, measured, "", now).splitlines()[-2] == (
+        "  warning: nvidia-smi lists NVIDIA H200, but the tensorflow backend computes on the "
+        f"CPU: install its GPU build ({registry.INSTALL['tensorflow']} with CUDA), or pass "
+        "--backend"
+    )
+    assert table2_plan.describe(plan_of(out, every=1), None, "", now).splitlines()[-3] == (
+        "    cifar100_paper seed 1  to train: 40 steps, 40 evaluations"
+    )
+    result = out / "runs" / "cifar100_paper-seed0" / arm_runs.RESULT_FILE
+    result.write_text('{"final_step": 7, "diverged": true}')
+    assert table2_plan.state(str(out), "cifar100_paper", 0).step == 7
+    result.write_text('{"diverged": true}')
+    assert table2_plan.state(str(out), "cifar100_paper", 0).step == 0
+    result.write_text('{"final_step": 10, "diverged": true, "diverged_at": 12}')
+    for run in ("cifar10_paper-seed1", "cifar100_paper-seed1"):
+        (out / "runs" / run).mkdir(exist_ok=True)
+        (out / "runs" / run / arm_runs.RESULT_FILE).write_text(
+            '{"final_step": 40, "test_error": 0}'
+        )
+    done = table2_plan.describe(plan, None, "", now).splitlines()
+    assert done[-1] == "  nothing to train: every run has ended"
+    assert done[-4:-1] == [
+        "    cifar100_paper seed 0  diverged at step 12",
+        "    cifar10_paper seed 1   ended at step 40: test error 0.00%",
+        "    cifar100_paper seed 1  ended at step 40: test error 0.00%",
+    ]
