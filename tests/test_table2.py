@@ -16,6 +16,7 @@ import sys
 import time
 
 import launchers
+import numpy as np
 import pytest
 
 from resnet_noBN.backends import registry
@@ -24,7 +25,7 @@ from resnet_noBN.host import cpu
 from resnet_noBN.progress import clock, finish_at
 from resnet_noBN.runs import arm_runs, cli, folder_lock, study, table2_plan, table2_report
 from resnet_noBN.runs.table2_plan import Measured, RunState
-from resnet_noBN.trainers.answers import read_answers
+from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, read_answers
 
 STEPS = 40
 # the small network, 40 steps of batch 32: an evaluation and a checkpoint every 20 and 10 steps
@@ -673,3 +674,157 @@ def test_the_plan_in_words_names_each_run_and_projects_the_runs_to_train(tmp_pat
         "    cifar10_paper seed 1   ended at step 40: test error 0.00%",
         "    cifar100_paper seed 1  ended at step 40: test error 0.00%",
     ]
+
+
+def halves_right(first: int, second: int) -> np.ndarray:
+    """10,000 answers: ``first`` of images 0..4,999 right, ``second`` of the rest."""
+    bits = np.zeros(10_000, bool)
+    bits[:first] = True
+    bits[5_000 : 5_000 + second] = True
+    return bits
+
+
+def a_run(folder, answers=(), result=None, computed=None, dataset="cifar10"):
+    """A run's folder: its config.json (a committed quarter run's, ``computed``: the backend,
+    precision and devices it records), its answers (step -> right, the last final), its
+    result.json."""
+    folder.mkdir(parents=True)
+    config = json.loads((COMMITTED_RUN / "config.json").read_text())
+    config["data"]["dataset"], config["experiment"] = dataset, f"{dataset}_paper"
+    if computed:
+        config["backend"], config["runtime"]["precision"], devices = computed
+        config["runtime"]["devices"] = devices
+        if devices is None:
+            del config["runtime"]["devices"]
+    (folder / "config.json").write_text(json.dumps(config))
+    lines = [
+        Answers(right, np.zeros(10_000, int)).line(step, final=step == max(dict(answers)))
+        for step, right in answers
+    ]
+    (folder / ANSWERS_FILE).write_text("".join(line + "\n" for line in lines))
+    if result is not None:
+        (folder / arm_runs.RESULT_FILE).write_text(json.dumps(result))
+
+
+COMMITTED_RUN = launchers.REPO / "results" / "table2_quarter" / "runs" / "cifar10_paper-seed0"
+
+
+def test_the_summary_and_tables_of_runs_whose_figures_are_known(tmp_path):
+    """Three seeds. CIFAR-10: seed 0 ended at 25% (its best 15% at step 20, the 2016 figure
+    10%: 90% on the first half at step 20), seed 1 at 10% (best 10% at step 40; 2016 12%),
+    seed 2 to do: mean 17.5 ± 10.61, 11.12 points over the paper's 6.38. CIFAR-100: seed 0
+    diverged at step 33 (the replay's, 3 steps replayed, its health drawn; then not drawn),
+    seed 1 stopped at step 20, seed 2 diverged at its last step 5 without a replay: no figure."""
+    out = tmp_path / "table"
+    runs = out / "runs"
+    a_run(
+        runs / "cifar10_paper-seed0",
+        [(20, halves_right(4_500, 4_000)), (40, halves_right(4_000, 3_500))],
+        {"final_step": 40},
+        ("jax", "mixed_bfloat16", ["NVIDIA H200", "NVIDIA H200"]),
+    )
+    a_run(
+        runs / "cifar10_paper-seed1",
+        [(20, halves_right(3_000, 3_000)), (40, halves_right(4_600, 4_400))],
+        {"final_step": 40},
+    )
+    diverged = {"final_step": 30, "diverged": True, "diverged_at": 33}
+    a_run(runs / "cifar100_paper-seed0", (), diverged, ("jax", "float32", None), "cifar100")
+    replay = runs / "cifar100_paper-seed0" / "divergence"
+    replay.mkdir()
+    (replay / "train.jsonl").write_text("".join(f'{{"step": {s}}}\n' for s in (31, 32, 33)))
+    (replay / "health.png").write_bytes(b"")
+    (runs / "cifar100_paper-seed1").mkdir()
+    (runs / "cifar100_paper-seed1" / "ckpt-20.index").write_text("")
+    (runs / "cifar100_paper-seed2").mkdir()
+    (runs / "cifar100_paper-seed2" / arm_runs.RESULT_FILE).write_text(
+        '{"final_step": 5, "diverged": true}'
+    )
+    summary = table2_report.summarize(str(out), 3)
+    c10, c100 = summary["cifar10"], summary["cifar100"]
+    keys = ("seed", "folder", "state", "step", "backend", "precision", "devices")
+    assert [{k: r[k] for k in keys} for r in c10["runs"]] == [
+        {
+            "seed": 0,
+            "folder": "runs/cifar10_paper-seed0",
+            "state": "ended",
+            "step": 40,
+            "backend": "jax",
+            "precision": "mixed_bfloat16",
+            "devices": ["NVIDIA H200", "NVIDIA H200"],
+        },
+        {
+            "seed": 1,
+            "folder": "runs/cifar10_paper-seed1",
+            "state": "ended",
+            "step": 40,
+            "backend": "tensorflow",
+            "precision": "float32",
+            "devices": ["CPU"],
+        },
+        dict.fromkeys(keys[1:]) | {"seed": 2, "state": "to do", "step": 0},
+    ]
+    figures = ("final_error", "best_error", "best_step", "original_2016_error", "test_examples")
+    assert [[r[k] for k in figures] for r in c10["runs"][:2]] == [
+        [25.0, 15.0, 20, 10.0, 10_000],
+        [10.0, 10.0, 40, 12.0, 10_000],
+    ]
+    assert (c10["experiment"], c10["title"], c10["paper_error"]) == (
+        "cifar10_paper",
+        "CIFAR-10",
+        6.38,
+    )
+    assert (c10["seeds"], c10["ended"], c10["diverged"]) == (3, 2, [])
+    assert c10["final_error"] == {
+        "mean": 17.5,
+        "sd": statistics.stdev([25.0, 10.0]),
+        "values": [25.0, 10.0],
+    }
+    assert c10["best_error"]["values"] == [15.0, 10.0]
+    assert c10["original_2016_error"]["values"] == [10.0, 12.0]
+    assert c10["final_minus_paper"] == 17.5 - 6.38
+    assert (c100["ended"], c100["final_error"], c100["final_minus_paper"]) == (0, None, None)
+    assert c100["best_error"] is None and c100["original_2016_error"] is None
+    assert c100["diverged"] == [{"seed": 0, "step": 33}, {"seed": 2, "step": 5}]
+    first = c100["runs"][0]
+    assert (first["replay"], first["replayed_steps"], first["health"]) == (
+        "runs/cifar100_paper-seed0/divergence/train.jsonl",
+        3,
+        "runs/cifar100_paper-seed0/divergence/health.png",
+    )
+    assert [r["state"] for r in c100["runs"]] == ["diverged", "stopped", "diverged"]
+    assert "replay" not in c100["runs"][2] and c100["runs"][1]["step"] == 20
+    folder = "[runs/{0}](runs/{0})".format
+    assert table2_report.markdown_tables(summary).splitlines() == [
+        "| data set | paper (Table 2) | final error, mean ± sd | final − paper (pp) | 2016 code's "
+        "figure, mean ± sd | seeds ended | diverged |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| CIFAR-10 (`cifar10_paper`) | 6.38 | 17.50 ± 10.61 | +11.12 | 11.00 ± 1.41 | 2/3 | "
+        "none |",
+        "| CIFAR-100 (`cifar100_paper`) | 24.64 | - | - | - | 0/3 | seed 0 at step 33, seed 2 at "
+        "step 5 |",
+        "",
+        "| data set | seed | final error (%) | 2016 code's figure (%) | best over evaluations "
+        "(%) | computed | run |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| CIFAR-10 | 0 | 25.00 | 10.00 | 15.00 (step 20) | jax, mixed_bfloat16, NVIDIA H200 + "
+        f"NVIDIA H200 | {folder('cifar10_paper-seed0')} |",
+        "| CIFAR-10 | 1 | 10.00 | 12.00 | 10.00 (step 40) | tensorflow, float32, CPU | "
+        f"{folder('cifar10_paper-seed1')} |",
+        "| CIFAR-10 | 2 | to do |  |  |  | - |",
+        "| CIFAR-100 | 0 | diverged at step 33: [replay of its last 3 steps](runs/"
+        "cifar100_paper-seed0/divergence/train.jsonl), [health](runs/cifar100_paper-seed0/"
+        f"divergence/health.png) |  |  | jax, float32, ? | {folder('cifar100_paper-seed0')} |",
+        f"| CIFAR-100 | 1 | stopped at step 20: rerun to resume |  |  |  | "
+        f"{folder('cifar100_paper-seed1')} |",
+        "| CIFAR-100 | 2 | diverged at step 5 (no replay: no checkpoint before it) |  |  |  | "
+        f"{folder('cifar100_paper-seed2')} |",
+    ]
+    (replay / "health.png").unlink()  # a replay not drawn: its replay linked alone
+    summary = table2_report.summarize(str(out), 3)
+    assert summary["cifar100"]["runs"][0]["health"] is None
+    assert table2_report.markdown_tables(summary).splitlines()[-3] == (
+        "| CIFAR-100 | 0 | diverged at step 33: [replay of its last 3 steps](runs/"
+        "cifar100_paper-seed0/divergence/train.jsonl) |  |  | jax, float32, ? | "
+        f"{folder('cifar100_paper-seed0')} |"
+    )
