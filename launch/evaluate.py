@@ -12,6 +12,7 @@ resnet_noBN/runs/evaluation.py).
         --weights=runs/lease/back/cifar10_paper/weights-60000.npz \\
         --data_path=/data/cifar-10-batches-bin \\
         --compare_answers=runs/lease/back/cifar10_paper/answers.jsonl   # a GPU run, here
+    python launch/evaluate.py --model=runs/c10.keras --data_path=/data/cifar-10-batches-bin
 
 Runs on the backend the run trained on; prints one line of JSON per checkpoint evaluated. Writes
 nothing into --model_dir but the file --answers_to names (which test images each evaluated
@@ -19,7 +20,8 @@ checkpoint got right, as a run writes them: resnet_noBN/trainers/answers.py), fo
 a run that predates them (launch/figures.py). ``--weights`` evaluates a weights file instead of
 the checkpoints (a run's final weights as a GPU lease brings them back, no optimizer state), and
 ``--compare_answers`` counts the test images whose predicted class differs from the final
-predictions in a run's answers file (the GPU's, image by image).
+predictions in a run's answers file (the GPU's, image by image). ``--model`` evaluates a file of
+launch/export.py instead, on any backend, its data read as the record beside it says.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from resnet_noBN.host import cpu
 
 cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
+import functools
 import json
 import os
 
@@ -37,11 +40,17 @@ from absl import flags
 from resnet_noBN.configs.choices import FIRST_RED_PIXEL
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
-from resnet_noBN.runs import cli  # no Keras: bad input answered before the backend loads
+from resnet_noBN.runs import cli, model_paths  # no Keras: bad input answered first
 from resnet_noBN.trainers.answers import final_predictions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and checkpoints).")
+flags.DEFINE_string(
+    "model",
+    None,
+    "A .keras file of launch/export.py, evaluated instead of a run folder (on any backend; its "
+    "data read as the record beside it says).",
+)
 flags.DEFINE_string(
     "data_path", None, "The official binary files or an image folder of the run's data set."
 )
@@ -74,7 +83,8 @@ flags.DEFINE_string(
     "An answers.jsonl (a run's): also count the test images whose predicted class differs from "
     "its final predictions (predictions_differ).",
 )
-flags.mark_flags_as_required(["model_dir", "data_path"])
+flags.mark_flags_as_required(["data_path"])
+flags.mark_flags_as_mutual_exclusive(["model_dir", "model"], required=True)
 
 
 def differing(path: str, answers) -> int:
@@ -90,17 +100,29 @@ def differing(path: str, answers) -> int:
 
 @cli.exit_codes
 def main(argv):
-    from resnet_noBN.runs.evaluation import evaluate_run  # the backend loads now
+    print_fn = functools.partial(print, flush=True)
+    if FLAGS.model:
+        if FLAGS.every_checkpoint or FLAGS.weights:
+            raise InputError(
+                "--every_checkpoint and --weights read a run folder; a --model file holds one step"
+            )
+        model_paths.check_keras_file(FLAGS.model)
+        from resnet_noBN.runs.model_file import evaluate_file  # the backend loads now
 
+        results = [evaluate_file(FLAGS.model, FLAGS.data_path, FLAGS.first_red_pixel, print_fn)]
+    else:
+        from resnet_noBN.runs.evaluation import evaluate_run  # the backend loads now
+
+        results = evaluate_run(
+            FLAGS.model_dir,
+            FLAGS.data_path,
+            FLAGS.first_red_pixel,
+            print_fn,
+            FLAGS.every_checkpoint,
+            FLAGS.weights,
+        )
     lines = []
-    for result in evaluate_run(
-        FLAGS.model_dir,
-        FLAGS.data_path,
-        FLAGS.first_red_pixel,
-        lambda line: print(line, flush=True),
-        FLAGS.every_checkpoint,
-        FLAGS.weights,
-    ):
+    for result in results:
         lines.append((result["step"], result.pop("answers")))
         if FLAGS.compare_answers:
             result["predictions_differ"] = differing(FLAGS.compare_answers, lines[-1][1])

@@ -23,9 +23,19 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
             finished run evaluated again and its figures.
 
 ``launch/`` (the entry points), ``bench/`` (the benchmarks) and ``ops/`` (what runs the
-project rather than the paper: the GPU lease, the CI harnesses) stand above them all. Every entry
-point calls ``host.cpu.default_onednn()`` first, before anything loads TensorFlow.
+project rather than the paper: the GPU lease, the CI harnesses) stand above them all, and so does
+this package's own face, :func:`load`. Every entry point calls ``host.cpu.default_onednn()``
+first, before anything loads TensorFlow.
+
+Importing the package loads no Keras (a launcher answers a bad flag before any backend loads),
+but the layers a model file of ``launch/export.py`` is made of (:data:`SAVED_LAYERS`) are
+registered with Keras as Keras is imported (or at once, where it already is), so that
+``keras.saving.load_model(FILE)`` opens one after ``import resnet_noBN`` on every backend.
 """
+
+import importlib
+import importlib.abc
+import sys
 
 LAYERS = (
     "configs",
@@ -39,3 +49,53 @@ LAYERS = (
     "backends",
     "runs",
 )
+
+# the modules whose registered layers (``keras.saving.register_keras_serializable``) an exported
+# model holds: the network's own, and the input normalisation that takes raw pixels
+SAVED_LAYERS = ("resnet_noBN.models.layers", "resnet_noBN.datasets.normalization")
+
+
+def load(path: str):
+    """The Keras model in ``path``: a ``.keras`` file ``launch/export.py`` wrote, or a run folder
+    of ``launch/cifar.py`` (its latest checkpoint, on the backend it trained on), on the Keras
+    backend in use: raw pixels (uint8, or float in 0-255; [N, 32, 32, 3] for the CIFAR networks)
+    to logits. ``configs.errors.InputError`` (one line) for anything else
+    (``runs.model_file.load``)."""
+    from resnet_noBN.runs import model_file
+
+    return model_file.load(path)
+
+
+def _register_saved_layers() -> None:
+    for name in SAVED_LAYERS:
+        importlib.import_module(name)
+
+
+class _RegisterWithKeras(importlib.abc.MetaPathFinder):
+    """Keras' own spec, found by the finders after this one, its loader made to register the
+    layers of :data:`SAVED_LAYERS` once it has run Keras (then this finder leaves
+    ``sys.meta_path``). A look-up that imports nothing (``importlib.util.find_spec``, as
+    TensorFlow's) leaves it in place."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "keras":
+            return None
+        others = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
+        spec = next(filter(None, (f.find_spec(fullname, path, target) for f in others)), None)
+        if spec is not None and spec.loader is not None:
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+                _register_saved_layers()
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+if "keras" in sys.modules:
+    _register_saved_layers()
+else:
+    sys.meta_path.insert(0, _RegisterWithKeras())

@@ -60,9 +60,10 @@ def imports(path: Path, known, folder: str = "") -> list[tuple[str, int]]:
 
 def rank(module: str) -> int:
     """The layer of a module: its subpackage's place in ``resnet_noBN.LAYERS`` (a module of the
-    package's root, as ``plotting``, is its own layer); launch/, bench/ and ops/ above them all."""
+    package's root, as ``plotting``, is its own layer); launch/, bench/, ops/ and the package's
+    own face (its ``__init__``: ``resnet_noBN.load``) above them all."""
     parts = module.split(".")
-    if parts[0] != "resnet_noBN":
+    if parts[0] != "resnet_noBN" or len(parts) == 1:
         return TOP
     return resnet_noBN.LAYERS.index(parts[1])
 

@@ -30,8 +30,18 @@ from resnet_noBN.trainers.health import HEALTH
 from resnet_noBN.trainers.tensorflow_training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-NO_TF = 'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "launch/cifar.py"; '
-NO_TF += 'runpy.run_path("launch/cifar.py", run_name="__main__")'
+
+
+def without_tensorflow(script: str) -> str:
+    """``python -c`` code that runs the repository's ``script`` (from the repository root) as
+    ``python script`` would, in a process where any import of TensorFlow fails."""
+    return (
+        f'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "{script}"; '
+        f'runpy.run_path("{script}", run_name="__main__")'
+    )
+
+
+NO_TF = without_tensorflow("launch/cifar.py")
 BACKENDS = ("jax", "torch")  # KERAS_BACKEND names; each is also the module it needs
 
 

@@ -26,6 +26,9 @@ IMAGENET_TFDS_NAME = "imagenet2012"
 IMAGENET_TRAIN_EXAMPLES = 1_281_167
 IMAGENET_EVAL_EXAMPLES = 50_000
 IMAGENET_NORMALIZATIONS = ("per_image", "mean_std")
+# --normalization=mean_std: ImageNet's RGB channel means and standard deviations, in 0-255
+IMAGENET_MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 IMAGENET_SHUFFLE_BUFFER = 10_000  # JPEG records (~110 kB each: ~1.1 GB per worker)
 
 

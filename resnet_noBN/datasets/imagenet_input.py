@@ -54,10 +54,16 @@ import tensorflow_datasets as tfds
 
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets.data_config import (
+    IMAGENET_MEAN_RGB as MEAN_RGB,
+)
+from resnet_noBN.datasets.data_config import (
     IMAGENET_NORMALIZATIONS as NORMALIZATIONS,
 )
 from resnet_noBN.datasets.data_config import (
     IMAGENET_SHUFFLE_BUFFER as SHUFFLE_BUFFER,
+)
+from resnet_noBN.datasets.data_config import (
+    IMAGENET_STDDEV_RGB as STDDEV_RGB,
 )
 from resnet_noBN.datasets.data_config import (
     IMAGENET_TFDS_NAME as TFDS_NAME,
@@ -74,8 +80,6 @@ SPLITS = ("train", "validation")
 NUM_CLASSES = 1000
 IMAGE_SIZE = 224
 EVAL_RESIZE = 256  # the shorter side before the central IMAGE_SIZE crop, at IMAGE_SIZE = 224
-MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3 / 4, 4 / 3)
 LABEL_ERROR = "ImageNet label out of range"  # marks the in-graph label check's error

@@ -79,9 +79,10 @@ from resnet_noBN.models.networks import image_input, pool_and_project, residual_
 
 
 def build_imagenet_model(
-    cfg: ImageNetConfig = ImageNetConfig(), precision: str = "float32"
+    cfg: ImageNetConfig = ImageNetConfig(), precision: str = "float32", preprocess=None
 ) -> keras.Model:
-    """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3].
+    """Logits [B, num_classes] for normalised RGB images [B, image_size, image_size, 3] (or for
+    raw ones, given the layer that normalises them as ``preprocess``).
 
     Layer names follow the CIFAR model (``stageS_unitU_conv1`` ...): ``stem_conv``, then
     ``stem_relu`` / ``stem_downsample`` with ``downsample="conv"``, ``global_pool``,
@@ -90,7 +91,7 @@ def build_imagenet_model(
     """
     cfg.validate()
     block = Block.of(cfg, precision)
-    inputs, x = image_input(cfg.image_size, block)
+    inputs, x = image_input(cfg.image_size, block, preprocess)
     x = conv(
         x,
         cfg.stem_filters,

@@ -103,25 +103,31 @@ def pool_and_project(x, block: Block, num_classes: int, head: str, head_decay: b
     return projection_head(x, num_classes, head, head_decay)
 
 
-def image_input(size: int, block: Block):
-    """(the Keras input of NHWC images, the tensor in the model's layout)."""
+def image_input(size: int, block: Block, preprocess=None):
+    """(the Keras input of NHWC images, the tensor in the model's layout), the layer
+    ``preprocess`` applied first where one is given (an exported model's normalisation of raw
+    pixels, ``datasets.normalization``)."""
     inputs = keras.Input((size, size, 3), name="images")
+    x = inputs if preprocess is None else preprocess(inputs)
     if block.data_format == "channels_first":
         permute = keras.layers.Permute((3, 1, 2), name="to_channels_first", dtype=block.dtype)
-        return inputs, permute(inputs)
-    return inputs, inputs
+        return inputs, permute(x)
+    return inputs, x
 
 
-def build_cifar_model(cfg: ModelConfig = ModelConfig(), precision: str = "float32") -> keras.Model:
-    """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images, its
-    layers built in the dtype policy of ``precision`` (the residual stream's in float32).
+def build_cifar_model(
+    cfg: ModelConfig = ModelConfig(), precision: str = "float32", preprocess=None
+) -> keras.Model:
+    """The CIFAR network of Table 1: logits for 32x32x3 per-image standardised images (or for
+    raw ones, given the layer that standardises them as ``preprocess``), its layers built in the
+    dtype policy of ``precision`` (the residual stream's in float32).
 
     Weights are drawn from Keras' global generator: call ``keras.utils.set_random_seed`` first
     for a repeatable model.
     """
     cfg.validate()
     block = Block.of(cfg, precision)
-    inputs, x = image_input(32, block)
+    inputs, x = image_input(32, block, preprocess)
     x = conv(x, cfg.init_filters, 3, 1, he_stddev(3, cfg.init_filters), block, name="init_conv")
     x = residual_stages(
         x,

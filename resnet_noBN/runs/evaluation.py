@@ -29,8 +29,8 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import record, run_config, setup
-from resnet_noBN.trainers.loop import unreadable_checkpoint_line
+from resnet_noBN.runs import run_config, run_folder, setup
+from resnet_noBN.trainers.loop import TrainLoop, unreadable_checkpoint_line
 
 
 def probed_test_split(
@@ -64,6 +64,36 @@ def probed_test_split(
     return images, labels
 
 
+def recorded_run(model_dir: str) -> tuple[dict, run_config.RunConfig]:
+    """The run ``model_dir`` holds: its ``config.json`` as recorded and as a run config;
+    InputError (one line) where the folder holds no run, or one trained on another backend than
+    the one in use (``run_folder.read_record``)."""
+    saved = run_folder.read_record(model_dir)
+    return saved, run_config.from_record(saved)
+
+
+def reading_trainer(saved: dict, run: run_config.RunConfig, model_dir: str) -> TrainLoop:
+    """A trainer of the run (:func:`recorded_run`) in float32 that reads its checkpoints and
+    trains nothing (today's recipe: the run's own length, drops and intervals do not matter)."""
+    config = run.replace(runtime=RuntimeConfig(seed=saved.get("seed", 0)), recipe=TrainConfig())
+    return setup.make_trainer(config, setup.start_runtime(config), model_dir)
+
+
+def read_weights(trainer: TrainLoop, path: str) -> None:
+    """The weights file ``path`` (a run's final weights without its optimizer, as a GPU lease
+    brings them back) into ``trainer``; InputError (one line) where its backend reads no such
+    file or the file holds another model's."""
+    if not hasattr(trainer, "read_weights"):
+        raise InputError(
+            f"{path} is a weights file, read on the JAX and PyTorch backends, not "
+            f"{registry.current().name}"
+        )
+    try:
+        trainer.read_weights(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"{path} holds no weights of this run: {e}") from None
+
+
 def evaluate_run(
     model_dir: str,
     data_path: str,
@@ -80,43 +110,20 @@ def evaluate_run(
     back), the step, errors and counts, the weights' digest and the answers
     (``trainers.answers.Answers``, under ``"answers"``). Yields one result per checkpoint.
     Writes nothing into ``model_dir``."""
-    saved = record.read_config(model_dir)
-    if not saved:
-        raise InputError(
-            f"--model_dir {model_dir} has no config.json: not a run of launch/cifar.py; name the "
-            "folder a run wrote"
-        )
-    backend = registry.current()
-    if saved.get("backend", "tensorflow") != backend.name:
-        raise InputError(
-            f"--model_dir {model_dir} was trained on {saved.get('backend', 'tensorflow')} and its "
-            f"checkpoints are read there; run with KERAS_BACKEND={saved.get('backend')}"
-        )
-    run = run_config.from_record(saved)
+    saved, run = recorded_run(model_dir)
     data = dataclasses.replace(run.data, data_path=str(data_path))
     cifar_data.check_data_path(data.dataset, data.data_path)
     images, labels = probed_test_split(data, first_red_pixel)
-    config = run.replace(
-        data=data, runtime=RuntimeConfig(seed=saved.get("seed", 0)), recipe=TrainConfig()
-    )
-    runtime = setup.start_runtime(config)
-    trainer = setup.make_trainer(config, runtime, model_dir)
-    if weights and not hasattr(trainer, "read_weights"):
-        raise InputError(
-            f"--weights reads runs of the JAX and PyTorch backends, not {backend.name}"
-        )
-    if not weights and trainer.restore(print_fn) == 0:
+    trainer = reading_trainer(saved, run, model_dir)
+    if weights:
+        read_weights(trainer, weights)
+    elif trainer.restore(print_fn) == 0:
         raise InputError(f"--model_dir {model_dir} holds no checkpoint; train it first")
-    batch = config.recipe.eval_batch_size
-    source = backend.evaluation_source(images, labels, batch)
+    batch = trainer.cfg.eval_batch_size
+    source = registry.current().evaluation_source(images, labels, batch)
     paths = trainer.checkpoints() if every_checkpoint else [trainer.restored_from]
     for path in [weights] if weights else paths:
-        if weights:
-            try:
-                trainer.read_weights(path)
-            except (OSError, ValueError, KeyError) as e:
-                raise InputError(f"--weights {path} are not this run's weights: {e}") from None
-        else:
+        if not weights:
             try:
                 trainer.read_checkpoint(path)
             except trainer.unreadable as e:  # damaged: skipped here as a resume skips it

@@ -97,10 +97,12 @@ def start_runtime(config: RunConfig, model_dir: str | None = None) -> Runtime:
     return registry.current().start(config.runtime, sizes, seed)
 
 
-def build_model(config: RunConfig) -> Callable:
-    """What builds the run's network, in its precision (the trainer calls it in its scope)."""
+def build_model(config: RunConfig, preprocess=None) -> Callable:
+    """What builds the run's network, in its precision (the trainer calls it in its scope);
+    ``preprocess``: a layer the network applies to its input first (an exported model's
+    normalisation of raw pixels, ``runs.model_file``)."""
     build = build_imagenet_model if config.launcher == "imagenet" else build_cifar_model
-    return lambda: build(config.network, config.runtime.precision)
+    return lambda: build(config.network, config.runtime.precision, preprocess)
 
 
 def make_trainer(

@@ -447,11 +447,9 @@ class TrainLoop:
         }
 
     def weights_digest(self) -> str:
-        """SHA-256 of every weight's bytes: equal on all workers of a synchronous job."""
-        digest = hashlib.sha256()
-        for weight in self.model.weights:
-            digest.update(np.ascontiguousarray(ops.convert_to_numpy(weight)).tobytes())
-        return digest.hexdigest()[:16]
+        """SHA-256 of every weight's bytes (:func:`weights_digest`): equal on all workers of a
+        synchronous job."""
+        return weights_digest(self.model.weights)
 
 
 class _Throughput:
@@ -466,6 +464,15 @@ class _Throughput:
 
     def rate(self) -> float | None:
         return round(self.images / self.seconds, 2) if self.seconds else None
+
+
+def weights_digest(weights) -> str:
+    """The first 16 hex digits of the SHA-256 of ``weights``' bytes, in order (a model's
+    ``weights``: what a run's ``weights_sha256`` is, and an exported model's)."""
+    digest = hashlib.sha256()
+    for weight in weights:
+        digest.update(np.ascontiguousarray(ops.convert_to_numpy(weight)).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def errors(totals: np.ndarray, top5: bool) -> dict:

@@ -1,0 +1,499 @@
+"""launch/export.py, resnet_noBN.load and launch/evaluate.py --model (runs/model_file.py): a
+run's network in one .keras file that every Keras backend loads, taking raw pixels; a SavedModel
+that serves uint8 images without the project; bad input one line, nothing written.
+
+Two tiny runs of the small network on generated CIFAR-10, each exported once and shared: one on
+TensorFlow with Fixup's blocks (their scalar layers), one on JAX with no TensorFlow importable,
+brought back as a GPU lease brings a run (``weights-<step>.npz``). The TensorFlow run's file is
+loaded here and on JAX and PyTorch in processes where TensorFlow cannot be imported; its logits
+are compared with those the run's own evaluation computes (the network restored from the
+checkpoint, on standardised images), its classes with the run's answers.jsonl, image by image.
+"""
+
+import functools
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+
+import keras
+import launchers
+import numpy as np
+import pytest
+import tensorflow as tf
+from doc_blocks import blocks
+from launchers import REPO
+from PIL import Image
+from test_imagenet import TINY
+from test_launch_cifar import SMALL, cifar
+from test_tensorflow_free_backends import backend_env, without_tensorflow
+
+import resnet_noBN
+from ops.lease.collect import cut_weights
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.datasets import cifar_data, imagenet_input, stream
+from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.runs import model_file, run_config, setup
+from resnet_noBN.trainers.answers import final_predictions
+from resnet_noBN.trainers.loop import weights_digest
+from resnet_noBN.trainers.run_log import read_metrics
+
+CIFAR_RECORDS = 24  # a file of the generated data: 120 training images, 24 test images
+STEPS = ["--train_steps=4", "--checkpoint_every=2", "--eval_every=2"]  # steps 2 and 4 kept
+TOLERANCE = 1e-5  # float32: the largest logit difference allowed, between backends or paths
+DOCS = REPO / "docs" / "training.md"
+DOCS_MARKER = "run by tests/test_export.py"
+
+
+def export(*args, env=None):
+    return launchers.run("launch/export.py", *args, env=env)
+
+
+def evaluate(*args, env=None):
+    return launchers.run("launch/evaluate.py", *args, env=env)
+
+
+def last_json(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def split_images(data):
+    return cifar_data.load_split("cifar10", "test", data)
+
+
+def without_tensorflow_run(script: str, *args, env: dict) -> subprocess.CompletedProcess:
+    """``python script args`` from the repository root, TensorFlow unimportable, ``env``'s
+    backend."""
+    return subprocess.run(
+        [sys.executable, "-c", without_tensorflow(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cifar_bin):
+    """{"tensorflow": (folder, final JSON), "jax": ...}: 4 steps each, trained side by side."""
+    root = tmp_path_factory.mktemp("runs")
+    args = [*SMALL, *STEPS, f"--data_path={cifar_bin}"]
+    folders = {"tensorflow": root / "tf", "jax": root / "jax"}
+    procs = launchers.run_many(
+        [
+            functools.partial(
+                cifar, *args, "--block=fixup", f"--model_dir={folders['tensorflow']}"
+            ),
+            functools.partial(
+                without_tensorflow_run,
+                "launch/cifar.py",
+                *args,
+                f"--model_dir={folders['jax']}",
+                env=backend_env("jax"),
+            ),
+        ]
+    )
+    return {name: (folders[name], last_json(proc)) for name, proc in zip(folders, procs)}
+
+
+@pytest.fixture(scope="module")
+def lease_folder(runs, tmp_path_factory):
+    """The JAX run as a GPU lease brings it back: its record, metrics and answers, and
+    weights-4.npz (``ops.lease.collect.cut_weights``) in place of its checkpoints."""
+    trained, final = runs["jax"]
+    cut = cut_weights(trained, final)
+    back = tmp_path_factory.mktemp("lease") / "cifar10_small"
+    back.mkdir()
+    for name in ("config.json", "metrics.jsonl", "answers.jsonl", cut["file"]):
+        shutil.copy(trained / name, back / name)
+    return back
+
+
+@pytest.fixture(scope="module")
+def exported(runs, lease_folder, tmp_path_factory):
+    """The TensorFlow run exported whole and, at step 2, as a SavedModel; the lease's JAX run
+    exported on JAX with no TensorFlow importable: {name: (path, its record)}."""
+    out = tmp_path_factory.mktemp("exported")
+    tf_dir = runs["tensorflow"][0]
+    lease_export = functools.partial(
+        without_tensorflow_run,
+        "launch/export.py",
+        f"--model_dir={lease_folder}",
+        f"--output={out / 'lease.keras'}",
+        env=backend_env("jax"),
+    )
+    procs = launchers.run_many(
+        [
+            functools.partial(export, f"--model_dir={tf_dir}", f"--output={out / 'tf.keras'}"),
+            functools.partial(
+                export,
+                f"--model_dir={tf_dir}",
+                "--step=2",
+                "--format=tf_saved_model",
+                f"--output={out / 'tf_serving'}",
+            ),
+            lease_export,
+        ]
+    )
+    found = {
+        name: (out / file, last_json(proc))
+        for name, file, proc in zip(
+            ("tf", "tf_serving", "lease"), ("tf.keras", "tf_serving", "lease.keras"), procs
+        )
+    }
+    # the documented route of a JAX or PyTorch run to a SavedModel, its file on TensorFlow
+    # (launch/export.py --model=FILE --format=tf_saved_model), here in this process
+    serving = out / "lease_serving"
+    found["lease_serving"] = (
+        serving,
+        model_file.export_file(str(out / "lease.keras"), str(serving), "tf_saved_model"),
+    )
+    return found
+
+
+def run_logits(model_dir, step: int, images) -> tuple[np.ndarray, str]:
+    """What the TensorFlow run's own evaluation computes at ``step``: the network its
+    config.json records, restored from ckpt-<step>, on standardised images; and its digest."""
+    saved = json.loads((model_dir / "config.json").read_text())
+    network = build_cifar_model(run_config.from_record(saved).network)
+    tf.train.Checkpoint(model=network).restore(str(model_dir / f"ckpt-{step}")).expect_partial()
+    logits = network(stream.standardize(images), training=False)
+    return keras.ops.convert_to_numpy(logits), weights_digest(network.weights)
+
+
+def test_the_record_beside_the_file_names_the_run(runs, exported, cifar_bin):
+    model_dir, final = runs["tensorflow"]
+    path, record = exported["tf"]
+    assert json.loads(path.with_suffix(".json").read_text()) == record
+    saved = json.loads((model_dir / "config.json").read_text())
+    measured = read_metrics(str(model_dir))[-1]
+    assert (record["step"], record["weights_sha256"]) == (4, final["weights_sha256"])
+    assert (record["test_error"], record["test_examples"]) == (final["test_error"], 24)
+    assert record["test_error"] == measured["test_error"]
+    assert record["weights"] == str(model_dir / "ckpt-4")
+    assert (record["experiment"], record["backend"]) == ("cifar10_paper", "tensorflow")
+    assert (record["recipe"], record["data"]) == (saved["recipe"], saved["data"])
+    assert record["classes"] == list(cifar_data.DATASETS["cifar10"].class_names)
+    assert record["input"]["shape"] == [None, 32, 32, 3]
+    assert record["features"] == {"layer": "global_pool", "width": 64}
+    assert (
+        record["command"].startswith("python ") and f"--model_dir={model_dir}" in record["command"]
+    )
+    assert path.stat().st_size > 100_000 and not list(path.parent.glob("*.partial*"))
+
+
+# run by a process where TensorFlow cannot be imported: the file's logits on JAX or PyTorch
+PROBE = """import sys
+sys.modules["tensorflow"] = None
+{imports}
+import numpy as np
+model = keras.saving.load_model(sys.argv[1])
+images = np.load(sys.argv[2])
+np.savez(sys.argv[3], uint8=model.predict(images, verbose=0),
+    floats=model.predict(images.astype("float32"), verbose=0),
+    load=resnet_noBN.load(sys.argv[1]).predict(images, verbose=0))
+"""
+# each backend's probe imports in another order: the layers registered either way
+IMPORTS = {"jax": "import resnet_noBN\nimport keras", "torch": "import keras\nimport resnet_noBN"}
+# run by a process where resnet_noBN cannot be imported: each SavedModel's logits
+SERVE = """import sys
+sys.modules["resnet_noBN"] = None
+import numpy as np, tensorflow as tf
+images = tf.constant(np.load(sys.argv[1]))
+served = [tf.saved_model.load(path) for path in sys.argv[3:]]
+np.savez(sys.argv[2], **{name: model.serve(images).numpy()
+    for name, model in zip(("tf", "lease"), served)})
+"""
+REFUSED = {  # each bad input's line ({root}: the cases' folder, {run}: the run's, {file}: its file)
+    "no_checkpoint": "error: --model_dir {root}/bare holds no checkpoint (ckpt-<step>) and no "
+    "weights file (weights-<step>.npz); train it first, or name the folder that holds them",
+    "step": "error: --step=3: {run} keeps the weights of step 2, 4 only; give one of them",
+    "output": "error: --output {root}/missing/x.keras: its folder {root}/missing does not exist; "
+    "create it or name another",
+    "suffix": "error: --output {root}/x.h5 must end in .keras (the Keras file format), or give "
+    "--format=tf_saved_model for a SavedModel folder",
+    "not_keras": "error: --model {root}/notes.keras is not a Keras file (a zip holding "
+    "config.json and metadata.json, as Model.save writes); give a .keras file of "
+    "launch/export.py",
+    "not_keras_export": "error: --model {root}/notes.keras is not a Keras file (a zip holding "
+    "config.json and metadata.json, as Model.save writes); give a .keras file of "
+    "launch/export.py",
+    "classes": "error: --model {file} gives 10 classes, but --data_path {root}/cifar-100-binary "
+    "holds CIFAR-100 (100 classes): evaluate it on a copy of its own data set",
+}
+
+
+def python(code: str, *args, env: dict, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def listing(folder):
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def launched(runs, exported, cifar_bin, tmp_path_factory, write_cifar):
+    """Every process that reads the exported files, two at a time: the JAX and PyTorch probes,
+    the SavedModels served, launch/evaluate.py --model, each bad input of REFUSED. Returns the
+    folder they write into, the refusals' folder, the listings before them, and the processes
+    by name."""
+    model_dir, _ = runs["tensorflow"]
+    file = exported["tf"][0]
+    out = tmp_path_factory.mktemp("launched")
+    np.save(out / "images.npy", split_images(cifar_bin)[0])
+    root = tmp_path_factory.mktemp("refused")
+    (root / "bare").mkdir()  # a run's record, no checkpoint
+    shutil.copy(model_dir / "config.json", root / "bare" / "config.json")
+    (root / "notes.keras").write_text("not a model")
+    c100 = root / "cifar-100-binary"
+    write_cifar(c100, "cifar100", 4)
+    launches = {
+        **{
+            backend: functools.partial(
+                python,
+                PROBE.format(imports=IMPORTS[backend]),
+                file,
+                out / "images.npy",
+                out / f"{backend}.npz",
+                env=backend_env(backend),
+            )
+            for backend in IMPORTS
+        },
+        "serve": functools.partial(
+            python,
+            SERVE,
+            out / "images.npy",
+            out / "served.npz",
+            exported["tf_serving"][0],
+            exported["lease_serving"][0],
+            env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+            cwd=out,
+        ),
+        "evaluate": functools.partial(
+            evaluate,
+            f"--model={file}",
+            f"--data_path={cifar_bin}",
+            f"--compare_answers={model_dir / 'answers.jsonl'}",
+            f"--answers_to={out / 'answers.jsonl'}",
+        ),
+        "no_checkpoint": functools.partial(
+            export, f"--model_dir={root / 'bare'}", f"--output={root / 'x.keras'}"
+        ),
+        "step": functools.partial(
+            export, f"--model_dir={model_dir}", "--step=3", f"--output={root / 'x.keras'}"
+        ),
+        "output": functools.partial(
+            export, f"--model_dir={model_dir}", f"--output={root / 'missing' / 'x.keras'}"
+        ),
+        "suffix": functools.partial(
+            export, f"--model_dir={model_dir}", f"--output={root / 'x.h5'}"
+        ),
+        "not_keras": functools.partial(
+            evaluate, f"--model={root / 'notes.keras'}", f"--data_path={c100}"
+        ),
+        "not_keras_export": functools.partial(
+            export, f"--model={root / 'notes.keras'}", f"--output={root / 'x.keras'}"
+        ),
+        "classes": functools.partial(evaluate, f"--model={file}", f"--data_path={c100}"),
+    }
+    before = {folder: listing(folder) for folder in (root, model_dir, file.parent)}
+    procs = launchers.run_many(list(launches.values()))
+    return out, root, before, dict(zip(launches, procs))
+
+
+def test_the_file_gives_the_runs_logits_and_classes_on_every_backend(
+    runs, exported, launched, cifar_bin
+):
+    """TensorFlow here, JAX (``import resnet_noBN`` before Keras) and PyTorch (after it) each in
+    a process without TensorFlow: ``keras.saving.load_model`` and ``resnet_noBN.load`` of the
+    file, on uint8 pixels and on the same pixels as floats."""
+    model_dir, _ = runs["tensorflow"]
+    path, _ = exported["tf"]
+    out, _, _, procs = launched
+    for backend in IMPORTS:
+        assert procs[backend].returncode == 0, procs[backend].stderr[-3000:]
+    images, _ = split_images(cifar_bin)
+    model = keras.saving.load_model(path)
+    logits = {
+        "tensorflow": {
+            "uint8": model.predict(images, verbose=0),
+            "floats": model.predict(images.astype("float32"), verbose=0),
+            "load": resnet_noBN.load(str(path)).predict(images, verbose=0),
+        },
+        **{backend: dict(np.load(out / f"{backend}.npz")) for backend in IMPORTS},
+    }
+    expected, digest = run_logits(model_dir, 4, images)
+    assert weights_digest(model.weights) == digest
+    assert np.ptp(expected.argmax(axis=1)) > 0  # the classes differ from image to image
+    answers = final_predictions(str(model_dir / "answers.jsonl"))
+    assert answers.step == 4 and len(answers.predicted) == len(images)
+    for backend, by_input in logits.items():
+        for name, found in by_input.items():
+            assert found.shape == (len(images), 10), (backend, name)
+            np.testing.assert_allclose(found, expected, rtol=0, atol=TOLERANCE, err_msg=backend)
+            assert np.array_equal(found.argmax(axis=1), answers.predicted), (backend, name)
+    for a, b in itertools.combinations(logits, 2):
+        assert np.abs(logits[a]["uint8"] - logits[b]["uint8"]).max() <= TOLERANCE, (a, b)
+
+
+def test_a_lease_run_of_jax_exported_without_tensorflow_loads_here(
+    runs, exported, lease_folder, cifar_bin
+):
+    trained, final = runs["jax"]
+    path, record = exported["lease"]
+    assert (record["backend"], record["step"]) == ("jax", 4)
+    assert record["weights"] == str(lease_folder / "weights-4.npz")
+    assert record["weights_sha256"] == final["weights_sha256"]
+    assert record["command"].startswith("KERAS_BACKEND=jax python ")
+    images, _ = split_images(cifar_bin)
+    predicted = resnet_noBN.load(str(path)).predict(images, verbose=0).argmax(axis=1)
+    assert np.array_equal(predicted, final_predictions(str(trained / "answers.jsonl")).predicted)
+
+
+def test_a_saved_model_serves_uint8_images_without_the_project(runs, exported, launched, cifar_bin):
+    """The TensorFlow run's SavedModel of step 2 and the JAX run's, made from its .keras file,
+    loaded by ``tf.saved_model.load`` in a process where resnet_noBN cannot be imported: the
+    logits of the run's evaluation at step 2, and of the JAX file."""
+    model_dir, _ = runs["tensorflow"]
+    _, record = exported["tf_serving"]
+    images, _ = split_images(cifar_bin)
+    expected, digest = run_logits(model_dir, 2, images)
+    assert (record["format"], record["step"], record["weights_sha256"]) == (
+        "tf_saved_model",
+        2,
+        digest,
+    )
+    assert record["test_error"] == read_metrics(str(model_dir))[0]["test_error"]
+    lease_path, lease_record = exported["lease"]
+    from_file = exported["lease_serving"][1]
+    assert from_file["exported_from"] == str(lease_path)
+    assert from_file["weights_sha256"] == lease_record["weights_sha256"]
+    out, _, _, procs = launched
+    assert procs["serve"].returncode == 0, procs["serve"].stderr[-3000:]
+    served = np.load(out / "served.npz")
+    np.testing.assert_allclose(served["tf"], expected, rtol=0, atol=TOLERANCE)
+    lease = resnet_noBN.load(str(lease_path)).predict(images, verbose=0)
+    np.testing.assert_allclose(served["lease"], lease, rtol=0, atol=TOLERANCE)
+
+
+def test_evaluating_the_file_gives_the_runs_figures(runs, launched):
+    model_dir, final = runs["tensorflow"]
+    out, _, _, procs = launched
+    result = last_json(procs["evaluate"])
+    assert (result["step"], result["test_examples"]) == (4, 24)
+    assert result["test_error"] == final["test_error"] and result["predictions_differ"] == 0
+    assert result["weights_sha256"] == final["weights_sha256"]
+    again = final_predictions(str(out / "answers.jsonl"))
+    kept = final_predictions(str(model_dir / "answers.jsonl"))
+    assert np.array_equal(again.correct, kept.correct)
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_bad_input_is_one_line_and_writes_nothing(runs, exported, launched, case):
+    _, root, before, procs = launched
+    proc = procs[case]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    expected = REFUSED[case].format(root=root, run=runs["tensorflow"][0], file=exported["tf"][0])
+    assert proc.stderr.strip().splitlines()[-1] == expected
+    assert {folder: listing(folder) for folder in before} == before
+
+
+def test_load_refuses_what_is_no_model_in_one_line(tmp_path, one_line):
+    with pytest.raises(InputError) as refused:
+        resnet_noBN.load(str(tmp_path))
+    one_line(refused, f"--model {tmp_path} is a folder, not a Keras file")
+    with pytest.raises(InputError) as refused:
+        resnet_noBN.load(str(tmp_path / "none.keras"))
+    one_line(refused, "does not exist")
+
+
+TINY_NETWORK = {  # test_imagenet's TINY: the ImageNet network, 1 block a stage, 32x32 crops
+    "image_size": TINY.image_size,
+    "stem_filters": TINY.stem_filters,
+    "stage_units": TINY.stage_units,
+    "stage_widths": TINY.stage_widths,
+}
+
+
+@pytest.mark.parametrize(
+    "experiment, changes",
+    [
+        ("cifar10_original_2016", {}),
+        ("imagenet_paper", {"network": TINY_NETWORK}),
+        ("imagenet_paper", {"network": TINY_NETWORK, "data": {"normalization": "mean_std"}}),
+    ],
+    ids=["original_2016", "imagenet_per_image", "imagenet_mean_std"],
+)
+def test_every_network_in_a_file_takes_raw_pixels(experiment, changes, tmp_path):
+    """The 2016 code's network (its pre-activation blocks and trained head) and the ImageNet
+    ResNet-34 (either normalisation): the file's logits on raw pixels are the network's on the
+    images its input pipeline makes (the ImageNet pipeline's own normalize)."""
+    launcher = "imagenet" if experiment.startswith("imagenet") else "cifar"
+    model = "small" if launcher == "cifar" else None
+    run = run_config.build(experiment, model, launcher, **changes)
+    keras.utils.set_random_seed(1)
+    network = setup.build_model(run)()
+    served = model_file.served_model(run, network)
+    size = served.input_shape[1]
+    pixels = np.random.default_rng(0).integers(0, 256, (3, size, size, 3), np.uint8)
+    if launcher == "imagenet":
+        floats = tf.cast(pixels, tf.float32)
+        normalized = tf.stack([imagenet_input.normalize(p, run.data.normalization) for p in floats])
+    else:
+        normalized = stream.standardize(pixels)
+    expected = keras.ops.convert_to_numpy(network(normalized, training=False))
+    model_file.write(served, str(tmp_path / "m.keras"), "keras", {})
+    loaded = resnet_noBN.load(str(tmp_path / "m.keras"))
+    np.testing.assert_allclose(loaded.predict(pixels, verbose=0), expected, rtol=0, atol=TOLERANCE)
+    assert weights_digest(loaded.weights) == weights_digest(network.weights)
+    # what load_model draws before it reads the weights: zeros, no random draw to compile
+    initializers = [
+        v for layer in loaded.layers for k, v in vars(layer).items() if k.endswith("_initializer")
+    ]
+    assert initializers and all(isinstance(i, keras.initializers.Zeros) for i in initializers)
+
+
+def docs_blocks() -> list[str]:
+    found = [b.text for b in blocks(DOCS) if b.language == "python" and b.marker == DOCS_MARKER]
+    assert len(found) >= 4, "docs/training.md's Python blocks are gone"
+    return found
+
+
+def test_the_docs_python_blocks_run(runs, exported, cifar_bin, write_image_tree, tmp_path, capsys):
+    """docs/training.md's Python, in order, in one namespace: the tiny run's files in place of
+    its paths, a PNG of a test image, an image folder of PNGs."""
+    path, record = exported["tf"]
+    images, _ = split_images(cifar_bin)
+    Image.fromarray(images[0]).save(tmp_path / "cat.png")
+    tree = write_image_tree(tmp_path / "cifar-10-png", "cifar10", 2)
+    paths = {
+        '"runs/cifar10.keras"': path,
+        '"runs/cifar10.json"': path.with_suffix(".json"),
+        '"runs/cifar10_serving"': exported["tf_serving"][0],
+        '"cat.png"': tmp_path / "cat.png",
+        '"/data/cifar-10-png"': tmp_path / "cifar-10-png",
+    }
+    namespace = {}
+    for text in docs_blocks():
+        for written, here in paths.items():
+            text = text.replace(written, f'"{here}"')
+        exec(compile(text, str(DOCS), "exec"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    expected = keras.saving.load_model(path).predict(images[:1], verbose=0)
+    assert printed[0] == record["classes"][int(expected.argmax())]
+    assert printed[1] == "(1, 64)"
+    test_labels = tree["test"][1]
+    assert printed[2].startswith("test error ") and printed[2].endswith(
+        f"on {len(test_labels)} images"
+    )
+    assert printed[3] == "(1, 10)"
