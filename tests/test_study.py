@@ -4,6 +4,7 @@ final, best and original-2016 figures with the seed spread."""
 
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import launchers
@@ -304,3 +305,132 @@ def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
     assert table.splitlines()[2:] == [
         "| `a` | 0 | 22.00 | 4.00 (step 1,200) | 4.0 (step 1,200) | 15.0 (step 1,300) |"
     ]
+
+
+def halves_right(first: int, second: int) -> np.ndarray:
+    """10,000 answers: ``first`` of images 0..4,999 right, ``second`` of the rest."""
+    bits = np.zeros(10_000, bool)
+    bits[:first] = True
+    bits[5_000 : 5_000 + second] = True
+    return bits
+
+
+def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
+    """Two seeds an arm, each run two evaluations: the baseline's final errors 20 and 22; the
+    leaky arm's 25 and 27 (+5.00, over the two sd's 2.83: beyond the spread); Keras' momentum
+    21 and 23 (+1.00, within); the JPEG arm one seed ended (21.5) and one diverged at step 300
+    (no sd: no verdict); the 2016 decay's one seed diverged (step 50), the other not ended (no
+    figure); the original network none (not in the summary). Every figure's mean, sd, values
+    and gap, and each as a table's cell. A gap equal to the two sd's summed is within them."""
+    from resnet_noBN.runs.original_eval import figures
+    from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, Evaluation
+
+    def ended(arm, seed, *halves, root=tmp_path):
+        folder = root / "runs" / f"{arm}-seed{seed}"
+        folder.mkdir(parents=True)
+        evaluations = [
+            Evaluation(100 * (i + 1), halves_right(*h), None) for i, h in enumerate(halves)
+        ]
+        (folder / ANSWERS_FILE).write_text(
+            "".join(
+                Answers(e.correct, np.zeros(10_000, int)).line(e.step, False) + "\n"
+                for e in evaluations
+            )
+        )
+        (folder / arm_runs.RESULT_FILE).write_text('{"final_step": 200}')
+        return figures(evaluations)
+
+    def diverged(arm, seed, step):
+        folder = tmp_path / "runs" / f"{arm}-seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / arm_runs.RESULT_FILE).write_text(
+            json.dumps({"diverged": True, "final_step": step})
+        )
+
+    runs = {
+        "cifar10_paper": [
+            ended("cifar10_paper", 0, (4_000, 3_000), (4_000, 4_000)),
+            ended("cifar10_paper", 1, (3_500, 4_500), (4_000, 3_800)),
+        ],
+        "cifar10_leaky": [
+            ended("cifar10_leaky", 0, (4_500, 2_000), (3_800, 3_700)),
+            ended("cifar10_leaky", 1, (3_000, 3_000), (3_700, 3_600)),
+        ],
+        "cifar10_momentum_keras": [
+            ended("cifar10_momentum_keras", 0, (4_000, 3_000), (3_900, 4_000)),
+            ended("cifar10_momentum_keras", 1, (4_000, 3_000), (3_900, 3_800)),
+        ],
+        "cifar10_jpeg_q75": [ended("cifar10_jpeg_q75", 0, (4_100, 3_000), (3_950, 3_900))],
+    }
+    assert [f["final_error"] for f in runs["cifar10_paper"]] == [20.0, 22.0]
+    assert [f["final_error"] for f in runs["cifar10_leaky"]] == [25.0, 27.0]
+    assert [f["final_error"] for f in runs["cifar10_momentum_keras"]] == [21.0, 23.0]
+    assert runs["cifar10_jpeg_q75"][0]["final_error"] == 21.5
+    diverged("cifar10_jpeg_q75", 1, 300)
+    diverged("cifar10_wd_2016", 1, 50)
+    arms = ("cifar10_paper", "cifar10_jpeg_q75", "cifar10_leaky", "cifar10_wd_2016")
+    arms += ("cifar10_momentum_keras", "cifar10_original_2016")
+    budget = study.Budget(seeds=2)
+    assert study.run_figures(str(tmp_path), "cifar10_leaky", 1) == runs["cifar10_leaky"][1]
+    assert study.run_figures(str(tmp_path), "cifar10_jpeg_q75", 1) == {"diverged": 300}
+    assert study.run_figures(str(tmp_path), "cifar10_wd_2016", 0) is None
+    summary = study.summarize(str(tmp_path), arms, budget)
+    assert list(summary) == list(arms[:-1])
+    assert [(s["seeds"], s["diverged"]) for s in summary.values()] == [
+        (2, []),
+        (2, [300]),
+        (2, []),
+        (1, [50]),
+        (2, []),
+    ]
+    assert all(s["about"] == experiments.about(arm) for arm, s in summary.items())
+    assert not any(key in summary["cifar10_wd_2016"] for key, _ in study.FIGURES)
+    base = summary["cifar10_paper"]
+    for arm, found in runs.items():
+        for key, _ in study.FIGURES:
+            values = [f[key] for f in found]
+            figure = summary[arm][key]
+            assert figure["values"] == values and figure["mean"] == statistics.fmean(values)
+            assert figure["sd"] == (statistics.stdev(values) if len(values) > 1 else None)
+            if arm == "cifar10_paper":
+                assert "gap" not in figure and "exceeds_spread" not in figure
+                continue
+            assert figure["gap"] == figure["mean"] - base[key]["mean"]
+            sds = (figure["sd"], base[key]["sd"])
+            beyond = None if None in sds else abs(figure["gap"]) > sum(sds)
+            assert figure["exceeds_spread"] is beyond
+    verdicts = {
+        arm: s["final_error"].get("exceeds_spread")
+        for arm, s in summary.items()
+        if "final_error" in s
+    }
+    assert verdicts == {
+        "cifar10_paper": None,
+        "cifar10_jpeg_q75": None,
+        "cifar10_leaky": True,
+        "cifar10_momentum_keras": False,
+    }
+    cells = [
+        (study.cell(s.get("final_error")), study._gap(s.get("final_error")))
+        for s in summary.values()
+    ]
+    assert cells == [
+        ("21.00 ± 1.41", "baseline"),
+        ("21.50", "+0.50"),
+        ("26.00 ± 1.41", "+5.00 (> spread)"),
+        ("-", "-"),
+        ("22.00 ± 1.41", "+1.00 (within spread)"),
+    ]
+    # no baseline ended: no gaps
+    alone = study.summarize(str(tmp_path), ("cifar10_original_2016", "cifar10_leaky"), budget)
+    assert list(alone) == ["cifar10_leaky"] and "gap" not in alone["cifar10_leaky"]["final_error"]
+    # three seeds, 20, 22, 24 against 24, 26, 28: a gap of 4 is the two sd's of 2 summed, not
+    # beyond them
+    tie = tmp_path / "tie"
+    for seed, right in enumerate((4_000, 3_900, 3_800)):
+        ended("cifar10_paper", seed, (right, right), root=tie)
+        ended("cifar10_leaky", seed, (right - 200, right - 200), root=tie)
+    pair = ("cifar10_paper", "cifar10_leaky")
+    leaky = study.summarize(str(tie), pair, study.Budget(seeds=3))["cifar10_leaky"]
+    assert leaky["final_error"]["values"] == [24.0, 26.0, 28.0] and leaky["final_error"]["sd"] == 2
+    assert (leaky["final_error"]["gap"], leaky["final_error"]["exceeds_spread"]) == (4.0, False)
