@@ -18,9 +18,10 @@ of JSON.
 
 from __future__ import annotations
 
-from resnet_noBN.host import cpu
+from resnet_noBN.host import cpu, stops
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
+stops.install("before training: nothing lost")  # a stop at any moment: one line, exit 3
+cpu.default_onednn()  # before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import json
 

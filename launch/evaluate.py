@@ -26,9 +26,10 @@ launch/export.py instead, on any backend, its data read as the record beside it 
 
 from __future__ import annotations
 
-from resnet_noBN.host import cpu
+from resnet_noBN.host import cpu, stops
 
-cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
+stops.install("while evaluating: nothing written", "rerun the same command")  # one line, exit 3
+cpu.default_onednn()  # before anything loads TensorFlow: oneDNN on x86 (host/cpu.py)
 
 import functools
 import json

@@ -9,6 +9,8 @@ import os
 import matplotlib
 from PIL import Image
 
+from resnet_noBN.host import storage
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
@@ -31,9 +33,10 @@ PALETTE_COLOURS = 256
 
 
 def palette_png(image: Image.Image, path: str) -> None:
-    """Write ``image`` to ``path`` as a PNG of :data:`PALETTE_COLOURS` colours."""
-    rgb = image.convert("RGB")
-    rgb.quantize(PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    """Write ``image`` to ``path`` as a PNG of :data:`PALETTE_COLOURS` colours, replaced whole
+    (``storage.atomic_write``: a stop as it is written leaves the old picture)."""
+    quantized = image.convert("RGB").quantize(PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT)
+    storage.atomic_write(path, lambda f: quantized.save(f, format="PNG", optimize=True))
 
 
 def save(fig, path: str) -> str:

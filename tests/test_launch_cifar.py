@@ -138,8 +138,8 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         )
     )
     # another optimizer, or the 2016 code's form of momentum (its accumulator in gradient
-    # units) for Keras' form the run started with: refused, the folder as it was, its lock
-    # file naming the last run's process still (the second on a copy of the folder, so the two
+    # units) for Keras' form the run started with: refused, the folder as it was, no lock file
+    # in it (the run that ended took its own; the second on a copy of the folder, so the two
     # run side by side: a folder takes one run at a time)
     copy = tmp_path / "copy"
     shutil.copytree(model_dir, copy)
@@ -169,7 +169,7 @@ def test_run_writes_its_files_and_resumes(tmp_path, cifar_bin):
         "there, 'momentum_2016' now); use a new --model_dir or the same flags"
     )
     assert files(copy) == before and "ckpt-12.index" in before
-    assert folder_lock.LOCK_FILE in before
+    assert folder_lock.LOCK_FILE not in before
     # a run of the old default (conv biases on) is refused, not silently resumed
     config = json.loads((model_dir / "config.json").read_text())
     config["network"]["conv_bias"] = True

@@ -154,6 +154,8 @@ class SlowFakeTrainer(TrainLoop):
 
 
 class Unguarded:
+    signalled = False  # no signal reached it
+
     @staticmethod
     def run(fn, *args):
         return fn(*args)

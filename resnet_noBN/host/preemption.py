@@ -10,9 +10,10 @@ through ``handler.run`` of one of two guards:
   ``tf.distribute.experimental.PreemptionCheckpointHandler`` does the agreeing: after a signal it
   sets, through the coordination service, the call count at which every worker saves (the
   current call and one more), calls ``save_fn`` there and then raises :class:`Preempted`.
-* :func:`local_guard` (JAX: one process, or each process of a JAX job): the call in progress
-  ends, ``save_fn`` saves, and :class:`Preempted` is raised; in a job, after every call, when a
-  signal reached any process (``agree``), so that all save at the same step and stop together.
+* :func:`local_guard` (JAX and PyTorch: one process, or each process of a JAX job): the call in
+  progress ends and the loop writes its step's records; before the next call ``save_fn`` saves
+  and :class:`Preempted` is raised; in a job, before every call, when a signal reached any
+  process (``agree``), so that all save at the same step and stop together.
 
 Signal handlers can only be set in the main thread: elsewhere the loop runs unguarded. No
 TensorFlow is imported unless :func:`guard` is called.
@@ -27,32 +28,36 @@ import threading
 from collections.abc import Callable
 
 from resnet_noBN.configs.errors import Preempted
+from resnet_noBN.host import stops
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextlib.contextmanager
 def _catch_signals(then: Callable, print_fn):
-    """While inside, SIGTERM and SIGINT print a line and call ``then(signum, frame)``; a second
-    SIGINT (Ctrl-C) aborts with KeyboardInterrupt. The previous handlers are restored after."""
+    """While inside (as: the signals received), the first SIGTERM or SIGINT prints a line and
+    calls ``then(signum, frame)``; a later one is ignored (a second Ctrl-C, or the SIGTERM a
+    launcher sends its run after the terminal's SIGINT: the checkpoint under way is saved all
+    the same), and so is any after the block (``stops.note``). The previous handlers are
+    restored after."""
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     received = []
 
     def on_signal(signum, frame):
-        if signum == signal.SIGINT and received:
-            raise KeyboardInterrupt
+        if received:
+            return
         received.append(signum)
+        stops.note(signum)
         print_fn(
             f"{signal.Signals(signum).name} received: saving a checkpoint at the end of "
             "the next call, then exiting"
-            + (" (Ctrl-C again to abort)" if signum == signal.SIGINT else "")
         )
         then(signum, frame)
 
     for sig in previous:
         signal.signal(sig, on_signal)
     try:
-        yield
+        yield received
     finally:
         for sig, handler_before in previous.items():
             signal.signal(sig, handler_before)
@@ -96,8 +101,8 @@ def guard(
     )
     catch = signal.getsignal(signal.SIGTERM)  # the handler's own
     try:
-        with _catch_signals(lambda signum, frame: catch(signal.SIGTERM, frame), print_fn):
-            yield handler
+        with _catch_signals(lambda signum, frame: catch(signal.SIGTERM, frame), print_fn) as got:
+            yield _Watched(handler, got)
     finally:
         # TF's own shutdown of the handler's watcher threads, while every worker is still up
         # (garbage collection never calls it: the threads hold the handler)
@@ -112,15 +117,31 @@ def local_guard(
     agree: Callable[[bool], bool] | None = None,
 ):
     """The handler of a loop run by one process, or by each process of a JAX job: after a
-    signal, the call in progress ends, then ``save_fn()`` and :class:`Preempted`
-    (``message()``). ``agree``: in a job, whether any process received one, asked of every
-    process after every call (each must run it, signalled or not)."""
+    signal, the call in progress ends (and the loop writes its step's records), then, before
+    the next, ``save_fn()`` and :class:`Preempted` (``message()``). ``agree``: in a job, whether
+    any process received one, asked of every process before every call (each must run it,
+    signalled or not)."""
     if threading.current_thread() is not threading.main_thread():
         yield _Unguarded()
         return
     handler = _LocalHandler(save_fn, message, agree or bool)
-    with _catch_signals(lambda signum, frame: handler.stop.set(), print_fn):
-        yield handler
+    with _catch_signals(lambda signum, frame: handler.stop.set(), print_fn) as got:
+        yield _Watched(handler, got)
+
+
+class _Watched:
+    """A guard's handler (its ``run``) and whether a signal reached it (:attr:`signalled`):
+    one that came after the loop's last call is a stop all the same (``TrainLoop.train``)."""
+
+    def __init__(self, handler, received: list[int]):
+        self._handler, self._received = handler, received
+
+    def run(self, fn, *args):
+        return self._handler.run(fn, *args)
+
+    @property
+    def signalled(self) -> bool:
+        return bool(self._received)
 
 
 class _LocalHandler:
@@ -129,15 +150,19 @@ class _LocalHandler:
         self.stop = threading.Event()
 
     def run(self, fn, *args):
-        result = fn(*args)
+        """``fn(*args)``, where no signal has come before it (TensorFlow's handler's order: the
+        loop's records and events of the step a signal came in are written before the save, so
+        the resumed run's curve has no hole at it)."""
         if self.agree(self.stop.is_set()):
             self.save_fn()
             raise Preempted(self.message())
-        return result
+        return fn(*args)
 
 
 class _Unguarded:
     """Stands in for the handler where signals cannot be caught."""
+
+    signalled = False
 
     @staticmethod
     def run(fn, *args):

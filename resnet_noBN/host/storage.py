@@ -1,6 +1,6 @@
-"""Writing into a run's folder so that a failed write (a full disk, any ``OSError``) damages
-nothing: a file replaced whole or not at all (:func:`atomic_write`), a line appended whole or
-not at all (:func:`append_line`), and the one line that names the failure
+"""Writing into a run's folder so that a failed write (a full disk, any ``OSError``) or a kill
+damages nothing: a file replaced whole or not at all (:func:`atomic_write`, :func:`write_text`),
+a line appended whole or not at all (:func:`append_line`), and the one line that names the failure
 (:func:`storage_error`, exit ``errors.STORAGE_EXIT``); and where a folder's checkpoints are
 listed (:func:`checkpoint_index`)."""
 
@@ -41,6 +41,11 @@ def atomic_write(path: str, write) -> None:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+def write_text(path: str, text: str) -> None:
+    """``text`` (UTF-8) as the whole of ``path``, replaced atomically (:func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def append_line(path: str, line: str) -> None:

@@ -8,8 +8,9 @@ TensorFlow is imported only on the TensorFlow backend, and nothing here imports 
 launcher checks its flags and answers a bad one before its backend loads.
 
 Exit status: 0 trained; 1 the loss diverged (the checkpoints stay intact); 2 bad input, one line
-``error: ...`` on stderr, before anything is written; 3 preempted: SIGTERM or SIGINT arrived, a
-checkpoint of the step reached was saved, and rerunning the same command resumes there; 4 a
+``error: ...`` on stderr, before anything is written; 3 stopped: SIGTERM or SIGINT arrived, in
+training a checkpoint of the step reached was saved, elsewhere nothing was lost
+(``host.stops``), and rerunning the same command resumes there; 4 a
 write into the run's folder failed (no space left, any OSError): one line ``error: ...`` naming
 the folder, the latest checkpoint whole and restorable, nothing half-written left; free space and
 rerun to resume; 5 a peer of a multi-process job died or stopped answering for
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,7 @@ from resnet_noBN.configs.errors import (
     TrainingDiverged,
     say,
 )
-from resnet_noBN.host import cpu
+from resnet_noBN.host import cpu, stops
 from resnet_noBN.runs import arm_health
 from resnet_noBN.trainers import run_log
 
@@ -126,6 +128,28 @@ def plot_divergence(trainer) -> None:
         )
 
 
+# --run_flags of launch/study.py and launch/table2.py (``launcher``: whose flags come first)
+RUN_FLAGS_HELP = (
+    "More flags of every run, after {launcher}, separated by commas or spaces (e.g. "
+    "--eval_every=1000, or '--model=small --train_steps=400' for a smoke test)."
+)
+
+
+def each_flag(values: list[str]) -> list[str]:
+    """The flags of a --run_flags (absl's list, split at commas), each item split at spaces
+    too, as a shell splits: "--model=small --train_steps=400" is two flags; InputError (one
+    line) for an item a shell could not split (a quote left open)."""
+    flags_given = []
+    for value in values:
+        try:
+            flags_given += shlex.split(value)
+        except ValueError as e:
+            raise InputError(
+                f"--run_flags: {value} cannot be split ({e}); close its quote"
+            ) from None
+    return flags_given
+
+
 # absl's help flags: each prints the help it was asked for and exits 1, which ``run`` makes 0
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
 
@@ -187,6 +211,8 @@ def exit_codes(main):
                 backend.end_if_peer_lost(e)  # one line and exit 5, where it is one
                 backend.end_now_in_job(1, e)
             raise
+        finally:  # its last line is written: a signal now changes nothing (host.stops)
+            stops.ended()
 
     return wrapped
 

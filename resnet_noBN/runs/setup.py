@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
-from resnet_noBN.configs.errors import CheckpointError, DataError, InputError
+from resnet_noBN.configs import experiments
+from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.configs.runtime_config import SEED_LIMIT
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.imagenet_model import build_imagenet_model
@@ -162,7 +163,7 @@ def start(
     lock = folder_lock.lock(model_dir) if runtime.is_chief else None
     try:
         saved = begin(config, runtime, model_dir, inputs.label(config))
-    except (InputError, DataError, CheckpointError):
+    except BaseException:  # refused, or stopped (``host.stops``), before it wrote anything
         if lock is not None:
             lock.withdraw()
         raise
@@ -196,10 +197,13 @@ def start_pair(
             "run over several: drop one of them"
         )
     if config.recipe.replay_divergence:
+        named = experiments.EXPERIMENTS.get(config.experiment)
+        own = named.recipe.get("replay_divergence") if named else None
+        whose = f"{config.experiment}'s" if own == config.recipe.replay_divergence else "given"
         raise InputError(
             f"--pair_seed cannot replay a divergence (--replay_divergence="
-            f"{config.recipe.replay_divergence}, {config.experiment}'s unless given): give "
-            "--replay_divergence=0, or train the runs apart"
+            f"{config.recipe.replay_divergence}, {whose}): give --replay_divergence=0, or train "
+            "the runs apart"
         )
     if not 0 <= pair_seed < SEED_LIMIT:
         raise InputError(f"--pair_seed={pair_seed} is outside 0 to {SEED_LIMIT - 1:,}")
@@ -240,7 +244,7 @@ def start_pair(
             )
             for i, (c, seed, model_dir) in enumerate(zip(configs, seeds, model_dirs))
         ]
-    except (InputError, DataError, CheckpointError):
+    except BaseException:  # refused, or stopped, before it wrote anything
         for lock in locks:
             lock.withdraw()
         raise

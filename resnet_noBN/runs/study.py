@@ -22,6 +22,7 @@ import sys
 from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.flag_config import check_at_least, check_choices
 from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.host import storage
 from resnet_noBN.runs import arm_curves, arm_errors, arm_health, original_eval
 from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
@@ -248,13 +249,16 @@ def write_tables(
     the runs of ``arms`` computed and in which optimizer (each run's config.json) and ``table``;
     the budget and ``summary``. The one writer of study.md and claims.md."""
     markdown, summary_file = files
-    with open(os.path.join(output_dir, markdown), "w", encoding="utf-8") as f:
-        ran = runs(arms, budget)
-        where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
-        f.write(f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n")
-        f.write(table)
-    with open(os.path.join(output_dir, summary_file), "w", encoding="utf-8") as f:
-        json.dump({"budget": dataclasses.asdict(budget), "arms": summary}, f, indent=2)
+    ran = runs(arms, budget)
+    where, forms = machines(output_dir, ran), optimizers(output_dir, ran)
+    storage.write_text(  # each file replaced whole: a stop as it is written leaves the old one
+        os.path.join(output_dir, markdown),
+        f"{header}\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n{table}",
+    )
+    storage.write_text(
+        os.path.join(output_dir, summary_file),
+        json.dumps({"budget": dataclasses.asdict(budget), "arms": summary}, indent=2),
+    )
 
 
 def write_report(output_dir: str, arms: tuple[str, ...], budget: Budget, header: str) -> dict:

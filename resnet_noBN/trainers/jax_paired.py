@@ -180,6 +180,16 @@ class PairedJaxTrainer(TrainLoop):
             self.restored_from = " and ".join(m.restored_from for m in self.members)
         return step
 
+    def _resume_records(self, step: int) -> None:
+        """Each run's records past ``step`` dropped, in its folder."""
+        for member in self.members:
+            member._resume_records(step)
+
+    def _recorded_end(self, step: int) -> list[dict] | None:
+        """Each run's evaluation of the last step, where both are recorded (the pair ended)."""
+        ended = [member._recorded_end(step) for member in self.members]
+        return None if None in ended else ended
+
     def _restore_at(self, member: JaxTrainer, ahead: int, step: int) -> None:
         path = os.path.join(member.model_dir, f"ckpt-{step}.npz")
         try:

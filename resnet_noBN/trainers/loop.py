@@ -24,11 +24,12 @@ from keras import ops
 
 from resnet_noBN.configs.errors import (
     CheckpointError,
+    Preempted,
     TimeBudgetReached,
     TrainingDiverged,
     first_line,
 )
-from resnet_noBN.host import storage
+from resnet_noBN.host import stops, storage
 from resnet_noBN.progress import DAY_S, Progress, clock, duration, finish_at
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.answers import Answers
@@ -37,6 +38,8 @@ from resnet_noBN.trainers.answers import Answers
 # acted on between calls, well inside SLURM's and Kubernetes' default 30 s between SIGTERM and
 # SIGKILL, while a fast accelerator still runs up to a whole progress interval per call.
 SECONDS_PER_CALL = 5.0
+# what a stop after training interrupts (``host.stops``): the run's report alone
+AFTER_THE_END = "after the run's last step: its checkpoint and evaluation are written"
 
 
 class TrainLoop:
@@ -115,7 +118,8 @@ class TrainLoop:
 
     def guard(self, print_fn):
         """A context manager giving a handler whose ``run(fn, *args)`` runs one call and, after
-        SIGTERM/SIGINT, saves (:meth:`save_if_new`) and raises ``errors.Preempted``."""
+        SIGTERM/SIGINT, saves (:meth:`save_if_new`) and raises ``errors.Preempted``, and whose
+        ``signalled`` says whether a signal came (``host.preemption``)."""
         raise NotImplementedError
 
     def agreed(self, steps: int) -> int:
@@ -189,18 +193,29 @@ class TrainLoop:
         what the uninterrupted run saw); ``eval_source``: the test split. Events (progress line,
         evaluation, checkpoint) fire when the step is a multiple of their interval, and at the
         end, in that order: a step is logged and evaluated before its checkpoint is written, so a
-        run lost right after a checkpoint resumes with its whole curve up to it (one lost between
-        an evaluation and its checkpoint runs both again; where records are read, a later one of
-        the same step wins). Raises TrainingDiverged when the loss is not finite (nothing is
-        saved after that: the latest checkpoint is the last good one); ``Preempted`` after saving
-        a checkpoint when SIGTERM or SIGINT arrives; TimeBudgetReached after saving one when
-        ``time_budget_s`` has passed. ``faster``: the faster paths a run projected to take over a
-        day is told of (:func:`slow_run_warning`).
+        run lost right after a checkpoint resumes with its whole curve up to it. As it resumes,
+        the records past its checkpoint (or all, where it has none) are dropped
+        (``RunLog.resume_at``): the steps trained again are recorded once. A run that resumes
+        at its last step with that step's evaluation recorded has ended: it is neither trained
+        nor evaluated again, and its summary is that evaluation's. Raises TrainingDiverged when
+        the loss is not finite (nothing is saved after that: the latest checkpoint is the last
+        good one); ``Preempted`` after saving a checkpoint when SIGTERM or SIGINT arrives;
+        TimeBudgetReached after saving one when ``time_budget_s`` has passed. ``faster``: the
+        faster paths a run projected to take over a day is told of (:func:`slow_run_warning`).
         """
         cfg = self.cfg
         step = self.restore(print_fn)
         if step:
             print_fn(f"resumed from {self.restored_from} at step {step}")
+        self._resume_records(step)
+        ended = self._recorded_end(step)
+        if ended is not None:
+            stops.doing(AFTER_THE_END)
+            print_fn(
+                f"the run ended at step {step}: its checkpoint and evaluation are written; "
+                "nothing to train or evaluate"
+            )
+            return self._summary(ended, 0.0, _Throughput())
         iterator = self.start(train_source, step)
         run_start = time.perf_counter()
         progress = Progress(cfg.train_steps, step, cfg.log_every, cfg.log_every_s or None)
@@ -248,9 +263,27 @@ class TrainLoop:
                         f"checkpoint of that step is in {self.model_dir}; rerun the same "
                         "command to resume"
                     )
+            if handler.signalled:  # after the last call: the run is whole, and stopped all the same
+                self.save_if_new()
+                raise Preempted(self.preempted_message())
+        stops.doing(AFTER_THE_END)
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn, final=True)
         return self._summary(last_eval, time.perf_counter() - run_start, throughput)
+
+    def _resume_records(self, step: int) -> None:
+        """The run log's records past ``step`` dropped (``RunLog.resume_at``): the steps
+        trained again are recorded once. In a job, by the chief (the others write none)."""
+        self.log.resume_at(step)
+
+    def _recorded_end(self, step: int):
+        """The evaluation of the last step where the run resumes there with it recorded (it
+        ended: a stop came after its last checkpoint), else None. In a job the chief's answer
+        holds for every worker (``agreed_flag``)."""
+        record = self.log.evaluation_at(step) if step >= self.cfg.train_steps else None
+        if not self.agreed_flag(record is not None):
+            return None
+        return record or {"test_error": None}  # a worker that cannot read the chief's folder
 
     def _call_length(self, step: int, steps_per_call: int) -> int:
         """The steps of the next call: ``steps_per_call``, cut at the next event (progress

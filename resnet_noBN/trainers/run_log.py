@@ -39,11 +39,13 @@ TRAIN_FILE = "train.jsonl"
 PLOT_FILE = "test_error.png"
 DIVERGENCE_DIR = "divergence"  # a divergence replayed step by step
 HEALTH_PLOT = "health.png"
+RECORD_FILES = (METRICS_FILE, TRAIN_FILE, ANSWERS_FILE)  # a record a step each, appended
 
 
 def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
     """The records of ``name`` (the evaluations, or ``TRAIN_FILE``: the progress lines), oldest
-    first; a later one at the same step wins (a resumed run repeats steps after its checkpoint)."""
+    first; a later one at the same step wins (a run resumed by an older version repeated the
+    steps after its checkpoint: :meth:`RunLog.resume_at` drops them now)."""
     path = os.path.join(model_dir, name)
     if not os.path.exists(path):
         return []
@@ -54,6 +56,30 @@ def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
                 record = json.loads(line)
                 by_step[record["step"]] = record
     return [by_step[step] for step in sorted(by_step)]
+
+
+def _drop_after(model_dir: str, name: str, step: int) -> bool:
+    """Rewrite the records file ``name`` without its records past ``step``, and a line cut
+    short (a kill as it was appended); whether anything was dropped."""
+    path = os.path.join(model_dir, name)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    steps = [_step_of(line) for line in lines]
+    kept = [line for line, at in zip(lines, steps) if at is not None and at <= step]
+    if len(kept) == len(lines):
+        return False
+    storage.atomic_write(path, lambda f: f.write("".join(kept).encode()))
+    return True
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a records line (None: a line cut short, or no record)."""
+    try:
+        return json.loads(line)["step"] if line.endswith("\n") else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def plot_error_curve(records: list[dict], path: str, title: str) -> None:
@@ -135,6 +161,31 @@ class RunLog:
             if not isinstance(e, _write_errors()):
                 raise
             raise storage.storage_error(what, self.model_dir, e, "the latest checkpoint") from None
+
+    def resume_at(self, step: int) -> None:
+        """Drop the records past ``step`` (the checkpoint a run resumes from; 0: none, the run
+        starts clean) from ``metrics.jsonl``, ``train.jsonl`` and ``answers.jsonl``, each file
+        replaced whole (``storage.atomic_write``), and redraw the plot where an evaluation went:
+        the steps trained again after a stop are then recorded once. A file with nothing past
+        ``step`` is left as it is (an older version's repeated records among them: the readers
+        keep the last of each step)."""
+        if not self.enabled:
+            return
+        with self._writing(f"the records past step {step} ({METRICS_FILE}, {TRAIN_FILE})"):
+            dropped = [name for name in RECORD_FILES if _drop_after(self.model_dir, name, step)]
+            if METRICS_FILE in dropped:
+                records, path = (
+                    read_metrics(self.model_dir),
+                    os.path.join(self.model_dir, PLOT_FILE),
+                )
+                if records:
+                    plot_error_curve(records, path, self.title)
+                elif os.path.exists(path):
+                    os.remove(path)
+
+    def evaluation_at(self, step: int) -> dict | None:
+        """The record of ``metrics.jsonl`` at ``step`` (None: not evaluated there)."""
+        return next((r for r in read_metrics(self.model_dir) if r["step"] == step), None)
 
     def divergence(self) -> RunLog:
         """The log of a divergence replayed (``<model_dir>/divergence/``), emptied of an
