@@ -16,11 +16,13 @@ A study's budget (network preset, steps, evaluations, seeds, flags of every run)
 run (``--experiment=ARM`` at the budget) in ``<output_dir>/runs/<arm>-seed<k>``, its output in
 ``launch.log`` there; ``--parallel`` of them at a time, the cores shared between them. Every
 run still to do is checked first (``launch/cifar.py --check_only``: its flags, data, backend and
-folder), so a refused study writes nothing. Interrupted (SIGTERM, SIGINT: each run saves a
-checkpoint), the same command resumes: a finished run is kept, an unfinished one resumes. After
-each run: the report (``study.md``: the table, ``study.json``, ``study_curves.png``,
-``study_errors.png``, ``study_health.png``; the claims': ``claims.md``, ``claims.json``,
-``claims_curves.png``), and a line with the runs done, the time left and the finish. Ends with
+folder), so a refused study writes nothing. Stopped at any moment (SIGTERM, SIGINT:
+``host.stops``), it ends in one line and exit 3, each run training saving a checkpoint first
+(``runs.run_loop``, the loop it shares with launch/table2.py); the same command resumes: a
+finished run is kept, an unfinished one resumes. After each run: the report (``study.md``: the
+table, ``study.json``, ``study_curves.png``, ``study_errors.png``, ``study_health.png``; the
+claims': ``claims.md``, ``claims.json``, ``claims_curves.png``), and a line with the runs done,
+the time left (at the rate of the runs that ended) and the finish. Ends with
 one line of JSON. ``--report_only`` writes the report of the runs that have ended and starts
 none (a study whose runs go on elsewhere; the table gives each arm's seeds as 1/2); its
 ``--arms`` may also name an arm the study no longer runs (``experiments.RETIRED``), whose
@@ -29,22 +31,22 @@ committed runs it reports with the others.
 
 from __future__ import annotations
 
+from resnet_noBN.host import stops
+
+stops.install("while checking the runs to do: nothing written")  # one line and exit 3
+
 import datetime
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import time
 
 from absl import flags
 
 from resnet_noBN.configs import experiments
-from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError
+from resnet_noBN.configs.errors import InputError, Preempted
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
-from resnet_noBN.progress import Progress
-from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, study
+from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, run_loop, study
 from resnet_noBN.runs.arm_runs import run_dir
 
 FLAGS = flags.FLAGS
@@ -62,9 +64,7 @@ define_flags(
 )
 flags.DEFINE_integer("parallel", 2, "Runs side by side.")
 flags.DEFINE_string("data_path", None, "The data every run reads (launch/cifar.py --data_path).")
-flags.DEFINE_list(
-    "run_flags", [], "More flags of every run, after the study's (e.g. --precision=true_float32)."
-)
+flags.DEFINE_list("run_flags", [], cli.RUN_FLAGS_HELP.format(launcher="the study's"))
 flags.DEFINE_string("label", None, "What the data is, for the report's title (default: none).")
 flags.DEFINE_string("output_dir", "results/table2", "Where the runs, table and curves go.")
 flags.DEFINE_bool(
@@ -104,7 +104,7 @@ def budget_from_flags() -> study.Budget:
     own = study.BUDGETS[FLAGS.study]
     data = (f"--data_path={FLAGS.data_path}",) if FLAGS.data_path else ()
     return config_from_flags(
-        study.Budget, base=own, flags=own.flags + tuple(FLAGS.run_flags) + data
+        study.Budget, base=own, flags=own.flags + tuple(cli.each_flag(FLAGS.run_flags)) + data
     )
 
 
@@ -139,13 +139,6 @@ def check(todo: list, budget: study.Budget, threads) -> None:
     )
 
 
-def start(arm: str, seed: int, budget: study.Budget, threads) -> subprocess.Popen:
-    return arm_runs.start(
-        run_dir(FLAGS.output_dir, arm, seed),
-        study.command(FLAGS.output_dir, arm, seed, budget, threads),
-    )
-
-
 def report_only(arm_names: tuple[str, ...], budget: study.Budget, report, ended: int, todo):
     """--report_only: the report of the ``ended`` runs, nothing started; InputError where none
     has ended (a report of nothing)."""
@@ -155,6 +148,7 @@ def report_only(arm_names: tuple[str, ...], budget: study.Budget, report, ended:
             "check --output_dir, --arms and --seeds"
         )
     folder_lock.lock(FLAGS.output_dir, "--output_dir")
+    stops.doing("while writing the report: each file is replaced whole")
     left = ", ".join(f"{arm} seed {seed}" for arm, seed in todo) or "none"
     print(f"report of {ended} of {ended + len(todo)} runs; not ended: {left}", flush=True)
     final_report(arm_names, budget, report, ended)
@@ -180,47 +174,31 @@ def main(argv):
     tf_threads = study.threads_each(FLAGS.parallel)
     threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
     if todo:  # before anything is written; a second or so a run
-        print(f"checking the {len(todo)} runs to do as each would start", flush=True)
+        runs = "the run" if len(todo) == 1 else f"the {len(todo):,} runs"
+        print(f"checking {runs} to do as each would start", flush=True)
         check(todo, budget, threads)
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
     folder_lock.lock(FLAGS.output_dir, "--output_dir")
+    stops.doing("while writing the report: each file is replaced whole")
     print(
         f"study {FLAGS.study}: {total} runs ({len(arm_names)} arms x {budget.seeds} seeds), "
         f"{total - len(todo)} already finished; {FLAGS.parallel} side by side",
         flush=True,
     )
-    running, progress, stopping = {}, Progress(len(todo), every_units=1), []
+    jobs = [
+        run_loop.Job(
+            f"{arm}, seed {seed}",
+            run_dir(FLAGS.output_dir, arm, seed),
+            tuple(study.command(FLAGS.output_dir, arm, seed, budget, threads)),
+        )
+        for arm, seed in todo
+    ]
 
-    def stop(signum, frame):
-        stopping.append(signum)
-        for proc, _ in running.values():
-            proc.send_signal(signal.SIGTERM)
+    def write() -> None:
+        report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    done = 0
-    while todo or running:
-        while todo and len(running) < FLAGS.parallel and not stopping:
-            arm, seed = todo.pop(0)
-            running[(arm, seed)] = (start(arm, seed, budget, threads), time.perf_counter())
-            print(f"started {arm}, seed {seed}", flush=True)
-        time.sleep(1)
-        for key, (proc, began) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            del running[key]
-            said = arm_runs.outcome(run_dir(FLAGS.output_dir, *key), proc.returncode)
-            done += 1
-            progress.add(1, time.perf_counter() - began)
-            print(
-                f"[{done}/{done + len(todo) + len(running)}] {key[0]}, seed {key[1]}: {said}; "
-                f"{progress.text()}",
-                flush=True,
-            )
-            report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
-        if stopping and not running:
-            print("study stopped: rerun the same command to resume", flush=True)
-            sys.exit(PREEMPTED_EXIT)
+    ended = run_loop.run_all(jobs, write, parallel=FLAGS.parallel)
+    if ended.stopped_by is not None:
+        raise Preempted(ended.stop_line())
     final_report(arm_names, budget, report, total)
 
 

@@ -118,11 +118,12 @@ class Progress:
             else finish_at(left, self._wall()).isoformat(timespec="seconds"),
         }
 
-    def text(self) -> str:
+    def text(self, seconds_left: float | None = None) -> str:
         """``elapsed 12 min 03 s  left 3 h 02 min  finish 17:05`` (left and finish once the
-        rate is known)."""
+        rate is known); ``seconds_left``: the time left where the caller knows it better (a
+        plan's projection), instead of the one at the recent rate."""
         line = f"elapsed {duration(self.elapsed())}"
-        left = self.seconds_left()
+        left = self.seconds_left() if seconds_left is None else seconds_left
         if left is not None:
             now = self._wall()
             line += f"  left {duration(left)}  finish {clock(finish_at(left, now), now)}"

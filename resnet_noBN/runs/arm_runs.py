@@ -16,9 +16,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 
-from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.errors import PREEMPTED_EXIT, InputError, Preempted
+from resnet_noBN.host import storage
+from resnet_noBN.progress import Progress
 from resnet_noBN.runs.record import read_config, section
 
 RESULT_FILE = "result.json"
@@ -28,6 +31,8 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 # the step the replay met it at, one step a call (--replay_divergence), where it did
 DIVERGED = re.compile(r"^error: loss is \S+ at step (\d+): training diverged")
 REPLAYED = re.compile(r"one step at a time from step \d+: loss \S+ at step (\d+) ")
+CHECKPOINT = re.compile(r"^ckpt-(\d+)\.(index|npz)$")  # TensorFlow's, and JAX's and PyTorch's
+CHECKS_SHOWN_EVERY_S = 30.0  # check: a line of how many runs are checked, this often
 
 
 def run_dir(output_dir: str, arm: str, seed: int) -> str:
@@ -87,31 +92,56 @@ def optimizers(output_dir: str, runs: Iterable[tuple[str, int]]) -> str:
 
 
 def write_result(folder: str, result: dict) -> None:
-    """``result`` as the ``result.json`` of the run in ``folder``."""
-    with open(os.path.join(folder, RESULT_FILE), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    """``result`` as the ``result.json`` of the run in ``folder``, replaced whole."""
+    storage.write_text(os.path.join(folder, RESULT_FILE), json.dumps(result, indent=2))
 
 
-def check(commands: dict[str, list[str]], env: dict | None = None) -> None:
+def ended_by(returncode: int) -> str:
+    """How a process ended, in words: "exit 2", or the signal's name ("SIGKILL")."""
+    if returncode < 0:
+        return signal.Signals(-returncode).name
+    return f"exit {returncode}"
+
+
+def check(commands: dict[str, list[str]], env: dict | None = None, print_fn=print) -> None:
     """Every run of ``commands`` (its name in words -> its ``launch/cifar.py`` command) checked
     as it would start (``--check_only``: its flags, data, backend and what its folder holds),
-    writing nothing; InputError, one line naming the run, for the first refused. ``env``: the
-    runs' environment (their Keras backend)."""
+    writing nothing; InputError, one line naming the run, for the first refused; Preempted
+    where a check was stopped (the terminal's Ctrl-C reaches it too). ``env``: the runs'
+    environment (their Keras backend). A line every :data:`CHECKS_SHOWN_EVERY_S` seconds says
+    how many are checked (``print_fn``)."""
+    progress = Progress(len(commands), every_s=CHECKS_SHOWN_EVERY_S)
     for name, command in commands.items():
+        began = time.perf_counter()
         proc = subprocess.run([*command, "--check_only"], capture_output=True, text=True, env=env)
+        if proc.returncode in (PREEMPTED_EXIT, -signal.SIGINT, -signal.SIGTERM):
+            raise Preempted(
+                f"the check of {name} was stopped ({ended_by(proc.returncode)}): nothing "
+                "written; rerun the same command to resume"
+            )
         if proc.returncode != 0:
-            said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            said = (proc.stderr.strip().splitlines() or [ended_by(proc.returncode)])[-1]
             raise InputError(f"{name}: {said.removeprefix('error: ')}")
+        progress.add(1, time.perf_counter() - began)
+        if progress.due() and progress.done < progress.total:
+            print_fn(f"checked {progress.done:,} of {progress.total:,} runs; {progress.text()}")
 
 
-def _stop_with(parent: int, prctl) -> None:
-    """In a run's process, before its program starts: SIGTERM (a checkpoint of the step
-    reached, exit 3) when ``parent`` ends, however it ends (``kill -9`` too): Linux's
-    ``prctl(PR_SET_PDEATHSIG)`` (looked up in the parent: nothing loads between fork and exec);
-    at once where it has ended already."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def _stop_with(parent: int, prctl, signum: int) -> None:
+    """In a child process, before its program starts: ``signum`` when ``parent`` ends, however
+    it ends (``kill -9`` too): Linux's ``prctl(PR_SET_PDEATHSIG)`` (looked up in the parent:
+    nothing loads between fork and exec); at once where it has ended already."""
+    prctl(PR_SET_PDEATHSIG, signum)
     if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
+
+
+def ending_with_this_process(signum: int = signal.SIGTERM):
+    """The ``preexec_fn`` of a child process that gets ``signum`` when this process ends,
+    however it ends (:func:`_stop_with`); None where that cannot be (not Linux)."""
+    if sys.platform != "linux":
+        return None
+    return functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl, signum)
 
 
 def start(folder: str, command: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -119,11 +149,10 @@ def start(folder: str, command: list[str], env: dict | None = None) -> subproces
     Linux it is stopped (SIGTERM: it saves a checkpoint) when this process ends, however it
     ends: a launcher killed leaves no run training on unwatched, holding its folder."""
     os.makedirs(folder, exist_ok=True)
-    stop_with = None
-    if sys.platform == "linux":
-        stop_with = functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl)
     with open(os.path.join(folder, LOG_FILE), "a") as log:
-        return subprocess.Popen(command, stdout=log, stderr=log, env=env, preexec_fn=stop_with)
+        return subprocess.Popen(
+            command, stdout=log, stderr=log, env=env, preexec_fn=ending_with_this_process()
+        )
 
 
 def diverged_at(lines: list[str]) -> int | None:
@@ -140,8 +169,9 @@ def diverged_at(lines: list[str]) -> int | None:
 def outcome(folder: str, returncode: int) -> str:
     """A run that ended with ``returncode``: its result written (its last line of JSON, or its
     divergence: the last step evaluated, and the step the loss turned non-finite), in words;
-    where it failed otherwise, why (its log)."""
-    with open(os.path.join(folder, LOG_FILE)) as f:
+    where it was stopped, at which checkpoint; where it failed otherwise, how (the signal's
+    name, or its status and its last line: its log)."""
+    with open(os.path.join(folder, LOG_FILE), errors="replace") as f:
         lines = f.read().splitlines()
     results = [line for line in lines if line.startswith("{")]
     if returncode == 0 and results:
@@ -156,4 +186,17 @@ def outcome(folder: str, returncode: int) -> str:
         write_result(folder, {"diverged": True, "final_step": step, "diverged_at": at})
         turned = f" (the last evaluated; its loss non-finite at step {at})" if at else ""
         return f"diverged after step {step}{turned}"
-    return f"stopped with exit {returncode} (see its launch.log); rerun to resume it"
+    kept = checkpoint_step(folder)
+    resume = f"rerun to resume it at step {kept:,}" if kept else "rerun to start it again"
+    if returncode == PREEMPTED_EXIT:
+        at = f"at step {kept:,} (its checkpoint)" if kept else "before its first checkpoint"
+        return f"stopped {at}; {resume}"
+    said = lines[-1] if lines and lines[-1].startswith("error: ") else ""
+    why = f": {said.removeprefix('error: ')}" if returncode > 0 and said else ""
+    return f"ended by {ended_by(returncode)}{why} (see its {LOG_FILE}); {resume}"
+
+
+def checkpoint_step(folder: str) -> int:
+    """The step of the newest checkpoint in ``folder`` (0: none), from the files' names."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return max((int(m.group(1)) for n in names if (m := CHECKPOINT.match(n))), default=0)

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import cpu
 from resnet_noBN.progress import DAY_S, clock, duration, finish_at
 from resnet_noBN.runs import arm_runs, cli, record, study
-from resnet_noBN.runs.arm_runs import read_result, run_dir
+from resnet_noBN.runs.arm_runs import checkpoint_step, read_result, run_dir
 from resnet_noBN.runs.run_config import FREE_ON_RESUME
 
 EXPERIMENTS = {"cifar10": "cifar10_paper", "cifar100": "cifar100_paper"}  # Table 2's CIFAR rows
@@ -70,7 +71,7 @@ EVAL_SPEEDUP = 3.0
 PROBE_RECORDS = 3
 PROBE_LOG_EVERY = {"gpu": 100, "cpu": 1}
 PROBE_STEPS = 1_000_000  # never reached: no evaluation, no checkpoint
-CHECKPOINT = re.compile(r"^ckpt-(\d+)\.(index|npz)$")  # TensorFlow's, and JAX's and PyTorch's
+MAX_SEEDS = 100  # --seeds: each seed is two runs of days on a CPU, hours on a GPU
 
 
 def runs(seeds: int) -> list[tuple[str, int]]:
@@ -79,9 +80,14 @@ def runs(seeds: int) -> list[tuple[str, int]]:
     return study.runs(tuple(EXPERIMENTS.values()), study.Budget(seeds=seeds))
 
 
+def counted(n: int, thing: str) -> str:
+    """``n`` things in words: "1 seed", "3 runs"."""
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
+
+
 def seeds_text(seeds: int) -> str:
     """``seeds`` in words: "1 seed", "3 seeds"."""
-    return f"{seeds} seed{'' if seeds == 1 else 's'}"
+    return counted(seeds, "seed")
 
 
 def dataset_of(experiment: str) -> str:
@@ -137,12 +143,6 @@ def check_data(dataset: str, path: str, flag: str) -> int:
             f"their parent, and {DATA_FLAGS[other]} at these"
         ) from None
     return cifar_data.num_records(dataset, path, "test")
-
-
-def checkpoint_step(folder: str) -> int:
-    """The step of the newest checkpoint in ``folder`` (0: none), from the files' names."""
-    names = os.listdir(folder) if os.path.isdir(folder) else []
-    return max((int(m.group(1)) for n in names if (m := CHECKPOINT.match(n))), default=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,7 @@ def print_config(plan: Plan, experiment: str) -> dict:
     command = [*plan.command(experiment, 0), "--print_config"]
     proc = subprocess.run(command, capture_output=True, text=True, env=plan.env())
     if proc.returncode != 0:
-        said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        said = (proc.stderr.strip().splitlines() or [arm_runs.ended_by(proc.returncode)])[-1]
         flags = f" with --run_flags={','.join(plan.run_flags)}" if plan.run_flags else ""
         raise InputError(f"{experiment}{flags}: {said.removeprefix('error: ')}")
     return json.loads(proc.stdout)
@@ -300,8 +300,8 @@ def build(
 ) -> Plan:
     """The plan, every check made first (the module's docstring), nothing written; InputError
     (one line) for the first refusal. ``gpu_names``: the GPUs (default: :func:`gpus`)."""
-    if seeds < 1:
-        raise InputError(f"--seeds must be positive, got {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise InputError(f"--seeds must be 1 to {MAX_SEEDS}, got {seeds:,}")
     check_run_flags(run_flags)
     test_images = {d: check_data(d, path, DATA_FLAGS[d]) for d, path in data.items()}
     gpu_names = gpus() if gpu_names is None else gpu_names
@@ -361,8 +361,11 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
     ]
     began, first_s, records = time.monotonic(), None, []
     try:
-        with open(os.path.join(folder, "launch.log"), "w") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=log, env=plan.env())
+        with open(os.path.join(folder, "launch.log"), "w") as log:  # killed with this process
+            ending = arm_runs.ending_with_this_process(signal.SIGKILL)
+            proc = subprocess.Popen(
+                command, stdout=log, stderr=log, env=plan.env(), preexec_fn=ending
+            )
         try:
             while len(records) < PROBE_RECORDS and proc.poll() is None:
                 time.sleep(0.2)
@@ -374,7 +377,7 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
                 proc.kill()
             proc.wait()
         with open(os.path.join(folder, "launch.log")) as log:
-            lines = log.read().strip().splitlines() or [f"exit {proc.returncode}"]
+            lines = log.read().strip().splitlines() or [arm_runs.ended_by(proc.returncode)]
         config = record.read_config(model_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -383,7 +386,7 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
         if proc.returncode == 2:
             raise InputError(f"{name}: {lines[-1].removeprefix('error: ')}")
         step = records[-1]["step"] if records else 0
-        why = f"exit {proc.returncode} at step {step}: {lines[-1]}"
+        why = f"{arm_runs.ended_by(proc.returncode)} at step {step}: {lines[-1]}"
         return None, f"the timing run of {name} ended before a timed step ({why})"
     devices = tuple(config.get("runtime", {}).get("devices", ["CPU"]))
     steps = records[-1]["step"] - 1  # the first call, one step, compiled
@@ -413,6 +416,18 @@ def seconds(run: RunState, config: dict, test_images: int, measured: Measured) -
         measured.startup_s
         + steps_left * recipe["batch_size"] / measured.images_per_s
         + evals * eval_s
+    )
+
+
+def projected(plan: Plan, measured: Measured | None) -> float | None:
+    """The time the runs still to train take at the measured rate (:func:`seconds`, each as
+    its folder stands now); None where no rate was measured."""
+    if measured is None:
+        return None
+    return sum(
+        seconds(r, plan.configs[r.experiment], plan.test_images[dataset_of(r.experiment)], measured)
+        for r in plan.states()
+        if r.to_train
     )
 
 
@@ -471,14 +486,11 @@ def describe(plan: Plan, measured: Measured | None, measured_line: str, now: flo
             f"  warning: nvidia-smi lists {', '.join(plan.gpus)}, but the {plan.backend} backend "
             f"computes on the CPU: install its GPU build ({gpu_build}), or pass --backend"
         )
-    total = sum(
-        seconds(r, plan.configs[r.experiment], plan.test_images[dataset_of(r.experiment)], measured)
-        for r in todo
-    )
+    total = projected(plan, measured)
     lines.append(
-        f"  projected: {duration(total)} for the {len(todo)} runs to train (each run's steps "
-        f"at that rate, its evaluations at {EVAL_SPEEDUP:g}x it, its start-up), finish "
-        f"{clock(finish_at(total, now), now)}"
+        f"  projected: {duration(total)} for the {counted(len(todo), 'run')} to train (each "
+        f"run's steps at that rate, its evaluations at {EVAL_SPEEDUP:g}x it, its start-up), "
+        f"finish {clock(finish_at(total, now), now)}"
     )
     if total > DAY_S:
         faster = [f"a GPU, where this command runs {cli.MEASURED_GPU_PATH}"]

@@ -9,7 +9,10 @@ Per data set, each seed's whole-test final error and the figure the 2016 code wo
 and the paper's figure (``configs.experiments.TABLE2_ERRORS``). A run whose loss turned
 non-finite is shown as diverged at its step, with its replay (``--replay_divergence``:
 ``divergence/train.jsonl`` and ``health.png``), not as a number; a run not ended as stopped
-(at its checkpoint's step) or to do. Reads nothing but the runs' folders.
+(at its checkpoint's step) or to do. What ran is said from each run's config.json (its network,
+steps and test images); the runs are called the paper's only where none departs from the
+paper's run (``run_config.build``; the intervals, precision and data's copy a resumed run may
+change apart). Reads nothing but the runs' folders; each file is replaced whole.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import json
 import os
 
 from resnet_noBN.configs import experiments
+from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.runs import arm_curves, arm_runs, study
+from resnet_noBN.host import storage
+from resnet_noBN.runs import arm_curves, arm_runs, record, run_config, study
 from resnet_noBN.runs.record import read_config
-from resnet_noBN.runs.table2_plan import EXPERIMENTS, runs, seeds_text, state
+from resnet_noBN.runs.table2_plan import EXPERIMENTS, TABLE_FREE, runs, seeds_text, state
 from resnet_noBN.trainers import run_log
 
 TABLE_FILE = "table2.md"
@@ -29,16 +34,61 @@ SUMMARY_FILE = "table2.json"
 PLOT_FILE = "table2.png"
 CURVES_FILE = "table2_curves.png"
 FIGURES = ("final_error", "best_error", "original_2016_error")  # of original_eval.figures
+# the presets' names in the table's words (presets.MODELS)
+NETWORK_NAMES = {
+    "paper": "Table 1's network",
+    "quarter": "the quarter network",
+    "small": "the small network",
+}
 
 
 def _relative(output_dir: str, path: str) -> str:
     return os.path.relpath(path, output_dir)
 
 
+def network_name(network: dict) -> str:
+    """A recorded network (config.json's ``network``) named by its preset (``presets.MODELS``)
+    where its depth and widths are one's, with both in numbers."""
+    units, widths = network["num_residual_units"], tuple(network["stage_widths"])
+    shape = f"{units} block{'' if units == 1 else 's'} a stage, widths {'/'.join(map(str, widths))}"
+    for name, words in NETWORK_NAMES.items():
+        preset = ModelConfig.preset(name)
+        if (preset.num_residual_units, preset.stage_widths) == (units, widths):
+            return f"{words} ({shape})"
+    return f"a network of {shape}"
+
+
+def departures(config: dict, experiment: str) -> list[str]:
+    """The fields of a run's config.json (``config``) that differ from the paper's run of
+    ``experiment`` (``run_config.build``, at the run's steps: its learning-rate drops fall at the
+    same fractions), those a resumed run may change (the intervals, the precision, the data's
+    copy) apart; ``train_steps`` where its steps are not the paper's; the data's counts where
+    they are not the whole splits."""
+    steps = record.section(config, "recipe")["train_steps"]
+    paper = run_config.build(experiment)
+    at_steps = run_config.build(experiment, recipe={"train_steps": steps}).sections()
+    at_steps = json.loads(json.dumps(at_steps))  # as config.json holds it: tuples are lists
+    found = [] if steps == paper.recipe.train_steps else ["train_steps"]
+    for name in record.SECTIONS:
+        saved = record.section(config, name)
+        found += [
+            key
+            for key, value in at_steps[name].items()
+            if key not in TABLE_FREE and key in saved and saved[key] != value
+        ]
+    data = config.get("data", {})
+    for split in cifar_data.SPLITS:
+        official = cifar_data.num_records(data.get("dataset", "cifar10"), None, split)
+        if data.get(f"{split}_examples", official) != official:
+            found.append(f"{split}_examples")
+    return found
+
+
 def run_entry(output_dir: str, experiment: str, seed: int) -> dict:
     """One run of the table: its seed, folder, state ("ended", "diverged", "stopped", "to do")
-    and step, where it computed (its config.json), and its figures (%, where it ended) or its
-    replay's files (where it diverged and replayed)."""
+    and step, where it computed, what ran (its network, steps, test images, and where it departs
+    from the paper's run: :func:`departures`; all from its config.json), and its figures (%,
+    where it ended) or its replay's files (where it diverged and replayed)."""
     run = state(output_dir, experiment, seed)
     config = read_config(run.folder)
     runtime = config.get("runtime", {})
@@ -51,6 +101,13 @@ def run_entry(output_dir: str, experiment: str, seed: int) -> dict:
         "precision": runtime.get("precision"),
         "devices": runtime.get("devices"),
     }
+    if config:
+        entry.update(
+            network=network_name(record.section(config, "network")),
+            train_steps=record.section(config, "recipe")["train_steps"],
+            test_images=config.get("data", {}).get("test_examples"),
+            departures=departures(config, experiment),
+        )
     if run.kind == "ended":
         figures = study.run_figures(output_dir, experiment, seed)
         entry.update({k: figures[k] for k in (*FIGURES, "best_step", "test_examples")})
@@ -152,13 +209,48 @@ def markdown_tables(summary: dict) -> str:
 
 
 ABOUT = (
-    "Test error (%) of the paper's runs (Section 4: Table 1's network and recipe) on the whole "
-    "test split at the last step, and the figure the 2016 code would have logged (the best "
-    "precision over 5,000-image windows of the test split, one per evaluation: "
-    "resnet_noBN/runs/original_eval.py; optimistic by construction), beside Table 2's; mean ± "
-    "sd over the seeds that ended. A diverged run (its loss NaN or infinite) is no number: it "
-    "is shown at the step its loss turned, with the replay of its last steps."
+    "Test error (%) of each run on every image of its test split at the last step, and the "
+    "figure the 2016 code would have logged (the best precision over 5,000-image windows of the "
+    "test split, one per evaluation: resnet_noBN/runs/original_eval.py; optimistic by "
+    "construction), beside Table 2's; mean ± sd over the seeds that ended. A diverged run (its "
+    "loss NaN or infinite) is no number: it is shown at the step its loss turned, with the "
+    "replay of its last steps."
 )
+
+
+def seeds_named(seeds: list[int]) -> str:
+    """ "seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {', '.join(map(str, seeds[:-1]))} and {seeds[-1]}"
+
+
+def what_ran(summary: dict) -> str:
+    """Each data set's runs as their config.json records them (the network, the steps, the test
+    images), and whether they are the paper's (no :func:`departures`) or which fields are not."""
+    parts, departed = [], set()
+    for s in summary.values():
+        kinds = {}
+        for e in (e for e in s["runs"] if "network" in e):
+            kinds.setdefault((e["network"], e["train_steps"], e["test_images"]), []).append(
+                e["seed"]
+            )
+            departed.update(e["departures"])
+        parts += [
+            f"{s['title']}, {seeds_named(seeds)}: {network}, {steps:,} steps, "
+            f"{images:,} test images"
+            for (network, steps, images), seeds in kinds.items()
+        ]
+    if not parts:
+        return "What ran: no run has started yet."
+    verdict = (
+        f"These are not the paper's runs: their {', '.join(sorted(departed))} differ from "
+        "the paper's run."
+        if departed
+        else "These are the paper's runs: Table 1's network and Section 4's recipe, on the whole "
+        "splits."
+    )
+    return f"What ran (each run's config.json): {'; '.join(parts)}. {verdict}"
 
 
 def title(summary: dict) -> str:
@@ -233,13 +325,15 @@ def write(output_dir: str, seeds: int, header: str, batch_size: int) -> dict:
     ran = runs(seeds)
     where = arm_runs.machines(output_dir, ran) or "none ended yet"
     forms = arm_runs.optimizers(output_dir, ran) or "-"
-    with open(os.path.join(output_dir, TABLE_FILE), "w", encoding="utf-8") as f:
-        f.write(
-            f"{header}\n{ABOUT}\n\nRuns (each run's config.json): {where}; optimizer {forms}.\n\n"
-        )
-        f.write(markdown_tables(summary))
-    with open(os.path.join(output_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump({"header": header, "datasets": summary}, f, indent=2)
+    storage.write_text(  # each file replaced whole: a stop as it is written leaves the old one
+        os.path.join(output_dir, TABLE_FILE),
+        f"{header}\n{ABOUT}\n\n{what_ran(summary)}\n\nRuns (each run's config.json): {where}; "
+        f"optimizer {forms}.\n\n{markdown_tables(summary)}",
+    )
+    storage.write_text(
+        os.path.join(output_dir, SUMMARY_FILE),
+        json.dumps({"header": header, "datasets": summary}, indent=2),
+    )
     plot(summary, os.path.join(output_dir, PLOT_FILE))
     folders = {
         f"{s['title']} ({s['experiment']})": [
