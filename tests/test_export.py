@@ -225,6 +225,8 @@ REFUSED = {  # each bad input's line ({root}: the cases' folder, {run}: the run'
     "holds CIFAR-100 (100 classes): evaluate it on a copy of its own data set",
 }
 
+AFTER_THE_BACKEND = {"classes"}  # refused once the file is loaded: its classes read there
+
 
 def python(code: str, *args, env: dict, cwd=None):
     return subprocess.run(
@@ -286,26 +288,23 @@ def launched(runs, exported, cifar_bin, tmp_path_factory, write_cifar):
             f"--compare_answers={model_dir / 'answers.jsonl'}",
             f"--answers_to={out / 'answers.jsonl'}",
         ),
-        "no_checkpoint": functools.partial(
-            export, f"--model_dir={root / 'bare'}", f"--output={root / 'x.keras'}"
-        ),
-        "step": functools.partial(
-            export, f"--model_dir={model_dir}", "--step=3", f"--output={root / 'x.keras'}"
-        ),
-        "output": functools.partial(
-            export, f"--model_dir={model_dir}", f"--output={root / 'missing' / 'x.keras'}"
-        ),
-        "suffix": functools.partial(
-            export, f"--model_dir={model_dir}", f"--output={root / 'x.h5'}"
-        ),
-        "not_keras": functools.partial(
-            evaluate, f"--model={root / 'notes.keras'}", f"--data_path={c100}"
-        ),
-        "not_keras_export": functools.partial(
-            export, f"--model={root / 'notes.keras'}", f"--output={root / 'x.keras'}"
-        ),
-        "classes": functools.partial(evaluate, f"--model={file}", f"--data_path={c100}"),
     }
+    refused = {
+        "no_checkpoint": (export, f"--model_dir={root / 'bare'}", f"--output={root / 'x.keras'}"),
+        "step": (export, f"--model_dir={model_dir}", "--step=3", f"--output={root / 'x.keras'}"),
+        "output": (export, f"--model_dir={model_dir}", f"--output={root / 'missing' / 'x.keras'}"),
+        "suffix": (export, f"--model_dir={model_dir}", f"--output={root / 'x.h5'}"),
+        "not_keras": (evaluate, f"--model={root / 'notes.keras'}", f"--data_path={c100}"),
+        "not_keras_export": (
+            export,
+            f"--model={root / 'notes.keras'}",
+            f"--output={root / 'x.keras'}",
+        ),
+        "classes": (evaluate, f"--model={file}", f"--data_path={c100}"),
+    }
+    for name, (launcher, *args) in refused.items():  # each names the modules it imported
+        env = None if name in AFTER_THE_BACKEND else launchers.IMPORT_TIMES
+        launches[name] = functools.partial(launcher, *args, env=env)
     before = {folder: listing(folder) for folder in (root, model_dir, file.parent)}
     procs = launchers.run_many(list(launches.values()))
     return out, root, before, dict(zip(launches, procs))
@@ -406,6 +405,21 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, exported, launched, case
     expected = REFUSED[case].format(root=root, run=runs["tensorflow"][0], file=exported["tf"][0])
     assert proc.stderr.strip().splitlines()[-1] == expected
     assert {folder: listing(folder) for folder in before} == before
+    if case not in AFTER_THE_BACKEND:  # answered before any backend loads: file-system checks
+        assert not launchers.imported(proc) & launchers.BACKEND_MODULES
+
+
+def test_a_folder_without_a_run_is_refused_before_any_backend_loads(tmp_path):
+    proc = export(
+        f"--model_dir={tmp_path}", f"--output={tmp_path / 'x.keras'}", env=launchers.IMPORT_TIMES
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir {tmp_path} has no config.json: not a run of launch/cifar.py; name "
+        "the folder a run wrote"
+    )
+    assert not launchers.imported(proc) & launchers.BACKEND_MODULES
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_load_refuses_what_is_no_model_in_one_line(tmp_path, one_line):
