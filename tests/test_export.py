@@ -210,7 +210,7 @@ np.savez(sys.argv[2], **{name: model.serve(images).numpy()
 REFUSED = {  # each bad input's line ({root}: the cases' folder, {run}: the run's, {file}: its file)
     "no_checkpoint": "error: --model_dir {root}/bare holds no checkpoint (ckpt-<step>) and no "
     "weights file (weights-<step>.npz); train it first, or name the folder that holds them",
-    "step": "error: --step=3: {run} keeps the weights of step 2, 4 only; give one of them",
+    "step": "error: --step=3: {run} keeps the weights of steps 2, 4 only; give one of them",
     "output": "error: --output {root}/missing/x.keras: its folder {root}/missing does not exist; "
     "create it or name another",
     "suffix": "error: --output {root}/x.h5 must end in .keras (the Keras file format), or give "

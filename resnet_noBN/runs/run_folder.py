@@ -68,7 +68,7 @@ def chosen_weights(model_dir: str, step: int | None = None) -> tuple[int, str]:
         step = max(kept)
     if step not in kept:
         raise InputError(
-            f"--step={step}: {model_dir} keeps the weights of step "
+            f"--step={step}: {model_dir} keeps the weights of step{'s' if len(kept) > 1 else ''} "
             f"{', '.join(map(str, kept))} only; give one of them"
         )
     return step, kept[step]
