@@ -220,7 +220,8 @@ BAD_INPUT = [  # a launch's arguments, the start of its last line
     (["--norm=layer"], "error: flag --norm=layer: value should be one of <none|batch>"),
     (
         ["--block=resnet"],
-        "error: flag --block=resnet: value should be one of <hardt_ma|preactivation>",
+        "error: flag --block=resnet: value should be one of "
+        "<hardt_ma|preactivation|fixup|skipinit|zero_last>",
     ),
     (
         ["--norm=batch"],
