@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_launch_cifar import SMALL, cifar
 
-from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs.evaluation import probed_test_split
@@ -44,6 +44,9 @@ def evaluate(*args):
     return launchers.run("launch/evaluate.py", *args)
 
 
+COMMITTED_RUN = launchers.REPO / "results" / "table2_quarter" / "runs" / "cifar10_paper-seed0"
+
+
 def listing(folder):
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
@@ -72,6 +75,32 @@ def test_the_probe_replaces_only_the_first_red_pixel(c100):
 def test_the_probe_needs_the_original_layout(c100):
     with pytest.raises(InputError, match="--first_red_pixel=wrong_label probes the label leak"):
         probed_test_split(read_2016(c100[0], "official"), "wrong_label")
+
+
+def test_the_wrong_label_is_another_class_drawn_uniformly_and_seeded(c100):
+    """Each image's offset to its wrong label drawn from 1 to 99 by a generator of seed 0 (the
+    default): the same images probed again get the same labels, another seed others; an
+    unknown probe, or one of a run in the official layout, is one line naming what to use."""
+    folder, _ = c100
+    _, labels = probed_test_split(read_2016(folder))
+    wrong, _ = probed_test_split(read_2016(folder), "wrong_label")
+    offsets = np.random.default_rng(0).integers(1, 100, len(labels))
+    assert np.array_equal(wrong[:, 0, 0, 0], (labels + offsets) % 100)
+    other, _ = probed_test_split(read_2016(folder), "wrong_label", seed=1)
+    assert not np.array_equal(other[:, 0, 0, 0], wrong[:, 0, 0, 0])
+    with pytest.raises(InputError) as unknown:
+        probed_test_split(read_2016(folder), "blue")
+    assert str(unknown.value) == (
+        "--first_red_pixel=blue is unknown; choose one of as_read, wrong_label, true_pixel"
+    )
+    with pytest.raises(InputError) as official:
+        probed_test_split(read_2016(folder, "official"), "true_pixel")
+    assert str(official.value) == (
+        "--first_red_pixel=true_pixel probes the label leak of the original 2016 reader, but "
+        "this run read cifar100 with layout official; use a run trained with "
+        "--cifar100_layout=original_2016"
+    )
+    cifar_data.clear_cache()
 
 
 def test_a_run_evaluated_again_gives_its_own_figure_and_writes_nothing(leaky_run, c100):
@@ -143,3 +172,141 @@ def test_a_damaged_checkpoint_is_skipped_where_every_checkpoint_is_listed(
     assert steps == [2]
     skipped = [line for line in proc.stdout.splitlines() if line.endswith("; skipped")]
     assert len(skipped) == 1 and skipped[0].startswith(f"warning: checkpoint {run}/ckpt-4 ")
+
+
+class Reader:
+    """What evaluate_run asks of a trainer that reads a run's checkpoints, without a network:
+    checkpoints of steps 2, 3 (damaged) and 4, its latest; ``evaluate`` gives the step read,
+    the source it was handed and its progress's batches."""
+
+    unreadable = (ValueError,)
+
+    def __init__(self, model_dir, newest=4):
+        self.cfg = type("Cfg", (), {"eval_batch_size": 16})()
+        self.paths = [f"{model_dir}/ckpt-{s}" for s in ("2", "3-damaged", "4")][: newest - 1]
+        self.step, self.restored_from, self.weights = 0, None, None
+
+    def restore(self, print_fn):
+        if not self.paths:
+            return 0
+        self.restored_from = self.paths[-1]
+        print_fn(f"resumed from {self.restored_from}")
+        return 4
+
+    def checkpoints(self):
+        return self.paths
+
+    def read_checkpoint(self, path):
+        if "damaged" in path:
+            raise ValueError("truncated record\nat offset 12")
+        self.step = int(path.rsplit("-", 1)[1])
+
+    def read_weights(self, path):
+        if path.endswith("other.npz"):
+            raise KeyError("conv1/kernel")
+        self.weights, self.step = path, 9
+
+    def evaluate(self, source, progress, print_fn):
+        print_fn(f"evaluated step {self.step}")
+        return {"test_error": self.step / 10, "source": source, "batches": progress.total}
+
+    def weights_digest(self):
+        return f"digest of step {self.step}"
+
+
+def test_a_run_is_evaluated_at_each_checkpoint_it_asks_for_in_its_own_reading(
+    c100, tmp_path, monkeypatch
+):
+    """evaluate_run with a stand-in trainer: the run's config.json read (CIFAR-100 in the 2016
+    layout, on another copy of the data), its test split probed as asked and handed over in
+    batches of its evaluation batch (40 images: 3 batches of 16); the latest checkpoint, or
+    every one oldest first with a damaged one skipped in one line, or a weights file; a
+    folder without a checkpoint, or without the data, refused in one line."""
+    from resnet_noBN.runs import evaluation
+    from resnet_noBN.trainers.loop import unreadable_checkpoint_line
+
+    folder, _ = c100
+    run = tmp_path / "run"
+    run.mkdir()
+    config = json.loads((COMMITTED_RUN / "config.json").read_text())
+    config["data"].update(dataset="cifar100", cifar100_layout="original_2016", data_path="/x")
+    (run / "config.json").write_text(json.dumps(config))
+    readers, lines = [], []
+
+    def reading(saved, recorded, model_dir):
+        assert (saved["experiment"], recorded.data.dataset, model_dir) == (
+            "cifar10_paper",
+            "cifar100",
+            str(run),
+        )
+        readers.append(Reader(model_dir, newest))
+        return readers[-1]
+
+    class Backend:
+        name = "tensorflow"
+
+        def evaluation_source(self, images, labels, batch):
+            return images, labels, batch
+
+    monkeypatch.setattr(evaluation, "reading_trainer", reading)
+    monkeypatch.setattr(evaluation.registry, "current", Backend)
+    newest = 4
+
+    def evaluated(**flags):
+        return list(evaluation.evaluate_run(str(run), str(folder), print_fn=lines.append, **flags))
+
+    [latest] = evaluated()
+    images, labels, batch = latest.pop("source")
+    probed, expected_labels = probed_test_split(read_2016(folder))
+    assert np.array_equal(images, probed) and np.array_equal(labels, expected_labels)
+    assert batch == 16 and lines == [f"resumed from {run}/ckpt-4", "evaluated step 4"]
+    assert latest == {
+        "model_dir": str(run),
+        "checkpoint": f"{run}/ckpt-4",
+        "step": 4,
+        "dataset": "cifar100",
+        "layout": "original_2016",
+        "data_path": str(folder),
+        "first_red_pixel": "as_read",
+        "weights_sha256": "digest of step 4",
+        "test_error": 0.4,
+        "batches": 3,
+    }
+    lines.clear()
+    every = evaluated(every_checkpoint=True, first_red_pixel="wrong_label")
+    assert [(r["checkpoint"], r["step"], r["weights_sha256"]) for r in every] == [
+        (f"{run}/ckpt-2", 2, "digest of step 2"),
+        (f"{run}/ckpt-4", 4, "digest of step 4"),
+    ]
+    wrong, _ = probed_test_split(read_2016(folder), "wrong_label")
+    assert all(np.array_equal(r["source"][0], wrong) for r in every)
+    assert {r["first_red_pixel"] for r in every} == {"wrong_label"}
+    damaged = unreadable_checkpoint_line(
+        f"{run}/ckpt-3-damaged", ValueError("truncated record\nat offset 12"), "skipped"
+    )
+    assert lines == [f"resumed from {run}/ckpt-4", "evaluated step 2", damaged, "evaluated step 4"]
+    [weighed] = evaluated(weights=str(tmp_path / "final.npz"))
+    assert (weighed["checkpoint"], weighed["step"]) == (str(tmp_path / "final.npz"), 9)
+    assert readers[-1].weights == str(tmp_path / "final.npz") and readers[-1].restored_from is None
+    with pytest.raises(InputError) as other:
+        evaluated(weights=str(tmp_path / "other.npz"))
+    assert (
+        str(other.value) == f"{tmp_path / 'other.npz'} holds no weights of this run: 'conv1/kernel'"
+    )
+    newest = 1
+    with pytest.raises(InputError) as untrained:
+        evaluated()
+    assert str(untrained.value) == f"--model_dir {run} holds no checkpoint; train it first"
+    with pytest.raises(DataError):
+        list(evaluation.evaluate_run(str(run), str(tmp_path / "no data")))
+    cifar_data.clear_cache()
+
+
+def test_a_weights_file_needs_a_backend_that_reads_one():
+    from resnet_noBN.runs import evaluation
+
+    with pytest.raises(InputError) as refused:
+        evaluation.read_weights(object(), "final.npz")
+    assert str(refused.value) == (
+        "final.npz is a weights file, read on the JAX and PyTorch backends, not tensorflow"
+    )

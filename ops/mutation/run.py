@@ -97,6 +97,10 @@ STUDY_IN_PROCESS = (
     "not side_by_side and not report_only and not retired_arm and not bad_flag and not unknown_arm"
 )
 
+EVALUATION_IN_PROCESS = (
+    "not evaluated_again and not leak_probe and not folder_without_a_run and not damaged"
+)
+
 PASSES: dict[str, Pass] = {
     # the 2016 statistic (original_2016_error: best precision over 5,000-image windows)
     "original_eval": Pass(
@@ -113,10 +117,13 @@ PASSES: dict[str, Pass] = {
         "resnet_noBN/trainers/health.py",
         ("tests/test_answers.py", "tests/test_progress.py"),
     ),
-    # the evaluation of a saved run (launch/evaluate.py): the test error the tables quote
+    # the evaluation of a saved run (launch/evaluate.py): the test error the tables quote, and
+    # the probe of the label leak (the tests in this process: the launcher's train a run first;
+    # with them, 155 mutants took 745 s here)
     "evaluation": Pass(
         "resnet_noBN/runs/evaluation.py",
-        ("tests/test_evaluation.py",),
+        ("tests/test_evaluation.py", "-k", EVALUATION_IN_PROCESS),
+        functions=("probed_test_split", "read_weights", "evaluate_run"),
     ),
     # a study's summaries: each arm's mean and spread over seeds, its gap to the paper
     "study": Pass(
