@@ -12,11 +12,20 @@ The small network (1 block per stage) on 40 generated records, batch 8, seed 4 a
 """
 
 import json
+import subprocess
+import sys
 
 import launchers
 import numpy as np
 import pytest
-from test_tensorflow_free_backends import backend_env, final_json, launch, small_run, stopped_at
+from test_tensorflow_free_backends import (
+    ROOT,
+    backend_env,
+    final_json,
+    launch,
+    small_run,
+    stopped_at,
+)
 
 from resnet_noBN.trainers.answers import read_answers
 
@@ -181,6 +190,75 @@ def test_each_run_of_a_pair_trains_as_it_does_alone(tmp_path, write_cifar, preci
     )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert final_json(evaluated.stdout)["weights_sha256"] == result["runs"][1]["weights_sha256"]
+
+
+# The paired step in one JAX process, on a network of one dense layer (its compilation is
+# quick): two runs of seeds 4 and 5 (their stream seeds given past 2**32: the stream takes them
+# modulo 2**32) trained as a pair for a call of 2 steps and one of 1, then each alone from the
+# same weights; prints each call's metrics, the steps, how many times the paired step compiled
+# and each run's largest weight difference.
+PAIRED_STEP = """
+import json, sys
+sys.modules["tensorflow"] = None  # the paired step needs no TensorFlow (seconds to import)
+import jax, keras, numpy as np
+from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.datasets.stream import TrainSplit
+from resnet_noBN.trainers.jax_paired import PairedJaxTrainer
+from resnet_noBN.trainers.jax_training import JaxTrainer
+
+cfg = TrainConfig(batch_size=8, learning_rate=0.1)
+def one_dense():
+    layers = [keras.Input((32, 32, 3)), keras.layers.Flatten(name="flat")]
+    return keras.Sequential([*layers, keras.layers.Dense(10, name="logits")], name="one_dense")
+def trainer(seed, folder):
+    keras.utils.set_random_seed(seed)
+    return JaxTrainer(one_dense, cfg, folder)
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, (40, 32, 32, 3), np.uint8)
+labels = rng.integers(0, 10, 40).astype(np.int32)
+sources = [TrainSplit(images, labels, seed) for seed in (4 + 2**32, 5 + 2**32)]
+out = sys.argv[1]
+pair = PairedJaxTrainer([trainer(4, out + "/p4"), trainer(5, out + "/p5")], [4, 5])
+data = pair.start(sources, 0)
+result = {"paired": [pair.run_steps(data, 2), pair.run_steps(data, 1)], "alone": []}
+result["steps"] = [pair.step] + [member.step for member in pair.members]
+result["compiled"] = pair._step_jit._cache_size()
+result["apart"] = []
+for i, seed in enumerate((4, 5)):
+    alone = trainer(seed, out + f"/a{seed}")
+    lone = alone.start(sources[i], 0)
+    result["alone"].append([alone.run_steps(lone, 2), alone.run_steps(lone, 1)])
+    pairs = zip(jax.tree.leaves(alone._state), jax.tree.leaves(pair.members[i]._state))
+    result["apart"].append(max(float(np.abs(np.subtract(a, b)).max()) for a, b in pairs))
+print(json.dumps(result))
+"""
+
+
+def test_the_paired_step_gives_each_run_its_own_update_as_alone(tmp_path):
+    """PAIRED_STEP: each call's metrics of each run of the pair (the loss, its parts, the batch's
+    right answers and examples, the last gradient's norm, the largest logit) those of the run
+    alone within float32's rounding (LOSS_RTOL), the runs' own (not each other's), each run's
+    weights and optimizer state within WEIGHTS_ATOL, and each run's step the pair's, 3."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PAIRED_STEP, str(tmp_path)],
+        cwd=ROOT,
+        env=backend_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["steps"] == [3, 3, 3]
+    assert result["compiled"] == 1  # its inputs placed as its outputs: one compilation
+    for call, (paired, alone) in enumerate(zip(result["paired"], zip(*result["alone"]))):
+        assert [run["examples"] for run in paired] == [8 * (2 - call)] * 2
+        assert paired[0]["loss"] != paired[1]["loss"]  # two runs, not one twice
+        for run, lone in zip(paired, alone):
+            assert list(run) == list(lone)
+            assert run == pytest.approx(lone, rel=LOSS_RTOL["float32"]), (call, run, lone)
+    assert max(result["apart"]) <= WEIGHTS_ATOL["float32"], result["apart"]
+    print(f"largest weight difference, paired against alone: {max(result['apart']):.1e}")
 
 
 def test_a_pair_resumes_together_from_one_step_and_each_run_alone(tmp_path, write_cifar):

@@ -686,11 +686,13 @@ def halves_right(first: int, second: int) -> np.ndarray:
 
 def a_run(folder, answers=(), result=None, computed=None, dataset="cifar10"):
     """A run's folder: its config.json (a committed quarter run's, ``computed``: the backend,
-    precision and devices it records), its answers (step -> right, the last final), its
-    result.json."""
+    precision and devices it records; a CIFAR-100 one without its data section, as records
+    from before it were), its answers (step -> right, the last final), its result.json."""
     folder.mkdir(parents=True)
     config = json.loads((COMMITTED_RUN / "config.json").read_text())
-    config["data"]["dataset"], config["experiment"] = dataset, f"{dataset}_paper"
+    config["experiment"] = f"{dataset}_paper"
+    if dataset == "cifar100":
+        del config["data"]
     if computed:
         config["backend"], config["runtime"]["precision"], devices = computed
         config["runtime"]["devices"] = devices
@@ -764,6 +766,17 @@ def test_the_summary_and_tables_of_runs_whose_figures_are_known(tmp_path):
         },
         dict.fromkeys(keys[1:]) | {"seed": 2, "state": "to do", "step": 0},
     ]
+    # what ran, from each config.json (the committed quarter run's): none where there is none
+    quarter = "the quarter network (9 blocks a stage, widths 16/32/64)"
+    for run, experiment, images in (
+        (c10["runs"][0], "cifar10_paper", 10_000),
+        (c100["runs"][0], "cifar100_paper", None),
+    ):
+        config = json.loads((out / run["folder"] / "config.json").read_text())
+        assert (run["network"], run["train_steps"], run["test_images"]) == (quarter, 8_000, images)
+        assert run["departures"] == table2_report.departures(config, experiment)
+    with_config = [True, True, False, True, False, False]
+    assert [("network" in r) for r in c10["runs"] + c100["runs"]] == with_config
     figures = ("final_error", "best_error", "best_step", "original_2016_error", "test_examples")
     assert [[r[k] for k in figures] for r in c10["runs"][:2]] == [
         [25.0, 15.0, 20, 10.0, 10_000],

@@ -151,21 +151,21 @@ PASSES: dict[str, Pass] = {
             "Plan.command",
             "evaluations",
             "seconds",
+            "projected",
             "_run_line",
             "describe",
         ),
     ),
-    # the paired step: two runs through one compiled JAX step, each its own state back
+    # the paired step: two runs through one compiled JAX step, each its own state back (the
+    # step in one JAX process on a one-layer network: the launcher's pairs take a minute each)
     "jax_paired": Pass(
         "resnet_noBN/trainers/jax_paired.py",
-        ("tests/test_jax_paired.py",),
+        ("tests/test_jax_paired.py", "-k", "own_update"),
         functions=(
             "PairedJaxTrainer._step_fn",
             "PairedJaxTrainer.start",
             "PairedJaxTrainer.run_steps",
             "PairedJaxTrainer._hand_out",
-            "PairedJaxTrainer.restore",
-            "PairedJaxTrainer._restore_at",
         ),
     ),
     # a run's record (config.json) and what may change on resume
