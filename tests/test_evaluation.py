@@ -310,3 +310,35 @@ def test_a_weights_file_needs_a_backend_that_reads_one():
     assert str(refused.value) == (
         "final.npz is a weights file, read on the JAX and PyTorch backends, not tensorflow"
     )
+
+
+def test_a_jax_run_of_another_optimizer_is_evaluated_from_its_checkpoint(c100, tmp_path):
+    """A JAX checkpoint names its optimizer's variables after the optimizer (Keras' form of
+    momentum: ``sgd``): the run is read back with its own optimizer, not today's default, and
+    gives its own figure."""
+    from test_tensorflow_free_backends import backend_env
+
+    env = backend_env("jax")
+    run = tmp_path / "keras_momentum"
+    trained = launchers.run(
+        "launch/cifar.py",
+        *SMALL,
+        "--dataset=cifar100",
+        f"--data_path={c100[0]}",
+        "--train_steps=2",
+        "--eval_every=2",
+        "--optimizer=momentum",
+        f"--model_dir={run}",
+        env=env,
+    )
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    again = launchers.run(
+        "launch/evaluate.py", f"--model_dir={run}", f"--data_path={c100[0]}", env=env
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    figure = json.loads(again.stdout.strip().splitlines()[-1])
+    assert (figure["step"], figure["checkpoint"]) == (2, str(run / "ckpt-2.npz"))
+    assert (
+        figure["test_error"]
+        == json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["test_error"]
+    )

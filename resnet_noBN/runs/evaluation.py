@@ -74,8 +74,10 @@ def recorded_run(model_dir: str) -> tuple[dict, run_config.RunConfig]:
 
 def reading_trainer(saved: dict, run: run_config.RunConfig, model_dir: str) -> TrainLoop:
     """A trainer of the run (:func:`recorded_run`) in float32 that reads its checkpoints and
-    trains nothing (today's recipe: the run's own length, drops and intervals do not matter)."""
-    config = run.replace(runtime=RuntimeConfig(seed=saved.get("seed", 0)), recipe=TrainConfig())
+    trains nothing: today's recipe with the run's optimizer (a JAX or PyTorch checkpoint names
+    its variables after it), its own length, drops and intervals do not matter."""
+    recipe = TrainConfig(optimizer=run.recipe.optimizer, momentum=run.recipe.momentum)
+    config = run.replace(runtime=RuntimeConfig(seed=saved.get("seed", 0)), recipe=recipe)
     return setup.make_trainer(config, setup.start_runtime(config), model_dir)
 
 
