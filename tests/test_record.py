@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from resnet_noBN.configs import experiments
-from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.errors import InputError, StorageError
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
@@ -210,3 +210,71 @@ def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
         "shuffle_buffer",
         "peer_timeout_s",
     }
+
+
+def test_the_fields_a_resumed_run_may_change_are_read_from_their_declarations():
+    """may_change reads the metadata of each class's fields: the recipe's steps and intervals,
+    not its rate; the runtime's precision; the network's layout of its convolutions; none of
+    no class."""
+    recipe = record.may_change(TrainConfig)
+    assert {"train_steps", "eval_every", "eval_batch_size"} <= recipe
+    assert "learning_rate" not in recipe and "batch_size" not in recipe
+    assert record.may_change(TrainConfig, RuntimeConfig) == recipe | {"precision", "peer_timeout_s"}
+    assert record.may_change(ModelConfig) == {"data_format"} and record.may_change() == set()
+
+
+def test_a_record_holds_each_section_and_a_change_is_named_with_both_values():
+    """record(): the network, the recipe with the precision and a launcher's own fields, the
+    data and the backend. changes(): a field recorded as None that now has a value is a change;
+    a field the record lacks, with no default in ``absent``, is not compared, in a section
+    ``absent`` does not name too; the backend compared with the record's, TensorFlow where it
+    records none."""
+    made = record.record(ModelConfig(), TrainConfig(), {"dataset": "cifar10"}, "jax", "p", epochs=3)
+    assert list(made) == ["network", "recipe", "data", "backend"]
+    assert made["network"] == dataclasses.asdict(ModelConfig())
+    assert made["recipe"] == {**dataclasses.asdict(TrainConfig()), "precision": "p", "epochs": 3}
+    assert (made["data"], made["backend"]) == ({"dataset": "cifar10"}, "jax")
+    run = {"network": {"x": 1}, "recipe": {"y": 2}, "data": {"jpeg_quality": 75}, "backend": "jax"}
+    saved = {"network": {"x": 1}, "recipe": {}, "data": {"jpeg_quality": None}, "backend": "jax"}
+    assert record.changes(saved, run, {}, frozenset()) == ["jpeg_quality=None there, 75 now"]
+    assert record.changes(saved, run, {"recipe": {"y": 1}}, frozenset()) == [
+        "y=1 there, 2 now",
+        "jpeg_quality=None there, 75 now",
+    ]
+    assert record.changes(saved, run, {}, frozenset({"jpeg_quality"})) == []
+    older = {key: value for key, value in saved.items() if key != "backend"}
+    assert record.changes(older, run, {}, frozenset({"jpeg_quality"})) == [
+        "backend='tensorflow' there, 'jax' now"
+    ]
+    on_tf = {**run, "backend": "tensorflow"}
+    assert record.changes(saved, on_tf, {}, frozenset({"jpeg_quality"})) == [
+        "backend='jax' there, 'tensorflow' now"
+    ]
+
+
+def test_checkpoints_without_a_config_are_refused_and_a_config_is_written_sorted(tmp_path):
+    """A folder holding a checkpoint index and no config.json: refused, naming the index; with
+    its config.json, the same run resumes. config.json is written indented by 2, its keys
+    sorted (the committed runs' diffs stay small); a folder that cannot be made is one line."""
+    run = record.record(ModelConfig(), TrainConfig(), {"dataset": "cifar10"}, "tensorflow", "p")
+    (tmp_path / "checkpoint").write_text("")
+    with pytest.raises(InputError) as refused:
+        record.check_resumable(str(tmp_path), run, {}, frozenset())
+    assert str(refused.value) == (
+        f"--model_dir {tmp_path} holds checkpoints (checkpoint) but no config.json, so they "
+        "cannot be checked against this run; put back its config.json, or move the checkpoints "
+        "away to start afresh"
+    )
+    record.record_config(str(tmp_path), {"b": {"d": 1, "c": [2]}, "a": None})
+    assert (tmp_path / "config.json").read_text() == (
+        '{\n  "a": null,\n  "b": {\n    "c": [\n      2\n    ],\n    "d": 1\n  }\n}'
+    )
+    record.record_config(str(tmp_path), run)
+    record.check_resumable(str(tmp_path), run, {}, frozenset())
+    with pytest.raises(StorageError) as failed:
+        record.record_config(str(tmp_path / "checkpoint" / "run"), run)
+    assert str(failed.value) == (
+        f"cannot write config.json into {tmp_path / 'checkpoint' / 'run'} (Not a directory): "
+        "free space there or move the run to a larger disk, then rerun the same command to "
+        "resume from the latest checkpoint"
+    )

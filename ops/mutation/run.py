@@ -173,12 +173,17 @@ PASSES: dict[str, Pass] = {
         "resnet_noBN/runs/record.py",
         ("tests/test_record.py",),
     ),
-    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl), read back on resume
+    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl), read back, and what a resumed
+    # run drops from them
     "run_log": Pass(
         "resnet_noBN/trainers/run_log.py",
-        ("tests/test_progress.py", "tests/test_record.py"),
+        ("tests/test_run_log.py", "tests/test_progress.py"),
         functions=(
             "read_metrics",
+            "_drop_after",
+            "_step_of",
+            "RunLog.resume_at",
+            "RunLog.evaluation_at",
             "RunLog.divergence",
             "RunLog.train",
             "RunLog.evaluation",
