@@ -46,7 +46,7 @@ from absl import flags
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import InputError, Preempted
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
-from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, run_loop, study
+from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, run_loop, study, thinned
 from resnet_noBN.runs.arm_runs import run_dir
 
 FLAGS = flags.FLAGS
@@ -72,6 +72,13 @@ flags.DEFINE_bool(
     False,
     "Write the report from the runs that have ended and start none (the table says each arm's "
     "seeds, e.g. 1/2): for runs still going elsewhere, or a report written again.",
+)
+flags.DEFINE_bool(
+    "thin",
+    False,
+    "With --report_only: first put each ended run's records in their committed form "
+    "(runs/thinned.py: answers.jsonl's last evaluation and figures.json, a train.jsonl of 5 "
+    "significant digits), then write the report from them.",
 )
 
 # the report of each study: the claims' verdicts (runs/claims.py); the others', runs/study.py's
@@ -149,6 +156,10 @@ def report_only(arm_names: tuple[str, ...], budget: study.Budget, report, ended:
         )
     folder_lock.lock(FLAGS.output_dir, "--output_dir")
     stops.doing("while writing the report: each file is replaced whole")
+    if FLAGS.thin:
+        for arm, seed in study.runs(arm_names, budget):
+            if study.finished(FLAGS.output_dir, arm, seed):
+                thinned.thin(run_dir(FLAGS.output_dir, arm, seed))
     left = ", ".join(f"{arm} seed {seed}" for arm, seed in todo) or "none"
     print(f"report of {ended} of {ended + len(todo)} runs; not ended: {left}", flush=True)
     final_report(arm_names, budget, report, ended)
@@ -169,6 +180,8 @@ def main(argv):
     arm_names = arms()
     todo = [r for r in study.runs(arm_names, budget) if not study.finished(FLAGS.output_dir, *r)]
     total = len(study.runs(arm_names, budget))
+    if FLAGS.thin and not FLAGS.report_only:
+        raise InputError("--thin changes the records of ended runs: give it with --report_only")
     if FLAGS.report_only:
         return report_only(arm_names, budget, report, total - len(todo), todo)
     tf_threads = study.threads_each(FLAGS.parallel)

@@ -434,3 +434,49 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     leaky = study.summarize(str(tie), pair, study.Budget(seeds=3))["cifar10_leaky"]
     assert leaky["final_error"]["values"] == [24.0, 26.0, 28.0] and leaky["final_error"]["sd"] == 2
     assert (leaky["final_error"]["gap"], leaky["final_error"]["exceeds_spread"]) == (4.0, False)
+
+
+def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
+    """--report_only --thin over two committed quarter runs: answers.jsonl keeps the last
+    evaluation's answers alone, figures.json the figures of all of them, train.jsonl and
+    metrics.jsonl every record in 5 digits without the clock; the report's figures are those of
+    the whole records, and thinning again changes no byte. --thin alone is refused."""
+    from resnet_noBN.runs import thinned
+    from resnet_noBN.trainers.answers import read_answers
+    from resnet_noBN.trainers.run_log import read_metrics
+
+    committed = Path(__file__).parents[1] / "results" / "table2_quarter"
+    out = tmp_path / "quarter"
+    for seed in (0, 1):
+        name = f"runs/cifar10_paper-seed{seed}"
+        shutil.copytree(committed / name, out / name)
+    folder = out / "runs" / "cifar10_paper-seed0"
+    whole = {p.name: p.stat().st_size for p in folder.iterdir()}
+    evaluations = read_answers(str(folder / "answers.jsonl"))
+    records = read_metrics(str(folder), "train.jsonl")
+    flags = ("--study=table2", "--arms=cifar10_paper", "--model=quarter", "--seeds=2")
+    refused = launchers.run("launch/study.py", *flags, "--thin", f"--output_dir={out}")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --thin changes the records of ended runs: give it with --report_only"
+    ]
+    proc = launchers.run(
+        "launch/study.py", *flags, "--report_only", "--thin", f"--output_dir={out}"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    thin = {p.name: p.stat().st_size for p in folder.iterdir()}
+    assert sum(thin.values()) < sum(whole.values()) / 3
+    kept = read_answers(str(folder / "answers.jsonl"))
+    assert [e.step for e in kept] == [evaluations[-1].step] and kept[0].predicted is None
+    np.testing.assert_array_equal(kept[0].correct, evaluations[-1].correct)
+    again = read_metrics(str(folder), "train.jsonl")
+    assert [r["step"] for r in again] == [r["step"] for r in records]
+    assert "finish" not in again[-1] and again[-1]["grad_norm"] == float(
+        f"{records[-1]['grad_norm']:.5g}"
+    )
+    arms = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]
+    before = json.loads((committed / study.SUMMARY_FILE).read_text())["arms"]["cifar10_paper"]
+    for figure in ("final_error", "best_error", "original_2016_error"):
+        assert arms["cifar10_paper"][figure] == before[figure], figure
+    files = {p: p.read_bytes() for p in folder.iterdir()}
+    thinned.thin(str(folder))
+    assert {p: p.read_bytes() for p in folder.iterdir()} == files

@@ -23,9 +23,8 @@ from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.flag_config import check_at_least, check_choices
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import storage
-from resnet_noBN.runs import arm_curves, arm_errors, arm_health, original_eval
+from resnet_noBN.runs import arm_curves, arm_errors, arm_health, thinned
 from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
-from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
 TABLE_FILE = "study.md"
 SUMMARY_FILE = "study.json"
@@ -126,14 +125,14 @@ def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int |
 
 
 def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
-    """A finished run's figures (%, ``original_eval.figures``), or ``{"diverged": step}``."""
+    """A finished run's figures (%, ``original_eval.figures``; a committed run's
+    ``figures.json``: ``runs.thinned``), or ``{"diverged": step}``."""
     result = read_result(output_dir, arm, seed)
     if result is None:
         return None
     if result.get("diverged"):
         return {"diverged": result.get("final_step")}
-    path = os.path.join(run_dir(output_dir, arm, seed), ANSWERS_FILE)
-    return original_eval.figures(read_answers(path))
+    return thinned.figures(run_dir(output_dir, arm, seed))
 
 
 def spread(values: list[float]) -> dict:
