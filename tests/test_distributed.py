@@ -133,7 +133,8 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
     assert results["worker0"]["weights_sha256"] == results["worker1"]["weights_sha256"]
     assert results["worker0"]["test_examples"] == 32  # the whole test split, sharded over 2
     assert "2 replica(s) x 2 input pipeline(s)" in proc.stdout
-    # the chief's files only: one checkpoint series, one metrics file; no leftover temp dirs
+    # the chief's files only: one checkpoint series, one metrics file; no leftover temp dirs,
+    # and no run.lock: the chief's lock stands for the job and goes with it
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "answers.jsonl",  # the last evaluation's answer per test image
         "checkpoint",
@@ -144,7 +145,6 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(tmp_path, cifar
         "config.json",
         "eval",
         "metrics.jsonl",
-        "run.lock",  # the chief's claim, for the job
         "test_error.png",
         "train",
         "train.jsonl",
