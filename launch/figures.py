@@ -6,9 +6,11 @@ window: resnet_noBN/runs/original_eval.py), from the answers each evaluation kep
     python launch/figures.py --model_dir=runs/cifar10
     python launch/figures.py --model_dir=results/table2_small/runs/cifar10_paper-seed0
 
-Reads ``answers.jsonl`` (or --answers); writes nothing; prints one line of JSON (errors in %).
-No Keras, no backend: it runs in a second. A run from before answers were kept: write them with
-``launch/evaluate.py --every_checkpoint --answers_to=...`` first.
+Reads ``answers.jsonl`` (or --answers), or a committed run's ``figures.json`` where it has one (a
+thinned run keeps its last evaluation's answers only: resnet_noBN/runs/thinned.py); writes
+nothing; prints one line of JSON (errors in %). No Keras, no backend: it runs in a second. A
+run from before answers were kept: write them with ``launch/evaluate.py --every_checkpoint
+--answers_to=...`` first.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ flags.mark_flag_as_required("model_dir")
 
 
 def main(argv):
+    from resnet_noBN.runs import thinned
     from resnet_noBN.runs.original_eval import figures
     from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
+    if not FLAGS.answers and os.path.exists(os.path.join(FLAGS.model_dir, thinned.FIGURES_FILE)):
+        print(json.dumps({"model_dir": FLAGS.model_dir, **thinned.figures(FLAGS.model_dir)}))
+        return
     path = FLAGS.answers or os.path.join(FLAGS.model_dir, ANSWERS_FILE)
     if not os.path.exists(path):
         print(

@@ -9,6 +9,7 @@ import launchers
 import numpy as np
 import pytest
 
+from resnet_noBN.runs import thinned
 from resnet_noBN.runs.original_eval import figures, window_starts
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.answers import (
@@ -168,6 +169,14 @@ def test_the_figures_command_reads_a_run_folder(tmp_path):
     result = json.loads(proc.stdout)
     assert (result["final_error"], result["best_error"]) == (25.0, 25.0)
     assert result["original_2016_error"] == pytest.approx(10.0)
+    # thinned to its committed form (runs/thinned.py), the folder gives the same figures, of
+    # both evaluations, though its answers.jsonl keeps the last one's only
+    thinned.thin(str(tmp_path))
+    assert len((tmp_path / ANSWERS_FILE).read_text().splitlines()) == 1
+    proc = launchers.run("launch/figures.py", f"--model_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == result
+    assert result["evaluations"] == 2
     missing = launchers.run("launch/figures.py", f"--model_dir={tmp_path / 'none'}")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
