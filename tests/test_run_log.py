@@ -28,6 +28,16 @@ def scalars_of(folder) -> dict[int, set[str]]:
     return found
 
 
+def scalars_listed(folder) -> list[tuple[int, str]]:
+    """(step, name) of every scalar TensorBoard's event files in ``folder`` hold, repeats kept."""
+    return sorted(
+        (event.step, value.tag)
+        for name in os.listdir(folder)
+        for event in EventFileLoader(str(folder / name)).Load()
+        for value in event.summary.value
+    )
+
+
 def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -110,6 +120,35 @@ def test_a_resumed_run_drops_the_records_past_its_checkpoint(tmp_path, plots):
     (tmp_path / "other" / "test_error.png").write_bytes(b"a plot")
     RunLog(str(tmp_path / "other"), "t").resume_at(0)
     assert os.listdir(tmp_path / "other") == ["test_error.png"]
+
+
+def test_a_resumed_run_drops_the_tensorboard_events_past_its_checkpoint(tmp_path, plots):
+    """resume_at(10) in a new run's log (as a resumed run starts): TensorBoard's train/ and
+    eval/ keep their events up to step 10 and lose a record cut short; the steps trained again
+    are then in TensorBoard once, in the new writer's file beside the old; a file with nothing
+    past the step is left as it was; resume_at(0) keeps no scalar."""
+    first = RunLog(str(tmp_path), "t")
+    for step in (5, 10, 15):
+        first.train(step, {"loss": 1.0})
+        first.evaluation({"step": step, "test_error": step / 100})
+    (old,) = os.listdir(tmp_path / "train")
+    with open(tmp_path / "train" / old, "ab") as f:
+        f.write(b"\x20\x00\x00")  # a kill as the next record was written
+    resumed = RunLog(str(tmp_path), "t")
+    resumed.resume_at(10)
+    assert scalars_listed(tmp_path / "train") == [(5, "loss"), (10, "loss")]
+    assert scalars_listed(tmp_path / "eval") == [(5, "test_error"), (10, "test_error")]
+    assert sorted(os.listdir(tmp_path / "train")) == [old]  # no temporary file left
+    resumed.train(15, {"loss": 0.5})
+    resumed.evaluation({"step": 15, "test_error": 0.1})
+    assert scalars_listed(tmp_path / "train") == [(5, "loss"), (10, "loss"), (15, "loss")]
+    assert [s for s, _ in scalars_listed(tmp_path / "eval")] == [5, 10, 15]
+    assert len(os.listdir(tmp_path / "train")) == 2  # the new writer's file beside the old
+    before = (tmp_path / "train" / old).stat().st_mtime_ns
+    RunLog(str(tmp_path), "t").resume_at(15)
+    assert (tmp_path / "train" / old).stat().st_mtime_ns == before
+    RunLog(str(tmp_path), "t").resume_at(0)
+    assert scalars_listed(tmp_path / "train") == scalars_listed(tmp_path / "eval") == []
 
 
 def test_a_divergence_gets_a_folder_of_its_own_emptied_of_an_earlier_replay(tmp_path):

@@ -26,11 +26,12 @@ def checkpoint_index(model_dir: str) -> str | None:
     return None
 
 
-def atomic_write(path: str, write) -> None:
-    """``write(file)`` into ``path`` + ".tmp", flushed to disk, then renamed over ``path``: a
-    reader sees the old file or the new one, never a part. Where the write fails the temporary
-    file is removed and the error raised; ``path`` is as it was."""
-    temporary = path + TEMPORARY_SUFFIX
+def atomic_write(path: str, write, temporary: str | None = None) -> None:
+    """``write(file)`` into ``temporary`` (default: ``path`` + ".tmp", beside it), flushed to
+    disk, then renamed over ``path``: a reader sees the old file or the new one, never a part.
+    Where the write fails the temporary file is removed and the error raised; ``path`` is as it
+    was."""
+    temporary = temporary or path + TEMPORARY_SUFFIX
     try:
         with open(temporary, "wb") as f:
             write(f)

@@ -40,6 +40,12 @@ PLOT_FILE = "test_error.png"
 DIVERGENCE_DIR = "divergence"  # a divergence replayed step by step
 HEALTH_PLOT = "health.png"
 RECORD_FILES = (METRICS_FILE, TRAIN_FILE, ANSWERS_FILE)  # a record a step each, appended
+SUMMARY_DIRS = ("train", "eval")  # TensorBoard's, a writer each
+EVENTS_MARK = "tfevents"  # in the name of every file TensorBoard reads as an event file
+RECORD_FRAMING = 16  # bytes around each event in its file: length 8, its CRC 4, the data's CRC 4
+RESUME_TEMPORARY = (
+    ".resume" + storage.TEMPORARY_SUFFIX
+)  # an event file rewritten, before its rename
 
 
 def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
@@ -72,6 +78,32 @@ def _drop_after(model_dir: str, name: str, step: int) -> bool:
         return False
     storage.atomic_write(path, lambda f: f.write("".join(kept).encode()))
     return True
+
+
+def _drop_events_after(folder: str, step: int) -> bool:
+    """Rewrite each TensorBoard event file in ``folder`` without its events past ``step`` (its
+    version event, at step 0, kept) and a record cut short (a kill as it was written: the loader
+    stops there); whether anything was dropped. Each file is written first under a name without
+    "tfevents", which TensorBoard would read as one more file of the run."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    dropped = False
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for path in [os.path.join(folder, name) for name in names if EVENTS_MARK in name]:
+        kept = [r for r in RawEventFileLoader(path).Load() if Event.FromString(r).step <= step]
+        if sum(len(r) + RECORD_FRAMING for r in kept) == os.path.getsize(path):
+            continue
+
+        def write(f, kept=kept):
+            writer = RecordWriter(f)
+            for record in kept:
+                writer.write(record)
+
+        storage.atomic_write(path, write, os.path.join(folder, RESUME_TEMPORARY))
+        dropped = True
+    return dropped
 
 
 def _step_of(line: str) -> int | None:
@@ -142,11 +174,11 @@ class RunLog:
     # opened at the first scalar: a trainer that only restores and evaluates writes nothing
     @functools.cached_property
     def _train_writer(self) -> Writer:
-        return self._writer("train")
+        return self._writer(SUMMARY_DIRS[0])
 
     @functools.cached_property
     def _eval_writer(self) -> Writer:
-        return self._writer("eval")
+        return self._writer(SUMMARY_DIRS[1])
 
     def _writer(self, name: str) -> Writer:
         threading.excepthook = _quiet_writer_thread
@@ -164,15 +196,18 @@ class RunLog:
 
     def resume_at(self, step: int) -> None:
         """Drop the records past ``step`` (the checkpoint a run resumes from; 0: none, the run
-        starts clean) from ``metrics.jsonl``, ``train.jsonl`` and ``answers.jsonl``, each file
-        replaced whole (``storage.atomic_write``), and redraw the plot where an evaluation went:
-        the steps trained again after a stop are then recorded once. A file with nothing past
-        ``step`` is left as it is (an older version's repeated records among them: the readers
-        keep the last of each step)."""
+        starts clean) from ``metrics.jsonl``, ``train.jsonl``, ``answers.jsonl`` and the event
+        files of TensorBoard's ``train/`` and ``eval/``, each file replaced whole
+        (``storage.atomic_write``), and redraw the plot where an evaluation went: the steps
+        trained again after a stop are then recorded once. A file with nothing past ``step`` is
+        left as it is (an older version's repeated records among them: the readers keep the last
+        of each step)."""
         if not self.enabled:
             return
         with self._writing(f"the records past step {step} ({METRICS_FILE}, {TRAIN_FILE})"):
             dropped = [name for name in RECORD_FILES if _drop_after(self.model_dir, name, step)]
+            for name in SUMMARY_DIRS:
+                _drop_events_after(os.path.join(self.model_dir, name), step)
             if METRICS_FILE in dropped:
                 records, path = (
                     read_metrics(self.model_dir),
