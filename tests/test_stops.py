@@ -430,6 +430,7 @@ def table_stopped_at_each_point(data, root, tried: list) -> str:
         f"--run_flags={' '.join(RUN_FLAGS)}",  # the help's form: spaces between the flags
     ]
     killed = []  # the invocation killed last, whose lock the next takes over
+    left = []  # the timing folder of an invocation killed as it timed, until the next one's
 
     def invocation(point: str, signum: int | None = None, ready=None) -> Launch:
         """One invocation, stopped with ``signum`` once ``ready(launch)`` (None: to its end)."""
@@ -441,6 +442,9 @@ def table_stopped_at_each_point(data, root, tried: list) -> str:
             tried.append(("launch/table2.py", point, signum.name))
         if killed:
             assert taken_over(launch, "--output_dir", out, killed.pop()), point
+        if left and "timing cifar10_paper" in launch.stdout():
+            assert not [folder for folder in left if folder.exists()], point
+            left.clear()
         if signum == signal.SIGKILL:
             killed.append(launch)
             assert (out / folder_lock.LOCK_FILE).exists()  # its holder gone
@@ -474,7 +478,7 @@ def table_stopped_at_each_point(data, root, tried: list) -> str:
                 for folder in tmp.glob("table2-timing-*"):
                     gone = lambda folder=folder: not processes_naming(str(folder))  # noqa: E731
                     wait_until(gone, "the timing run's end")
-                    folder.rename(root / f"left-{folder.name}")
+                    left.append(folder)  # the next timing run removes it
             else:
                 assert snapshot(out) == before, point
                 assert not list(tmp.glob("table2-timing-*")), point
@@ -546,6 +550,8 @@ def table_stopped_at_each_point(data, root, tried: list) -> str:
         )
         assert {name: (out / name).read_bytes() for name in files} == written
     assert invocation("to the end").proc.returncode == 0
+    assert not left  # the killed timing run's folder removed by the next timing run
+    assert not list(tmp.glob("table2-timing-*"))
     return json.loads((run / arm_runs.RESULT_FILE).read_text())["weights_sha256"]
 
 

@@ -402,6 +402,30 @@ def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
     assert log.read_text() == "training\nstopped by SIGTERM\n"
 
 
+def test_a_killed_launchers_timing_folder_is_removed_by_the_next_timing_run(tmp_path, monkeypatch):
+    """The timing run's folder is named by its launcher's process id: the folders of launchers
+    that ended (a ``kill -9`` skips the ``finally`` that removes them) go at the next timing
+    run; those of a launcher still running, and anything else, stay."""
+    monkeypatch.setattr(table2_plan.tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead, alive = int(ended.stdout), os.getpid()
+    for name in (
+        f"table2-timing-{dead}-ab12",
+        f"table2-timing-{alive}-cd34",
+        "table2-timing-x",
+        "other",
+    ):
+        (tmp_path / name / "run").mkdir(parents=True)
+    assert table2_plan.remove_left_timing_folders() == [
+        str(tmp_path / f"table2-timing-{dead}-ab12")
+    ]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [f"table2-timing-{alive}-cd34", "other", "table2-timing-x"]
+    )
+
+
 def test_a_folder_holding_runs_of_another_recipe_is_refused(tiny_table, cifar_slices):
     out = tiny_table["out"]
     before = mtimes(out)

@@ -323,6 +323,9 @@ def build(
     return plan
 
 
+TIMING_PREFIX = "table2-timing-"  # the timing run's folder: this prefix, the launcher's pid, "-"
+
+
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """The timing run's rate (images/s over its timed steps), its start-up to its first
@@ -343,12 +346,39 @@ def _records(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
+def _process_ended(pid: int) -> bool:
+    """Whether no process ``pid`` runs (one of another user's runs too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def remove_left_timing_folders() -> list[str]:
+    """Remove the throwaway folders of timing runs whose launcher was killed (``kill -9``: its
+    ``finally`` never ran), found in the temporary folder by the launcher's process id in their
+    name; those of a launcher still running are kept. Returns the paths removed."""
+    removed = []
+    for name in sorted(os.listdir(tempfile.gettempdir())):
+        pid = name.removeprefix(TIMING_PREFIX).split("-")[0]
+        if name.startswith(TIMING_PREFIX) and pid.isdigit() and _process_ended(int(pid)):
+            path = os.path.join(tempfile.gettempdir(), name)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
     """``run`` timed: its command in a throwaway folder (no evaluation, no checkpoint), stopped
     after :data:`PROBE_RECORDS` progress records; (the measurement, its line), or (None, why)
     where it ended first (a divergence, a failure: its last line). InputError where it refused
-    its input. The folder is removed, however this ends."""
-    folder = tempfile.mkdtemp(prefix="table2-timing-")
+    its input. The folder is removed, however this ends (one a killed launcher left, at the
+    next timing run: :func:`remove_left_timing_folders`)."""
+    remove_left_timing_folders()
+    folder = tempfile.mkdtemp(prefix=f"{TIMING_PREFIX}{os.getpid()}-")
     model_dir, log_every = os.path.join(folder, "run"), PROBE_LOG_EVERY[plan.device_kind]
     command = [
         *plan.command(run.experiment, run.seed),
