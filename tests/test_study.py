@@ -436,29 +436,64 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     assert (leaky["final_error"]["gap"], leaky["final_error"]["exceeds_spread"]) == (4.0, False)
 
 
+def whole_run(committed: Path, folder: Path, seed: int) -> None:
+    """A run's folder in the form a run writes it, made from a committed (thinned) one: an
+    answers line per evaluation (drawn with that evaluation's test error, the last the kept
+    answers with the final classes), train.jsonl's records in float32's digits with the clock."""
+    from resnet_noBN.trainers.answers import Answers
+
+    folder.mkdir(parents=True)
+    for name in ("config.json", "result.json", "metrics.jsonl"):
+        shutil.copy(committed / name, folder / name)
+    rng = np.random.default_rng(seed)
+    evaluations = [json.loads(line) for line in (committed / "metrics.jsonl").open()]
+    last = read_answers(str(committed / "answers.jsonl"))[-1].correct
+    lines = []
+    for record in evaluations[:-1]:
+        correct = np.zeros(len(last), bool)
+        right = round((1 - record["test_error"]) * len(last))
+        correct[rng.choice(len(last), right, replace=False)] = True
+        lines.append(Answers(correct, np.zeros(len(last), int)).line(record["step"], False))
+    classes = rng.integers(0, 10, len(last))
+    lines.append(Answers(last, classes).line(evaluations[-1]["step"], True))
+    (folder / "answers.jsonl").write_text("\n".join(lines) + "\n")
+    with (folder / "train.jsonl").open("w") as f:
+        for i, line in enumerate((committed / "train.jsonl").open()):
+            record = json.loads(line)
+            record = {
+                k: v * (1 + 1.2345e-6) if isinstance(v, float) else v for k, v in record.items()
+            }
+            clock = {"images_per_sec": 101.5, "elapsed_s": 10.0 * i, "time_left_s": 5.0}
+            f.write(json.dumps({**record, **clock, "finish": "2026-12-02T01:00:00+00:00"}) + "\n")
+
+
 def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
-    """--report_only --thin over two committed quarter runs: answers.jsonl keeps the last
-    evaluation's answers alone, figures.json the figures of all of them, train.jsonl and
-    metrics.jsonl every record in 5 digits without the clock; the report's figures are those of
-    the whole records, and thinning again changes no byte. --thin alone is refused."""
+    """--report_only --thin over two quarter runs in the form a run writes them (made from the
+    committed ones): answers.jsonl keeps the last evaluation's answers alone, figures.json the
+    figures of all of them, train.jsonl and metrics.jsonl every record in 5 digits without the
+    clock; the report's figures are those of the whole records, and thinning again changes no
+    byte. --thin alone is refused."""
     from resnet_noBN.runs import thinned
-    from resnet_noBN.trainers.answers import read_answers
     from resnet_noBN.trainers.run_log import read_metrics
 
     committed = Path(__file__).parents[1] / "results" / "table2_quarter"
     out = tmp_path / "quarter"
     for seed in (0, 1):
         name = f"runs/cifar10_paper-seed{seed}"
-        shutil.copytree(committed / name, out / name)
+        whole_run(committed / name, out / name, seed)
     folder = out / "runs" / "cifar10_paper-seed0"
     whole = {p.name: p.stat().st_size for p in folder.iterdir()}
     evaluations = read_answers(str(folder / "answers.jsonl"))
+    assert len(evaluations) == 16
     records = read_metrics(str(folder), "train.jsonl")
     flags = ("--study=table2", "--arms=cifar10_paper", "--model=quarter", "--seeds=2")
     refused = launchers.run("launch/study.py", *flags, "--thin", f"--output_dir={out}")
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "error: --thin changes the records of ended runs: give it with --report_only"
     ]
+    report = launchers.run("launch/study.py", *flags, "--report_only", f"--output_dir={out}")
+    assert report.returncode == 0, report.stderr[-2000:]
+    before = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]["cifar10_paper"]
     proc = launchers.run(
         "launch/study.py", *flags, "--report_only", "--thin", f"--output_dir={out}"
     )
@@ -473,10 +508,11 @@ def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
     assert "finish" not in again[-1] and again[-1]["grad_norm"] == float(
         f"{records[-1]['grad_norm']:.5g}"
     )
+    assert again[-1]["grad_norm"] != records[-1]["grad_norm"]  # rounded
     arms = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]
-    before = json.loads((committed / study.SUMMARY_FILE).read_text())["arms"]["cifar10_paper"]
     for figure in ("final_error", "best_error", "original_2016_error"):
         assert arms["cifar10_paper"][figure] == before[figure], figure
+    assert before["original_2016_error"] != before["final_error"]  # the windows of all 16 read
     files = {p: p.read_bytes() for p in folder.iterdir()}
     thinned.thin(str(folder))
     assert {p: p.read_bytes() for p in folder.iterdir()} == files
