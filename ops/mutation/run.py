@@ -144,10 +144,16 @@ PASSES: dict[str, Pass] = {
     # in this process: the launcher's, on the slices, take minutes)
     "table2_plan": Pass(
         "resnet_noBN/runs/table2_plan.py",
-        ("tests/test_table2.py", "-k", "projection or gpu_takes or plan_in_words"),
+        (
+            "tests/test_table2.py",
+            "-k",
+            "projection or gpu_takes or plan_in_words or killed_launchers",
+        ),
         functions=(
             "runs",
             "state",
+            "_process_ended",
+            "remove_left_timing_folders",
             "Plan.command",
             "evaluations",
             "seconds",
@@ -173,14 +179,15 @@ PASSES: dict[str, Pass] = {
         "resnet_noBN/runs/record.py",
         ("tests/test_record.py",),
     ),
-    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl), read back, and what a resumed
-    # run drops from them
+    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl, TensorBoard's), read back, and
+    # what a resumed run drops from them
     "run_log": Pass(
         "resnet_noBN/trainers/run_log.py",
         ("tests/test_run_log.py", "tests/test_progress.py"),
         functions=(
             "read_metrics",
             "_drop_after",
+            "_drop_events_after",
             "_step_of",
             "RunLog.resume_at",
             "RunLog.evaluation_at",
