@@ -122,7 +122,9 @@ def test_a_resumed_run_drops_the_records_past_its_checkpoint(tmp_path, plots):
     assert os.listdir(tmp_path / "other") == ["test_error.png"]
 
 
-def test_a_resumed_run_drops_the_tensorboard_events_past_its_checkpoint(tmp_path, plots):
+def test_a_resumed_run_drops_the_tensorboard_events_past_its_checkpoint(
+    tmp_path, plots, monkeypatch
+):
     """resume_at(10) in a new run's log (as a resumed run starts): TensorBoard's train/ and
     eval/ keep their events up to step 10 and lose a record cut short; the steps trained again
     are then in TensorBoard once, in the new writer's file beside the old; a file with nothing
@@ -134,8 +136,16 @@ def test_a_resumed_run_drops_the_tensorboard_events_past_its_checkpoint(tmp_path
     (old,) = os.listdir(tmp_path / "train")
     with open(tmp_path / "train" / old, "ab") as f:
         f.write(b"\x20\x00\x00")  # a kill as the next record was written
+    renamed = []
+    monkeypatch.setattr(
+        os, "replace", lambda a, b, real=os.replace: (renamed.append(a), real(a, b))
+    )
     resumed = RunLog(str(tmp_path), "t")
     resumed.resume_at(10)
+    # each event file written first beside it, under a name TensorBoard does not read
+    events = [a for a in renamed if not a.endswith(".jsonl.tmp")]
+    assert [os.path.dirname(a) for a in events] == [str(tmp_path / d) for d in ("train", "eval")]
+    assert not [a for a in events if run_log.EVENTS_MARK in os.path.basename(a)]
     assert scalars_listed(tmp_path / "train") == [(5, "loss"), (10, "loss")]
     assert scalars_listed(tmp_path / "eval") == [(5, "test_error"), (10, "test_error")]
     assert sorted(os.listdir(tmp_path / "train")) == [old]  # no temporary file left
@@ -147,6 +157,9 @@ def test_a_resumed_run_drops_the_tensorboard_events_past_its_checkpoint(tmp_path
     before = (tmp_path / "train" / old).stat().st_mtime_ns
     RunLog(str(tmp_path), "t").resume_at(15)
     assert (tmp_path / "train" / old).stat().st_mtime_ns == before
+    RunLog(str(tmp_path), "t").resume_at(12)  # the old file as it was, the new one's 15 dropped
+    assert (tmp_path / "train" / old).stat().st_mtime_ns == before
+    assert scalars_listed(tmp_path / "train") == [(5, "loss"), (10, "loss")]
     RunLog(str(tmp_path), "t").resume_at(0)
     assert scalars_listed(tmp_path / "train") == scalars_listed(tmp_path / "eval") == []
 

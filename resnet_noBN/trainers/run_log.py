@@ -80,16 +80,15 @@ def _drop_after(model_dir: str, name: str, step: int) -> bool:
     return True
 
 
-def _drop_events_after(folder: str, step: int) -> bool:
+def _drop_events_after(folder: str, step: int) -> None:
     """Rewrite each TensorBoard event file in ``folder`` without its events past ``step`` (its
     version event, at step 0, kept) and a record cut short (a kill as it was written: the loader
-    stops there); whether anything was dropped. Each file is written first under a name without
-    "tfevents", which TensorBoard would read as one more file of the run."""
+    stops there). Each file is written first under a name without "tfevents", which TensorBoard
+    would read as one more file of the run."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    dropped = False
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     for path in [os.path.join(folder, name) for name in names if EVENTS_MARK in name]:
         kept = [r for r in RawEventFileLoader(path).Load() if Event.FromString(r).step <= step]
@@ -102,8 +101,6 @@ def _drop_events_after(folder: str, step: int) -> bool:
                 writer.write(record)
 
         storage.atomic_write(path, write, os.path.join(folder, RESUME_TEMPORARY))
-        dropped = True
-    return dropped
 
 
 def _step_of(line: str) -> int | None:
