@@ -32,9 +32,6 @@ def main(argv):
     from resnet_noBN.runs.original_eval import figures
     from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
-    if not FLAGS.answers and os.path.exists(os.path.join(FLAGS.model_dir, thinned.FIGURES_FILE)):
-        print(json.dumps({"model_dir": FLAGS.model_dir, **thinned.figures(FLAGS.model_dir)}))
-        return
     path = FLAGS.answers or os.path.join(FLAGS.model_dir, ANSWERS_FILE)
     if not os.path.exists(path):
         print(
@@ -44,7 +41,9 @@ def main(argv):
             file=sys.stderr,
         )
         sys.exit(2)
-    print(json.dumps({"model_dir": FLAGS.model_dir, **figures(read_answers(path))}))
+    # a run's folder: its figures.json where it was thinned (runs.thinned), else its answers
+    result = figures(read_answers(path)) if FLAGS.answers else thinned.figures(FLAGS.model_dir)
+    print(json.dumps({"model_dir": FLAGS.model_dir, **result}))
 
 
 if __name__ == "__main__":

@@ -420,12 +420,12 @@ def test_a_killed_launchers_timing_folder_is_removed_by_the_next_timing_run(tmp_
         (tmp_path / name / "run").mkdir(parents=True)
     # a folder listed, then removed by another command before this one: no error
     listed = lambda path, real=os.listdir: [*real(path), f"table2-timing-{dead}-gone"]  # noqa: E731
-    monkeypatch.setattr(os, "listdir", listed)
-    assert table2_plan.remove_left_timing_folders() == [
-        str(tmp_path / f"table2-timing-{dead}-ab12"),
-        str(tmp_path / f"table2-timing-{dead}-gone"),
-    ]
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "listdir", listed)
+        assert table2_plan.remove_left_timing_folders() == [
+            str(tmp_path / f"table2-timing-{dead}-ab12"),
+            str(tmp_path / f"table2-timing-{dead}-gone"),
+        ]
     assert sorted(os.listdir(tmp_path)) == sorted(
         [f"table2-timing-{alive}-cd34", "other", "table2-timing-x"]
     )

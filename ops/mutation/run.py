@@ -18,7 +18,7 @@ and what imports it live (other work, trainings) never sees a mutant. ``PYTHONPA
 mutants' copy, so the launchers the tests start run the mutant too; a ``sitecustomize`` there
 hands mutmut the functions those processes executed, so each mutant runs the tests that execute
 it in any process (mutmut alone sees the tests' own process only). The real CIFAR slices
-(``--cifar_slices``, default ``../shared/data`` where it exists, as ``.ci/run``) go to every
+(``--cifar_slices``, default ``$RESNET_NOBN_CIFAR_SLICES``, as the tests read it) go to every
 pass whose tests need them.
 
 Each pass prints its mutants made, killed (a test failed, or a timeout), listed equivalent, and
@@ -42,6 +42,7 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ops.ci.quick_tier import SLICES_ENV
 from ops.ci.suite_under_load import machine, others_trainings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -556,12 +557,11 @@ def parse(argv: list[str]):
     )
     parser.add_argument("--list", action="store_true", help="print each pass and exit")
     parser.add_argument("--work_dir", default=str(WORK_DIR), help="where the copies go")
-    default_slices = REPO.parent / "shared" / "data"
     parser.add_argument(
         "--cifar_slices",
-        default=str(default_slices) if default_slices.is_dir() else None,
+        default=os.environ.get(SLICES_ENV),
         help="the real CIFAR slices, for the passes whose tests need them (default: "
-        "../shared/data where it exists)",
+        f"${SLICES_ENV}, as the tests read it)",
     )
     parser.add_argument(
         "--at", default="HEAD", help="the commit to mutate (default HEAD), or 'worktree'"

@@ -40,12 +40,11 @@ PLOT_FILE = "test_error.png"
 DIVERGENCE_DIR = "divergence"  # a divergence replayed step by step
 HEALTH_PLOT = "health.png"
 RECORD_FILES = (METRICS_FILE, TRAIN_FILE, ANSWERS_FILE)  # a record a step each, appended
-SUMMARY_DIRS = ("train", "eval")  # TensorBoard's, a writer each
+TRAIN_DIR, EVAL_DIR = "train", "eval"  # TensorBoard's, a writer each
 EVENTS_MARK = "tfevents"  # in the name of every file TensorBoard reads as an event file
 RECORD_FRAMING = 16  # bytes around each event in its file: length 8, its CRC 4, the data's CRC 4
-RESUME_TEMPORARY = (
-    ".resume" + storage.TEMPORARY_SUFFIX
-)  # an event file rewritten, before its rename
+# an event file rewritten on resume, before its rename (a name TensorBoard does not read)
+RESUME_TEMPORARY = ".resume" + storage.TEMPORARY_SUFFIX
 
 
 def read_metrics(model_dir: str, name: str = METRICS_FILE) -> list[dict]:
@@ -171,11 +170,11 @@ class RunLog:
     # opened at the first scalar: a trainer that only restores and evaluates writes nothing
     @functools.cached_property
     def _train_writer(self) -> Writer:
-        return self._writer(SUMMARY_DIRS[0])
+        return self._writer(TRAIN_DIR)
 
     @functools.cached_property
     def _eval_writer(self) -> Writer:
-        return self._writer(SUMMARY_DIRS[1])
+        return self._writer(EVAL_DIR)
 
     def _writer(self, name: str) -> Writer:
         threading.excepthook = _quiet_writer_thread
@@ -203,7 +202,7 @@ class RunLog:
             return
         with self._writing(f"the records past step {step} ({METRICS_FILE}, {TRAIN_FILE})"):
             dropped = [name for name in RECORD_FILES if _drop_after(self.model_dir, name, step)]
-            for name in SUMMARY_DIRS:
+            for name in (TRAIN_DIR, EVAL_DIR):
                 _drop_events_after(os.path.join(self.model_dir, name), step)
             if METRICS_FILE in dropped:
                 records, path = (
