@@ -171,16 +171,16 @@ def test_the_final_errors_picture_names_each_arm_in_the_tables_words(tmp_path):
             "final_error": figure([11.0, 11.2], -1.68, True),
         },
         "cifar10_wd_2016": {"seeds": 2, "diverged": [7500], "final_error": figure([13.0], 0.22)},
-        "cifar10_jpeg_q75": {"seeds": 1, "diverged": [500]},  # every seed diverged: no point
+        "cifar10_jpeg_q75": {"seeds": 2, "diverged": [500, 1250]},  # each diverged: no point
     }
     arms = ("cifar10_paper", "cifar10_jpeg_q75", "cifar10_leaky", "cifar10_wd_2016")
     arms += ("cifar10_original_2016", "cifar10_preactivation")  # the last one not run yet
     labels = study.row_labels(summary, arms)
     assert labels == [
         "cifar10_paper: baseline",
-        "cifar10_jpeg_q75: - (1 diverged)",
+        "cifar10_jpeg_q75: - (2 diverged at steps 500, 1,250)",
         "cifar10_leaky: +0.02 (within spread)",
-        "cifar10_wd_2016: +0.22 (1 diverged)",
+        "cifar10_wd_2016: +0.22 (1 diverged at step 7,500)",
         "cifar10_original_2016: -1.68 (> spread)",
     ]
     path = tmp_path / "errors.png"
@@ -319,7 +319,7 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     """Two seeds an arm, each run two evaluations: the baseline's final errors 20 and 22; the
     leaky arm's 25 and 27 (+5.00, over the two sd's 2.83: beyond the spread); Keras' momentum
     21 and 23 (+1.00, within); the JPEG arm one seed ended (21.5) and one diverged at step 300
-    (no sd: no verdict); the 2016 decay's one seed diverged (step 50), the other not ended (no
+    (no sd: no verdict), its loss non-finite at step 342; the 2016 decay's one seed diverged (step 50: its result does not say where its loss turned), the other not ended (no
     figure); the original network none (not in the summary). Every figure's mean, sd, values
     and gap, and each as a table's cell. A gap equal to the two sd's summed is within them."""
     from resnet_noBN.runs.original_eval import figures
@@ -340,11 +340,12 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
         (folder / arm_runs.RESULT_FILE).write_text('{"final_step": 200}')
         return figures(evaluations)
 
-    def diverged(arm, seed, step):
+    def diverged(arm, seed, step, at=None):  # at: the step its loss turned non-finite
         folder = tmp_path / "runs" / f"{arm}-seed{seed}"
         folder.mkdir(parents=True)
+        said = {"diverged_at": at} if at else {}  # an older result does not say
         (folder / arm_runs.RESULT_FILE).write_text(
-            json.dumps({"diverged": True, "final_step": step})
+            json.dumps({"diverged": True, "final_step": step, **said})
         )
 
     runs = {
@@ -366,19 +367,19 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     assert [f["final_error"] for f in runs["cifar10_leaky"]] == [25.0, 27.0]
     assert [f["final_error"] for f in runs["cifar10_momentum_keras"]] == [21.0, 23.0]
     assert runs["cifar10_jpeg_q75"][0]["final_error"] == 21.5
-    diverged("cifar10_jpeg_q75", 1, 300)
+    diverged("cifar10_jpeg_q75", 1, 300, at=342)
     diverged("cifar10_wd_2016", 1, 50)
     arms = ("cifar10_paper", "cifar10_jpeg_q75", "cifar10_leaky", "cifar10_wd_2016")
     arms += ("cifar10_momentum_keras", "cifar10_original_2016")
     budget = study.Budget(seeds=2)
     assert study.run_figures(str(tmp_path), "cifar10_leaky", 1) == runs["cifar10_leaky"][1]
-    assert study.run_figures(str(tmp_path), "cifar10_jpeg_q75", 1) == {"diverged": 300}
+    assert study.run_figures(str(tmp_path), "cifar10_jpeg_q75", 1) == {"diverged": 342}
     assert study.run_figures(str(tmp_path), "cifar10_wd_2016", 0) is None
     summary = study.summarize(str(tmp_path), arms, budget)
     assert list(summary) == list(arms[:-1])
     assert [(s["seeds"], s["diverged"]) for s in summary.values()] == [
         (2, []),
-        (2, [300]),
+        (2, [342]),
         (2, []),
         (1, [50]),
         (2, []),
@@ -420,6 +421,14 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
         ("26.00 ± 1.41", "+5.00 (> spread)"),
         ("-", "-"),
         ("22.00 ± 1.41", "+1.00 (within spread)"),
+    ]
+    rows = study.markdown_table(summary, arms, budget).splitlines()
+    assert [r.split(" | ")[2] for r in rows if r.startswith("| `cifar10_")] == [
+        "2/2",
+        "2/2 (1 diverged at step 342)",
+        "2/2",
+        "1/2 (1 diverged at step 50)",
+        "2/2",
     ]
     # no baseline ended: no gaps
     alone = study.summarize(str(tmp_path), ("cifar10_original_2016", "cifar10_leaky"), budget)

@@ -126,12 +126,14 @@ def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int |
 
 def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
     """A finished run's figures (%, ``original_eval.figures``; a committed run's
-    ``figures.json``: ``runs.thinned``), or ``{"diverged": step}``."""
+    ``figures.json``: ``runs.thinned``), or ``{"diverged": step}``: the step its loss turned
+    non-finite (``diverged_at``: ``arm_runs.outcome``), else, in a result that does not say, the
+    last step it evaluated."""
     result = read_result(output_dir, arm, seed)
     if result is None:
         return None
     if result.get("diverged"):
-        return {"diverged": result.get("final_step")}
+        return {"diverged": result.get("diverged_at") or result.get("final_step")}
     return thinned.figures(run_dir(output_dir, arm, seed))
 
 
@@ -191,7 +193,12 @@ def _gap(figure: dict | None) -> str:
 
 
 def _diverged(entry: dict) -> str:
-    return f" ({len(entry['diverged'])} diverged)" if entry["diverged"] else ""
+    """The arm's diverged seeds and their steps, " (1 diverged at step 6,799)", or nothing."""
+    steps = entry["diverged"]
+    if not steps:
+        return ""
+    at = ", ".join(f"{step:,}" for step in steps)
+    return f" ({len(steps)} diverged at step{'s' if len(steps) > 1 else ''} {at})"
 
 
 def row_labels(summary: dict, arms: tuple[str, ...]) -> list[str]:
