@@ -318,8 +318,9 @@ def halves_right(first: int, second: int) -> np.ndarray:
 def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     """Two seeds an arm, each run two evaluations: the baseline's final errors 20 and 22; the
     leaky arm's 25 and 27 (+5.00, over the two sd's 2.83: beyond the spread); Keras' momentum
-    21 and 23 (+1.00, within); the JPEG arm one seed ended (21.5) and one diverged at step 300
-    (no sd: no verdict), its loss non-finite at step 342; the 2016 decay's one seed diverged (step 50: its result does not say where its loss turned), the other not ended (no
+    21 and 23 (+1.00, within); the JPEG arm one seed ended (21.5) and one diverged after step
+    300, its loss non-finite at step 342 (no sd: no verdict); the 2016 decay's one seed diverged
+    after step 50 (its result does not say where its loss turned), the other not ended (no
     figure); the original network none (not in the summary). Every figure's mean, sd, values
     and gap, and each as a table's cell. A gap equal to the two sd's summed is within them."""
     from resnet_noBN.runs.original_eval import figures
