@@ -132,7 +132,7 @@ PASSES: dict[str, Pass] = {
         # the tests in this process: not those that run launch/study.py (52 s for the study
         # trained end to end; with those, 143 mutants took 712 s here)
         ("tests/test_study.py", "-k", STUDY_IN_PROCESS),
-        functions=("run_figures", "spread", "summarize", "cell", "_gap"),
+        functions=("run_figures", "spread", "summarize", "cell", "_gap", "_diverged"),
     ),
     # Table 2's summary and table: each run's figures, each data set's mean, spread and gap
     # (the test in this process: the launcher's, on the slices, take minutes)
