@@ -7,6 +7,7 @@ cut short; each run's final weights those of a run never stopped. The points com
 own records (the lines they print, the files they write), not from sleeps. On random records;
 the run's stops (part A) go side by side with the table's (part B)."""
 
+import functools
 import json
 import os
 import shutil
@@ -67,13 +68,13 @@ class Launch:
 
     def stop_when(self, ready, signum: int, group: bool = False, may_pass: bool = False):
         """``signum`` once ``ready()`` holds (to the process group where ``group``: Ctrl-C);
-        then waits for the end. With ``may_pass``, a process that ends by itself first (it went
-        past the point between two polls, or the signal came after its last line and was
-        ignored) is waited for, not failed: :attr:`passed`."""
+        then waits for the end. With ``may_pass``, a process that ends by itself first with exit
+        0 (it went past the point between two polls, or the signal came after its last line and
+        was ignored) is waited for, not failed: :attr:`passed`."""
         deadline = time.monotonic() + 300
         self.passed = False
         while not ready():
-            if self.proc.poll() is not None and may_pass:
+            if may_pass and self.proc.poll() == 0:
                 self.passed = True
                 return self
             assert self.proc.poll() is None, (
@@ -295,6 +296,26 @@ def test_run_flags_take_spaces_and_commas():
     )
 
 
+def stopped(start, ready, signum: int, tries: int = 1, undo=None) -> list[Launch]:
+    """Launches of ``start()``, each stopped with ``signum`` once ``ready(launch)`` (SIGINT to
+    the process group: Ctrl-C). With ``tries`` over 1, a launch that ended by itself first, with
+    exit 0 (a loaded machine polled past a point that lasts milliseconds), is checked as ended
+    whole (no stop line, no traceback), ``undo(launch)`` puts back what it wrote, and the point
+    is tried again, ``tries`` launches in all. Returns the launches, the last one stopped."""
+    launches, may_pass = [], tries > 1
+    for _ in range(tries):
+        launches.append(launch := start())
+        launch.stop_when(
+            lambda: ready(launch), signum, group=signum == signal.SIGINT, may_pass=may_pass
+        )
+        if not launch.passed:
+            return launches
+        assert "stopped by" not in launch.stderr() and "Traceback" not in launch.stderr()
+        if undo:
+            undo(launch)
+    raise AssertionError(f"each of {tries} launches ended before the point: {launch.stdout()}")
+
+
 # ------------------------------------------------------------------------ part A: the run alone
 RUN_POINTS = (
     # the evaluations of steps 5 and 10 written, its first checkpoint (15) not yet
@@ -312,27 +333,23 @@ RUN_POINTS = (
 
 
 def stopped_at(command: list[str], logs, folder, ready, signum: int) -> Launch:
-    """``command`` launched and stopped with ``signum`` once ``ready()``. The run can pass a point
-    between two polls of a loaded machine (it writes its last checkpoint, then ends within
-    milliseconds): a launch that ended by itself first is checked as ended whole (its result
-    its last line, no stop line), the folder is put back as it was before it, and the point is
-    tried again, :data:`TRIES` launches in all."""
+    """``command`` launched and stopped with ``signum`` once ``ready()``, tried again where the
+    run passed the point (:func:`stopped`: it writes its last checkpoint, then ends within
+    milliseconds): a launch that did is checked as ended whole (its result its last line) and
+    the folder put back as it was before it."""
     before = folder.with_name(f"{folder.name}-before")
     shutil.rmtree(before, ignore_errors=True)
     if folder.exists():
         shutil.copytree(folder, before)
-    for _ in range(TRIES):
-        launch = Launch(command, logs).stop_when(
-            ready, signum, group=signum == signal.SIGINT, may_pass=True
-        )
-        if not launch.passed:
-            return launch
+
+    def undo(launch: Launch) -> None:
         assert json.loads(launch.stdout().splitlines()[-1])["final_step"] == 40
-        assert "stopped by" not in launch.stderr() and "Traceback" not in launch.stderr()
         shutil.rmtree(folder)
         if before.exists():
             shutil.copytree(before, folder)
-    raise AssertionError(f"each of {TRIES} launches ended before the point: {launch.stdout()}")
+
+    start = functools.partial(Launch, command, logs)
+    return stopped(start, lambda launch: ready(), signum, TRIES, undo)[-1]
 
 
 def run_stopped_at_each_point(data, root, signum: int, tried: list) -> str:
@@ -466,21 +483,15 @@ def table_stopped_at_each_point(data, root, tried: list) -> str:
 
     def invocation(point: str, signum: int | None = None, ready=None, may_pass=False) -> Launch:
         """One invocation, stopped with ``signum`` once ``ready(launch)`` (None: to its end).
-        With ``may_pass``, one that ended by itself first (the point passed between two polls,
-        as in stopped_at) is checked as ended whole and launched again, :data:`TRIES` in all."""
-        launches = []
-        while ready is None or not launches or launches[-1].passed:
-            assert len(launches) < TRIES, f"each of {TRIES} invocations ended before {point}"
-            assert not launches or "stopped by" not in launches[-1].stderr(), point
-            launches.append(launch := Launch(argv, logs, env={"TMPDIR": str(tmp)}))
-            if ready is None:
-                launch.wait()
-                break
-            launch.stop_when(
-                lambda: ready(launch), signum, group=signum == signal.SIGINT, may_pass=may_pass
-            )
-        if ready is not None:
+        With ``may_pass``, one that ended by itself first is launched again (:func:`stopped`),
+        :data:`TRIES` in all."""
+        start = functools.partial(Launch, argv, logs, env={"TMPDIR": str(tmp)})
+        if ready is None:
+            launches = [start().wait()]
+        else:
+            launches = stopped(start, ready, signum, TRIES if may_pass else 1)
             tried.append(("launch/table2.py", point, signum.name))
+        launch = launches[-1]
         if killed:
             assert taken_over(launches[0], "--output_dir", out, killed.pop()), point
         if left and "timing cifar10_paper" in launch.stdout():
