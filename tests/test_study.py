@@ -481,8 +481,8 @@ def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
     """--report_only --thin over two quarter runs in the form a run writes them (made from the
     committed ones): answers.jsonl keeps the last evaluation's answers alone, figures.json the
     figures of all of them, train.jsonl and metrics.jsonl every record in 5 digits without the
-    clock; the report's figures are those of the whole records, and thinning again changes no
-    byte. --thin alone is refused."""
+    clock or JSON's spaces; the report's figures are those of the whole records, and thinning
+    again changes no byte. --thin alone is refused."""
     from resnet_noBN.runs import thinned
     from resnet_noBN.trainers.run_log import read_metrics
 
@@ -519,6 +519,9 @@ def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
         f"{records[-1]['grad_norm']:.5g}"
     )
     assert again[-1]["grad_norm"] != records[-1]["grad_norm"]  # rounded
+    for name in ("train.jsonl", "metrics.jsonl"):
+        lines = (folder / name).read_text().splitlines()
+        assert lines[-1].startswith('{"step":8000,') and ", " not in "".join(lines), name
     arms = json.loads((out / study.SUMMARY_FILE).read_text())["arms"]
     for figure in ("final_error", "best_error", "original_2016_error"):
         assert arms["cifar10_paper"][figure] == before[figure], figure
