@@ -1,5 +1,6 @@
-"""resnet_noBN/plotting.py: every plot is saved as a 64-colour palette PNG, the same picture as
-matplotlib's full-colour one but for antialiased edges, in under a quarter of the bytes
+"""resnet_noBN/plotting.py: every plot is saved as a 48-colour palette PNG, the same picture as
+matplotlib's full-colour one but for antialiased edges and a white one level darker, in a fifth
+of the bytes
 (committed results travel with every call to a lent GPU machine)."""
 
 import io
@@ -33,9 +34,10 @@ def test_a_plot_is_a_palette_png_of_the_same_picture_in_fewer_bytes(tmp_path):
         assert saved.size == reference.size == (660, 480)  # 5.5 x 4 inches at 120 dpi
         pixels = (np.asarray(i.convert("RGB"), np.int16) for i in (saved, reference))
         difference = np.abs(next(pixels) - next(pixels)).max(axis=2)  # per pixel, 0..255
-    # antialiased edges move to the nearest palette colour: 99% of pixels within 24 levels,
-    # under 0.5% more than 32 (measured: 0.73 levels on average, 99% within 20, 0.37% over 32)
-    assert difference.mean() < 1.0 and np.percentile(difference, 99) <= 24
-    assert (difference > 32).mean() < 0.005
-    # 0.23 of the bytes (measured; 256 colours: 0.33)
-    assert (tmp_path / "sub" / "plot.png").stat().st_size < 0.3 * rendered.getbuffer().nbytes
+    # antialiased edges move to the nearest palette colour and white to 254: 99% of pixels within
+    # 28 levels, under 0.5% more than 32, none more than 64 (measured: 1.72 levels on average,
+    # 99% within 25, 0.27% over 32, 57 at most; median cut at 64 colours moved an edge 79)
+    assert difference.mean() < 2.0 and np.percentile(difference, 99) <= 28
+    assert (difference > 32).mean() < 0.005 and difference.max() <= 64
+    # 0.196 of the bytes (measured; median cut at 64 colours: 0.226, at 256: 0.33)
+    assert (tmp_path / "sub" / "plot.png").stat().st_size < 0.21 * rendered.getbuffer().nbytes
