@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ops.lease import carry, collect, plan
 from ops.lease.supervisor import STORE, WORK, child_env, read_json, write_json
+from resnet_noBN.host import processes
 
 CALL_STARTED = time.time()  # the lease's GPU time counts from its first call's start
 CHECK_GPU = """
@@ -151,15 +152,6 @@ def start(knobs: plan.Knobs, root: Path, back: plan.Back, manifest: dict) -> int
     return 0
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def next_part(status: dict, manifest: dict, store: Path) -> str | None:
     """The first part, in the manifest's order, of a data set the plan wants that is neither
     on this machine nor restored."""
@@ -209,7 +201,7 @@ def call(knobs: plan.Knobs, root: Path, env=os.environ) -> int:
         time.sleep(1 if fresh else 2)
         status = read_json(work / "status.json")
         wanted = next_part(status, manifest, store)
-        if wanted or fresh or news(status, back) or not alive(pid):
+        if wanted or fresh or news(status, back) or not processes.running(pid):
             break
         if time.time() > deadline:
             break
@@ -223,7 +215,7 @@ def report(knobs, root: Path, env, back: plan.Back, manifest: dict, status: dict
     if out:
         items, left = collect.fill_out(work, Path(out), status, set(back.items))
     print_table(status, manifest, store)
-    gone = not status["done"] and not alive(pid)
+    gone = not status["done"] and not processes.running(pid)
     if gone:
         print(f"the supervisor (pid {pid}) is gone before the plan was done: see plan.log")
         return 1

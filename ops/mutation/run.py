@@ -153,7 +153,6 @@ PASSES: dict[str, Pass] = {
         functions=(
             "runs",
             "state",
-            "_process_ended",
             "remove_left_timing_folders",
             "Plan.command",
             "evaluations",

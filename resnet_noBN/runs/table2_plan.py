@@ -38,7 +38,7 @@ from resnet_noBN.backends import registry
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.host import cpu
+from resnet_noBN.host import cpu, processes
 from resnet_noBN.progress import DAY_S, clock, duration, finish_at
 from resnet_noBN.runs import arm_runs, cli, record, study
 from resnet_noBN.runs.arm_runs import checkpoint_step, read_result, run_dir
@@ -346,17 +346,6 @@ def _records(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
-def _process_ended(pid: int) -> bool:
-    """Whether no process ``pid`` runs (one of another user's runs too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
-
-
 def remove_left_timing_folders() -> list[str]:
     """Remove the throwaway folders of timing runs whose launcher was killed (``kill -9``: its
     ``finally`` never ran), found in the temporary folder by the launcher's process id in their
@@ -364,7 +353,7 @@ def remove_left_timing_folders() -> list[str]:
     removed = []
     for name in sorted(os.listdir(tempfile.gettempdir())):
         pid = name.removeprefix(TIMING_PREFIX).split("-")[0]
-        if name.startswith(TIMING_PREFIX) and pid.isdigit() and _process_ended(int(pid)):
+        if name.startswith(TIMING_PREFIX) and pid.isdigit() and not processes.running(int(pid)):
             path = os.path.join(tempfile.gettempdir(), name)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

@@ -1,0 +1,23 @@
+"""Whether a process still runs, by its id: the GPU lease's call watches its supervisor
+(``ops/lease/call.py``), and the Table 2 planner sweeps the throwaway folders of timing runs
+whose launcher was killed (``runs.table2_plan``)."""
+
+from __future__ import annotations
+
+import os
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs: one of another user's counts (``os.kill`` refused), a
+    zombie (ended, its parent yet to read its exit status) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:  # ended since os.kill, or no /proc (not Linux): os.kill's answer
+        return not os.path.isdir("/proc")
