@@ -39,3 +39,19 @@ def test_another_users_process_runs(monkeypatch):
     monkeypatch.setattr(processes.os, "kill", refused)
     assert processes.running(os.getpid())
     assert not processes.running(2**22 + 1)  # over Linux's largest process id: no /proc entry
+
+
+def test_a_process_whose_name_is_not_utf8_runs():
+    code = (  # prctl(PR_SET_NAME): the name /proc/PID/stat shows, any bytes
+        "import ctypes, sys, time; ctypes.CDLL(None).prctl(15, b'\\xff\\xfe x', 0, 0, 0); "
+        "print(flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # named
+        with open(f"/proc/{child.pid}/stat", "rb") as f:
+            assert b"(\xff\xfe x)" in f.read()
+        assert processes.running(child.pid)
+    finally:
+        child.kill()
+        child.wait()

@@ -17,7 +17,7 @@ def running(pid: int) -> bool:
     except PermissionError:
         pass
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
+        with open(f"/proc/{pid}/stat", "rb") as f:  # bytes: a process's name need not be UTF-8
+            return f.read().rsplit(b") ", 1)[1][:1] != b"Z"
     except FileNotFoundError:  # ended since os.kill, or no /proc (not Linux): os.kill's answer
         return not os.path.isdir("/proc")
