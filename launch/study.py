@@ -14,7 +14,9 @@ does (resnet_noBN/runs/study.py; the paper's claims: resnet_noBN/runs/claims.py)
 A study's budget (network preset, steps, evaluations, seeds, flags of every run) is its own
 (``runs.study.BUDGETS``) where no flag gives one. Each (arm, seed) is one ``launch/cifar.py``
 run (``--experiment=ARM`` at the budget) in ``<output_dir>/runs/<arm>-seed<k>``, its output in
-``launch.log`` there; ``--parallel`` of them at a time, the cores shared between them. Every
+``launch.log`` there; ``--parallel`` of them at a time (no more than there are to do), the
+cores shared between them; a run keeps its share to its end, so the runs left once none waits
+get a line of advice: stop, and resume them on all the cores. Every
 run still to do is checked first (``launch/cifar.py --check_only``: its flags, data, backend and
 folder), so a refused study writes nothing. Stopped at any moment (SIGTERM, SIGINT:
 ``host.stops``), it ends in one line and exit 3, each run training saving a checkpoint first
@@ -184,7 +186,7 @@ def main(argv):
         raise InputError("--thin changes the records of ended runs: give it with --report_only")
     if FLAGS.report_only:
         return report_only(arm_names, budget, report, total - len(todo), todo)
-    tf_threads = study.threads_each(FLAGS.parallel)
+    tf_threads = study.threads_each(min(FLAGS.parallel, max(1, len(todo))))
     threads = tf_threads if os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow" else None
     if todo:  # before anything is written; a second or so a run
         runs = "the run" if len(todo) == 1 else f"the {len(todo):,} runs"
@@ -209,7 +211,9 @@ def main(argv):
     def write() -> None:
         report.write_report(FLAGS.output_dir, arm_names, budget, header(budget, report))
 
-    ended = run_loop.run_all(jobs, write, parallel=FLAGS.parallel)
+    ended = run_loop.run_all(
+        jobs, write, parallel=FLAGS.parallel, alone=study.advice_when_alone(threads)
+    )
     if ended.stopped_by is not None:
         raise Preempted(ended.stop_line())
     final_report(arm_names, budget, report, total)

@@ -23,7 +23,15 @@ import launchers
 import pytest
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import arm_runs, cli, folder_lock, run_loop, table2_plan, table2_report
+from resnet_noBN.runs import (
+    arm_runs,
+    cli,
+    folder_lock,
+    run_loop,
+    study,
+    table2_plan,
+    table2_report,
+)
 from resnet_noBN.trainers.answers import read_answers
 from resnet_noBN.trainers.run_log import METRICS_FILE, RECORD_FILES, RunLog, read_metrics
 
@@ -194,6 +202,41 @@ def test_the_loop_stops_its_runs_and_names_what_each_kept(tmp_path):
         "[1/2] a: stopped before its first checkpoint; rerun to start it again; elapsed "
     )
     assert signal.getsignal(signal.SIGTERM) is before and not (tmp_path / "b").exists()
+
+
+def test_the_loop_advises_once_when_its_last_run_trains_alone(tmp_path):
+    """Two runs side by side, the first ending at once: once it is reported and none waits, the
+    launcher's advice is asked for the one run left, said once, and not asked again."""
+    quick, slow = "print('done')", "import time; time.sleep(3)"
+    jobs = [
+        run_loop.Job(name, str(tmp_path / name), (sys.executable, "-c", code))
+        for name, code in (("a", quick), ("b", slow))
+    ]
+    asked, lines = [], []
+
+    def alone(left):
+        asked.append(left)
+        return f"{left} left alone"
+
+    ended = run_loop.run_all(jobs, lambda: None, parallel=2, print_fn=lines.append, alone=alone)
+    assert ended == run_loop.Ended(None, (), ())
+    assert asked == [1] and lines[:2] == ["started a", "started b"] and len(lines) == 5
+    assert lines[2].startswith("[1/2] a: ") and lines[3] == "1 left alone"
+    assert lines[4].startswith("[2/2] b: ")
+
+
+def test_the_advice_names_the_threads_a_rerun_gives(monkeypatch):
+    """A study's advice (runs.study.advice_when_alone) on 4 cores: a run started with 2 threads
+    of them, left alone, is told a rerun gives it 4; none where a rerun gains no thread, or
+    where the backend takes no thread count."""
+    monkeypatch.setattr(study.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert study.advice_when_alone(2)(1) == (
+        "the run left trains on 2 intra-op thread(s) each with cores free: stop the study "
+        "(Ctrl-C) and rerun the same command to resume from the checkpoints with 4 each"
+    )
+    assert study.advice_when_alone(1)(2).startswith("the 2 runs left train on 1 intra-op")
+    assert study.advice_when_alone(2)(2) is None and study.advice_when_alone(1)(3) is None
+    assert study.advice_when_alone(None)(1) is None
 
 
 def test_a_run_is_reported_by_how_it_ended(tmp_path):

@@ -95,6 +95,16 @@ def test_a_study_runs_its_arms_side_by_side_and_resumes_without_rerunning(cifar_
     assert again.returncode == 0, again.stderr[-2000:]
     assert "2 runs (2 arms x 1 seeds), 2 already finished" in again.stdout
     assert "started" not in again.stdout
+    # the one run left to do gets every core: --parallel shares them among the runs to do
+    leaky = out / "runs" / "cifar10_leaky-seed0"
+    threads = json.loads((leaky / "config.json").read_text())["runtime"]["intra_op_threads"]
+    assert threads == study.threads_each(2)
+    shutil.rmtree(leaky)
+    alone = run_study(cifar_bin, out)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert "2 runs (2 arms x 1 seeds), 1 already finished" in alone.stdout
+    config = json.loads((leaky / "config.json").read_text())
+    assert config["runtime"]["intra_op_threads"] == study.threads_each(1)
 
 
 def test_report_only_writes_the_report_of_the_runs_that_ended_and_starts_none(tmp_path):

@@ -104,14 +104,16 @@ def run_all(
     echo: bool = False,
     seconds_left: Callable[[], float | None] | None = None,
     print_fn=print,
+    alone: Callable[[int], str | None] | None = None,
 ) -> Ended:
     """Every run of ``jobs`` (the module's docstring); ``after_each()`` after each ends (the
     launcher's tables). The line of each: ``[2/4] NAME: what it did; elapsed ... left ...
     finish ...``, the time left from ``seconds_left()`` where given (a plan's projection), else
     at the rate of the runs that ended here (a stopped one is not done: it counts among those
-    left, not in the rate)."""
+    left, not in the rate). ``alone(n)``: a line said once, the first time ``n`` runs train
+    with fewer than ``parallel`` and none waiting (the launcher's advice; None: nothing)."""
     todo, running, stopping, stopped, failed = list(jobs), [], [], [], []
-    progress, reported = Progress(len(jobs), every_units=1), 0
+    progress, reported, advised = Progress(len(jobs), every_units=1), 0, alone is None
 
     def stop(signum, frame):
         if stopping:
@@ -133,6 +135,10 @@ def run_all(
                 if stopping:  # a signal as it started
                     proc.send_signal(signal.SIGTERM)
                 print_fn(f"started {job.name}")
+            if not (advised or todo or stopping) and 0 < len(running) < parallel:
+                advised, line = True, alone(len(running))
+                if line:
+                    print_fn(line)
             time.sleep(POLL_S)
             for entry in list(running):
                 proc, job, began, tail = entry

@@ -306,3 +306,22 @@ def finished(output_dir: str, arm: str, seed: int) -> bool:
 def threads_each(parallel: int) -> int:
     """The cores each of ``parallel`` runs side by side gets (at least one)."""
     return max(1, math.floor(len(os.sched_getaffinity(0)) / parallel))
+
+
+def advice_when_alone(threads: int | None):
+    """For ``run_loop.run_all``: the line for the runs left training once none waits, with
+    cores free. Each keeps the intra-op threads it started with (``threads``, None where the
+    backend takes no such flag); a rerun gives the runs left all the cores (``launch/study.py``
+    shares them among no more runs than there are to do). None where that gains no thread."""
+
+    def advice(left: int) -> str | None:
+        if threads is None or threads_each(left) <= threads:
+            return None
+        runs = "the run left trains" if left == 1 else f"the {left} runs left train"
+        return (
+            f"{runs} on {threads} intra-op thread(s) each with cores free: stop the study "
+            "(Ctrl-C) and rerun the same command to resume from the checkpoints with "
+            f"{threads_each(left)} each"
+        )
+
+    return advice
