@@ -46,6 +46,7 @@ NAMES = [
     "cifar100_held_lr_fixup",
     "cifar100_held_lr_skipinit",
     "cifar100_held_lr_zero_last",
+    *(f"near_identity_{init}_u{units}" for init in ("paper", "fixup") for units in (1, 2, 4, 8)),
     "claims_hardt_ma",
     "claims_standard",
     "claims_he",
@@ -90,6 +91,27 @@ def test_the_runs_the_paper_reports_are_the_papers():
     imagenet = run_config.build("imagenet_paper", launcher="imagenet").recipe
     assert (imagenet.learning_rate, imagenet.lr_decay, imagenet.batch_size) == (0.1, 0.94, 256)
     assert imagenet.train_steps == 700_000 and imagenet.boundary_steps() == ()
+
+
+def test_the_near_identity_study_deepens_the_small_network_at_its_budget():
+    """near_identity: the small network's widths at 1, 2, 4 and 8 blocks a stage (8 to 50
+    layers), the paper's init and Fixup's; at the study's budget 4,000 steps, the paper's drops
+    at the same fractions (2,000 and 3,333)."""
+    from resnet_noBN.runs import study
+
+    budget = study.BUDGETS["near_identity"]
+    assert (budget.model, budget.train_steps, budget.seeds) == ("small", 4000, 1)
+    built = {
+        name: run_config.build(name, budget.model, recipe={"train_steps": budget.train_steps})
+        for name in experiments.STUDIES["near_identity"]
+    }
+    assert [(r.network.num_residual_units, r.network.block) for r in built.values()] == [
+        (units, block) for block in ("hardt_ma", "fixup") for units in (1, 2, 4, 8)
+    ]
+    for run in built.values():
+        assert run.network.stage_widths == (16, 32, 64)
+        assert run.network.init == ("he" if run.network.block == "fixup" else "hardt_ma")
+        assert run.recipe.boundary_steps() == (2000, 3333)
 
 
 def test_the_2016_code_as_named_choices():

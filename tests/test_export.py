@@ -359,6 +359,59 @@ def test_a_lease_run_of_jax_exported_without_tensorflow_loads_here(
     assert np.array_equal(predicted, final_predictions(str(trained / "answers.jsonl")).predicted)
 
 
+def test_near_identity_measures_a_lease_on_jax_and_its_file_alike(
+    runs, lease_folder, exported, cifar_bin, tmp_path
+):
+    """launch/near_identity.py on the lease's folder (its weights-4.npz, on JAX, TensorFlow
+    unimportable) and on the .keras file exported from it (here, on TensorFlow): the same three
+    blocks, the same spectral norms to the last bit (the same float32 kernels, in float64), the
+    same ratios within float32's reach; the lease measured at initialisation too (its config
+    and seed), the file not (it holds no seed). The Fixup run's file, its multipliers s set to
+    -2 (in this process): each bound is |s| ‖C2‖ ‖C1‖."""
+    from resnet_noBN.runs import near_identity
+
+    folder = tmp_path / "lease"
+    shutil.copytree(lease_folder, folder)
+    file = tmp_path / "lease.keras"
+    shutil.copy(exported["lease"][0], file)
+    shutil.copy(exported["lease"][0].with_suffix(".json"), tmp_path / "lease.json")
+    measure = functools.partial(launchers.run, "launch/near_identity.py")
+    lease_proc, file_proc = launchers.run_many(
+        [
+            functools.partial(
+                without_tensorflow_run,
+                "launch/near_identity.py",
+                f"--model_dir={folder}",
+                f"--data_path={cifar_bin}",
+                env=backend_env("jax"),
+            ),
+            functools.partial(measure, f"--model={file}", f"--data_path={cifar_bin}"),
+        ]
+    )
+    assert lease_proc.returncode == 0, lease_proc.stderr[-3000:]
+    assert file_proc.returncode == 0, file_proc.stderr[-3000:]
+    lease = json.loads((folder / near_identity.RESULT_FILE).read_text())
+    from_file = json.loads((tmp_path / f"lease.{near_identity.RESULT_FILE}").read_text())
+    assert lease["backend"] == "jax" and lease["step"] == from_file["step"] == 4
+    assert lease["weights_sha256"] == from_file["weights_sha256"]
+    assert from_file["initialisation"] is None and len(lease["initialisation"]["blocks"]) == 3
+    for a, b in zip(lease["trained"]["blocks"], from_file["trained"]["blocks"], strict=True):
+        assert a["block"] == b["block"]
+        assert [c["spectral_norm"] for c in a["convs"]] == [c["spectral_norm"] for c in b["convs"]]
+        assert a["lipschitz"] == b["lipschitz"]
+        assert a["ratio_mean"] == pytest.approx(b["ratio_mean"], rel=1e-4)
+    fixup = model_file.load(str(exported["tf"][0]))
+    for layer in fixup.layers:
+        if layer.name.endswith("_scale"):
+            layer.scalar.assign(-2.0)  # away from its init, 1
+    images = split_images(cifar_bin)[0]
+    measured = near_identity.measured(fixup, images, "fixup", print_fn=lambda *a, **k: 0)
+    for row in measured["blocks"]:
+        first, second = (c["spectral_norm"] for c in row["convs"])
+        assert row["multipliers"] == [-2.0]
+        assert row["lipschitz"] == pytest.approx(2.0 * first * second, rel=1e-12) and second > 0
+
+
 def test_a_saved_model_serves_uint8_images_without_the_project(runs, exported, launched, cifar_bin):
     """The TensorFlow run's SavedModel of step 2 and the JAX run's, made from its .keras file,
     loaded by ``tf.saved_model.load`` in a process where resnet_noBN cannot be imported: the

@@ -43,7 +43,7 @@ def run_study(cifar_bin, output_dir, *more, env=None):
         (
             "--study=nope",
             "error: flag --study=nope: value should be one of "
-            "<table2|cifar100_held|identity|identity_cifar100_held|claims>",
+            "<table2|cifar100_held|identity|identity_cifar100_held|near_identity|claims>",
         ),
         ("--seeds=0", "error: --seeds must be positive, got 0"),
         ("--eval_every=0", "error: --eval_every must be positive, got 0"),
@@ -315,6 +315,35 @@ def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
     assert table.splitlines()[2:] == [
         "| `a` | 0 | 22.00 | 4.00 (step 1,200) | 4.0 (step 1,200) | 15.0 (step 1,300) |"
     ]
+
+
+def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
+    """Series that do not rise: the weight norm climbs then falls (its last record is not its
+    largest), the gradient norm steps down before a jump, and the jump's spike is 2.0 against
+    the median of the 10 records before it but 4.0 against the 5 before it, so a wrong window
+    or a "final" that is the largest fails here; the table's header states the window."""
+    from resnet_noBN.runs import arm_health
+
+    norms = [3.0] * 6 + [1.0] * 5 + [4.0, 1.0, 1.0]
+    weights = [10.0, 14.0, 18.0, 21.0, 19.0, 16.0, 15.0, 17.0, 13.0, 12.0, 11.0, 10.5, 10.2, 9.9]
+    logits = [5.0, 9.0, 30.0, 8.0, 7.0, 6.0, 6.5, 6.0, 6.0, 6.0, 6.0, 25.0, 6.0, 6.0]
+    rows = [
+        {"step": 50 * (i + 1), "grad_norm": g, "weight_norm": w, "max_abs_logit": m}
+        for i, (g, w, m) in enumerate(zip(norms, weights, logits))
+    ]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    health = arm_health.figures(str(tmp_path / "run"))
+    assert arm_health.SPIKE_WINDOW == 10
+    # step 600: 4.0 over the median of 3.0 x 5 and 1.0 x 5 (2.0); over the last 5 alone: 4.0
+    assert health == {
+        "final_weight_norm": 9.9,
+        "largest_grad_norm": [4.0, 600],
+        "largest_logit": [30.0, 150],
+        "largest_spike": [2.0, 600],
+    }
+    header = arm_health.markdown_table({"a": [str(tmp_path / "run")]}).splitlines()[0]
+    assert "largest spike (× the median of the 10 records before)" in header
 
 
 def halves_right(first: int, second: int) -> np.ndarray:

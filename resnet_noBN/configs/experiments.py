@@ -289,6 +289,26 @@ _IDENTITY = tuple(
     for arm, changes in IDENTITY_INITS.items()
 )
 
+# --- Near the identity as the network deepens (the study "near_identity",
+# launch/near_identity.py): Section 2's O(1/l) per block (Theorem 2.1) asked of trained networks.
+# The small network's widths at 1, 2, 4 and 8 blocks a stage (8, 14, 26 and 50 layers), the
+# paper's init and Fixup's, the paper's recipe shortened to the study's 4,000 steps
+NEAR_IDENTITY_UNITS = (1, 2, 4, 8)
+NEAR_IDENTITY_INITS = {"paper": {}, "fixup": IDENTITY_INITS["fixup"]}
+_NEAR_IDENTITY = tuple(
+    derived(
+        CIFAR10,
+        f"near_identity_{init}_u{units}",
+        f"CIFAR-10, the small network's widths at {units} block(s) a stage "
+        f"({6 * units + 2} layers), "
+        + ("the paper's init" if init == "paper" else IDENTITY_ABOUT[init]),
+        model="small",
+        network={"num_residual_units": units, **changes},
+    )
+    for init, changes in NEAR_IDENTITY_INITS.items()
+    for units in NEAR_IDENTITY_UNITS
+)
+
 # --- The claims' arms (the study "claims", runs/claims.py): the paper's network and one change
 # each, at the study's budget (the paper's depth, a quarter of the widths, 300 steps)
 CLAIMS_BUDGET = {
@@ -320,7 +340,7 @@ _CLAIMS = tuple(
     for arm, changes in CLAIM_CHANGES.items()
 )
 
-EXPERIMENTS = {e.name: e for e in _ALL + _IDENTITY + _CLAIMS}
+EXPERIMENTS = {e.name: e for e in _ALL + _IDENTITY + _NEAR_IDENTITY + _CLAIMS}
 
 
 def named(name: str, launcher: str = "cifar") -> Experiment:
@@ -366,6 +386,8 @@ STUDIES = {
         "cifar100_held_lr",
         *(f"cifar100_held_lr_{arm}" for arm in IDENTITY_INITS),
     ),
+    # the distance of each trained block from the identity by depth (launch/near_identity.py)
+    "near_identity": tuple(e.name for e in _NEAR_IDENTITY),
     # the paper's claims (Section 4): its network and one change each (runs/claims.py)
     "claims": tuple(f"claims_{arm}" for arm in CLAIM_CHANGES),
 }

@@ -82,15 +82,7 @@ def restored(model_dir: str, step: int | None = None) -> tuple[keras.Model, dict
     step, path = run_folder.chosen_weights(model_dir, step)
     saved, run = evaluation.recorded_run(model_dir)
     trainer = evaluation.reading_trainer(saved, run, model_dir)
-    if run_folder.is_weights_file(path):
-        evaluation.read_weights(trainer, path)
-    else:
-        try:
-            trainer.read_checkpoint(path)
-        except trainer.unreadable as e:
-            raise CheckpointError(
-                f"checkpoint {path} cannot be restored ({first_line(e)}); export another --step"
-            ) from None
+    read_into(trainer, path)
     model = served_model(run, trainer.model)
     measured = {r["step"]: r for r in read_metrics(model_dir)}.get(step, {})
     data = saved.get("data", {})
@@ -110,6 +102,21 @@ def restored(model_dir: str, step: int | None = None) -> tuple[keras.Model, dict
         **about(model),
         "classes": list(classes.class_names) if classes else None,
     }
+
+
+def read_into(trainer: TrainLoop, path: str) -> None:
+    """The weights ``path`` keeps (``run_folder.chosen_weights``: a checkpoint, or a GPU lease's
+    weights file) into ``trainer``; CheckpointError (one line) for a checkpoint that cannot be
+    restored."""
+    if run_folder.is_weights_file(path):
+        evaluation.read_weights(trainer, path)
+        return
+    try:
+        trainer.read_checkpoint(path)
+    except trainer.unreadable as e:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be restored ({first_line(e)}); give another --step"
+        ) from None
 
 
 def export_run(

@@ -82,6 +82,9 @@ BUDGETS = {
     "identity_cifar100_held": Budget(
         "quarter", 8000, 500, 2, ("--log_every=100", "--optimizer=momentum")
     ),
+    # the paper's init and Fixup's at four depths of the small network's widths, 4,000 steps
+    # (the lr drops at 1/2 and 5/6 of them), one seed first (--seeds=2 where time is left)
+    "near_identity": Budget("small", 4000, 500, 1, ("--log_every=100",)),
 }
 
 

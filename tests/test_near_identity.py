@@ -1,0 +1,226 @@
+"""How far each block is from the identity (resnet_noBN/theory/near_identity.py,
+resnet_noBN/runs/near_identity.py, launch/near_identity.py): the measures checked where the answer
+is known (a one-tap kernel, a kernel whose transform is known in closed form, Theorem 2.1's
+linear network, a zero branch), then a run measured end to end and its bad input refused."""
+
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from launchers import IMPORT_TIMES, imported, run
+
+from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.runs import near_identity, near_identity_study
+from resnet_noBN.theory import linear
+from resnet_noBN.theory import near_identity as theory
+
+CIFAR_RECORDS = 40  # a file: 200 training images, 40 test
+
+
+@pytest.mark.parametrize("size, k, stride", [(32, 3, 1), (32, 3, 2), (31, 3, 2), (8, 1, 2)])
+def test_convolution_is_tensorflows_and_its_transpose_its_adjoint(size, k, stride):
+    """convolve is tf.nn.conv2d with SAME padding (the network's, odd zero after), and
+    convolve_transpose its adjoint: <A x, y> = <x, A^T y>."""
+    rng = np.random.default_rng(size + k + stride)
+    x, kernel = rng.standard_normal((size, size, 3)), rng.standard_normal((k, k, 3, 5))
+    y = theory.convolve(x, kernel, stride)
+    expected = tf.nn.conv2d(x[None], kernel, stride, "SAME").numpy()[0]
+    assert y.shape == expected.shape == (-(-size // stride), -(-size // stride), 5)
+    np.testing.assert_allclose(y, expected, atol=1e-12)
+    probe = rng.standard_normal(y.shape)
+    back = theory.convolve_transpose(probe, kernel, (size, size), stride)
+    assert back.shape == x.shape
+    assert np.sum(y * probe) == pytest.approx(np.sum(x * back), rel=1e-12)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_tap_kernel_has_its_matrix_norm(stride):
+    """A kernel with one non-zero tap (its centre) maps each pixel by one matrix M, padding or
+    not, strided or not: its spectral norm is ‖M‖₂, and the circular value too."""
+    rng = np.random.default_rng(stride)
+    kernel = np.zeros((3, 3, 6, 4))
+    kernel[1, 1] = rng.standard_normal((6, 4))
+    exact = np.linalg.norm(kernel[1, 1], 2)
+    norm = theory.spectral_norm(kernel, (16, 16), stride)
+    assert norm["value"] == pytest.approx(exact, rel=1e-5)
+    assert norm["value"] <= exact * (1 + 1e-12)  # power iteration estimates from below
+    assert 0 < norm["iterations"] < theory.MAX_ITERATIONS
+    assert norm["last_change"] < theory.TOLERANCE
+    assert theory.circular_spectral_norm(kernel, (16, 16)) == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("size", [8, 32])
+def test_box_kernel_has_its_closed_form_norm(size):
+    """The 3x3 box (all ones, one channel): zero-padded on n x n it is T ⊗ T, T tridiagonal of
+    ones, whose largest eigenvalue is 1 + 2 cos(π/(n+1)), so its norm is that squared; circular,
+    its transform peaks at frequency 0, at 9."""
+    kernel = np.ones((3, 3, 1, 1))
+    exact = (1 + 2 * math.cos(math.pi / (size + 1))) ** 2
+    assert theory.spectral_norm(kernel, (size, size))["value"] == pytest.approx(exact, rel=1e-4)
+    assert theory.circular_spectral_norm(kernel, (size, size)) == pytest.approx(9.0, rel=1e-12)
+
+
+def _linear_residual_network(layers: np.ndarray, size: int = 2) -> keras.Model:
+    """x ↦ (I + A_ℓ)⋯(I + A_1) x on each pixel of a size x size image of d channels: block i a
+    1x1 convolution A_i (kernel A_iᵀ) added to its input, named as the network's blocks."""
+    d = layers.shape[-1]
+    x = inputs = keras.Input((size, size, d))
+    for i, A in enumerate(layers):
+        name = f"stage1_unit{i}"
+        conv = keras.layers.Conv2D(d, 1, use_bias=False, name=f"{name}_conv1")
+        branch = conv(x)
+        conv.set_weights([A.T[None, None]])
+        x = keras.layers.Add(name=f"{name}_add")([x, branch])
+    return keras.Model(inputs, x)
+
+
+def test_theorem_2_1_network_gives_back_its_layer_norms():
+    """Theorem 2.1's construction (theory.linear.residual_factorization) for a rotation and
+    stretch R, as a network of 1x1 convolutions: the bound of each block is ‖A_i‖₂ within 1e-4,
+    its largest no more than the theorem's (4π + 3γ)/ℓ; and on the images, no branch is larger
+    against its input than that norm (a linear branch's ratio is at most ‖A_i‖)."""
+    rng = np.random.default_rng(0)
+    U, _, Vt = np.linalg.svd(rng.standard_normal((4, 4)))
+    U[:, 0] *= np.sign(np.linalg.det(U @ Vt))  # det R > 0: a rotation and a stretch
+    R = U @ np.diag([0.5, 1.0, 1.5, 2.0]) @ Vt
+    depth = 12
+    factorization = linear.residual_factorization(R, depth)
+    assert not factorization.extra_dimension and factorization.rotation_layers > 0
+    factors = factorization.A
+    model = _linear_residual_network(factors)
+    images = rng.standard_normal((16, 2, 2, 4)).astype("float32")
+    np.testing.assert_allclose(model(images), images @ R.T, atol=1e-4)  # R on each pixel
+    result = near_identity.measured(model, images, "the linear network", print_fn=lambda *a, **k: 0)
+    norms = [np.linalg.norm(A, 2) for A in factors]
+    assert len(result["blocks"]) == depth
+    for row, norm in zip(result["blocks"], norms):
+        assert row["lipschitz"] == pytest.approx(norm, abs=1e-4)
+        assert row["ratio_max"] <= norm + 1e-5
+    assert result["largest_lipschitz"] == pytest.approx(max(norms), abs=1e-4)
+    assert result["largest_lipschitz"] <= linear.norm_bound(R, depth)
+
+
+@pytest.mark.parametrize("block", ["zero_last", "fixup"])
+def test_zero_second_convolution_gives_zero_for_both(block):
+    """A network whose every branch ends in a zero convolution (zero_last, Fixup at init) is its
+    shortcuts: both measures 0 in every block, with C2's spectral norm 0 after no iteration."""
+    config = ModelConfig.preset("small", block=block)
+    model = build_cifar_model(config, "float32")
+    images = np.random.default_rng(1).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    result = near_identity.measured(model, images, block, print_fn=lambda *a, **k: 0)
+    assert [r["block"] for r in result["blocks"]] == [
+        "stage1_unit0",
+        "stage2_unit0",
+        "stage3_unit0",
+    ]
+    for row in result["blocks"]:
+        assert row["ratio_mean"] == row["ratio_max"] == row["lipschitz"] == 0.0
+        assert row["convs"][-1]["spectral_norm"] == 0.0 and row["convs"][-1]["iterations"] == 0
+        assert row["convs"][0]["spectral_norm"] > 0
+    assert result["largest_ratio"] == result["largest_lipschitz"] == 0.0
+
+
+def test_network_of_another_kind_is_refused(one_line):
+    """A Keras model without this project's blocks, and images of another size, get one line."""
+    other = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(4, 3)])
+    with pytest.raises(InputError) as excinfo:
+        near_identity.measured(other, np.zeros((2, 32, 32, 3)), "other.keras")
+    one_line(excinfo, "other.keras holds no residual block", "stageS_unitU_add")
+    model = build_cifar_model(ModelConfig.preset("small"), "float32")
+    with pytest.raises(InputError) as excinfo:
+        near_identity.measured(model, np.zeros((2, 64, 64, 3)), "the run")
+    one_line(excinfo, "the test images are 64x64x3", "the run takes 32x32x3", "--data_path")
+
+
+def test_slope_of_a_power_law_and_its_interval():
+    """fitted_slope gives back an exact power law's exponent with a zero-width interval, and an
+    interval that holds it on noisy points; zeros (a branch at exactly 0) are left out."""
+    depths = [3, 6, 12, 24]
+    exact = theory.fitted_slope(depths, [5.0 / d for d in depths])
+    assert exact["slope"] == pytest.approx(-1.0, abs=1e-12) and exact["points"] == 4
+    assert exact["high"] - exact["low"] == pytest.approx(0.0, abs=1e-9)
+    noisy = theory.fitted_slope(depths, [5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))])
+    assert noisy["low"] < -1 < noisy["high"]
+    assert theory.fitted_slope(depths, [0.0, 0.0, 0.0, 1.0]) is None
+    assert "low" not in theory.fitted_slope([3, 6], [1.0, 0.5])
+
+
+def test_run_measured_end_to_end_then_summarised(tmp_path, cifar_bin, one_line):
+    """A run of one step at learning rate 1e-30 keeps its initial weights: launch/near_identity.py
+    measures it, trained and at initialisation rebuilt from config.json and the seed, and the
+    two agree block by block to the last bit; near_identity.json is written, the table printed
+    a row a block, one line of JSON last. --summarize writes the study's summary and plot."""
+    run_dir = tmp_path / "runs" / "near_identity_paper_u1-seed0"
+    trained = run(
+        "launch/cifar.py",
+        "--experiment=near_identity_paper_u1",
+        f"--data_path={cifar_bin}",
+        "--train_steps=1",
+        "--learning_rate=1e-30",  # each weight w - 1e-30 v rounds to w
+        "--batch_size=8",
+        "--eval_batch_size=20",
+        "--seed=3",
+        f"--model_dir={run_dir}",
+    )
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    proc = run("launch/near_identity.py", f"--model_dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((run_dir / near_identity.RESULT_FILE).read_text())
+    assert record["step"] == 1 and record["residual_blocks"] == 3 and record["seed"] == 3
+    at_init, now = record["initialisation"], record["trained"]
+    assert [r["block"] for r in now["blocks"]] == ["stage1_unit0", "stage2_unit0", "stage3_unit0"]
+    assert now == at_init  # the rebuilt init is the run's, bit for bit
+    for row in now["blocks"]:
+        assert 0 < row["ratio_mean"] <= row["ratio_max"] < 0.05  # σ = 1/(k²c): small branches
+        assert [c["stride"] for c in row["convs"]] == [1 if row["stage"] == 1 else 2, 1]
+        second = row["convs"][1]  # stride 1: the circular norm on the padded grid bounds it
+        assert 0.9 * second["circular"] < second["spectral_norm"] <= second["circular"]
+    lines = proc.stdout.strip().splitlines()
+    assert sum(line.startswith("| stage") for line in lines) == 3
+    assert json.loads(lines[-1])["trained"]["largest_ratio"] == now["largest_ratio"]
+
+    proc = run("launch/near_identity.py", f"--summarize={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / near_identity_study.SUMMARY).read_text())
+    (paper,) = summary["paper"]["runs"]
+    assert (paper["blocks"], paper["layers"], paper["step"]) == (3, 8, 1)
+    assert paper["trained_largest_ratio"] == now["largest_ratio"]
+    assert summary["paper"]["slopes"]["trained_largest_ratio"] is None  # one depth: no slope
+    assert (tmp_path / near_identity_study.PLOT).stat().st_size > 0
+
+    # bad input: one line, exit 2, before the backend loads, nothing written
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    (empty / "config.json").write_text((run_dir / "config.json").read_text())
+    refusals = {
+        "holds no checkpoint": (f"--model_dir={empty}",),
+        "keeps the weights of step 1 only": (f"--model_dir={run_dir}", "--step=7"),
+        "is not a Keras file": (f"--model={run_dir / 'config.json'}", f"--data_path={cifar_bin}"),
+        "give --data_path": (f"--model={_saved_other(tmp_path)}",),
+    }
+    before = (run_dir / near_identity.RESULT_FILE).read_bytes()
+    for fragment, args in refusals.items():
+        proc = run("launch/near_identity.py", *args, env=IMPORT_TIMES)
+        assert proc.returncode == 2, (args, proc.stderr[-1500:])
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and fragment in errors[0], (fragment, errors)
+        assert not imported(proc) & {"keras", "tensorflow"}, args
+    assert not (empty / near_identity.RESULT_FILE).exists()
+    assert (run_dir / near_identity.RESULT_FILE).read_bytes() == before
+
+
+def _saved_other(folder) -> str:
+    path = str(folder / "other.keras")
+    keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(4, 3)]).save(path)
+    return path
+
+
+def test_summary_refuses_a_study_with_nothing_measured(tmp_path, one_line):
+    with pytest.raises(InputError) as excinfo:
+        near_identity_study.summarize(str(tmp_path))
+    one_line(excinfo, "no run there holds near_identity.json", "launch/near_identity.py")
