@@ -4,10 +4,16 @@ a zero last convolution. Each variant's parameters, its residual stages exactly 
 at step 0, the first step's gradient zero exactly where the construction puts it, and Fixup's
 scalars at a tenth of the rate."""
 
+import subprocess
+import sys
+
+import block_formulas as bf
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from launchers import REPO
+from test_tensorflow_free_backends import backend_env
 
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.network_config import ModelConfig
@@ -211,3 +217,64 @@ def test_a_variant_resumes_exactly(tmp_path, variant):
     assert len(scalars) == {"fixup": 30, "skipinit": 6}[variant]
     start = {"fixup": (0.0, 1.0), "skipinit": (0.0,)}[variant]
     assert all(float(s) not in start for s in scalars[-2:])
+
+
+@pytest.fixture(scope="module")
+def formulas():
+    """Each variant's and stride's output and gradients as its paper writes them (float64)."""
+    return {(v, stride): bf.expected(v, stride) for v in bf.VARIANTS for stride in bf.SHAPES}
+
+
+def check_against_formula(expected: dict, out: np.ndarray, grads: dict, where: str) -> None:
+    """float32 against float64: outputs within 1e-5 of their scale, each weight's gradient
+    within 1e-4 of its own scale (central differences carry ~1e-8)."""
+    np.testing.assert_allclose(out, expected["output"], rtol=0, atol=1e-5 * 10, err_msg=where)
+    assert set(grads) == set(expected["grads"]), where
+    for name, grad in expected["grads"].items():
+        scale = max(np.abs(grad).max(), 1e-3)
+        np.testing.assert_allclose(
+            np.reshape(grads[name], np.shape(grad)), grad, rtol=0, atol=1e-4 * scale,
+            err_msg=f"{where}: {name}",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", bf.VARIANTS)
+@pytest.mark.parametrize("stride", sorted(bf.SHAPES))
+def test_each_block_after_step_0_is_its_papers_formula(variant, stride, formulas):
+    """With its weights away from their inits (Fixup's scale 2 and biases 0.5, -0.25, 0.75,
+    0.1; SkipInit's α 1.5; C2 non-zero in every variant), each block's output and the gradient
+    of every weight are its paper's formula's (tests/block_formulas.py), Fixup's scalars' at a
+    tenth; at stride 2 through the pooled, padded shortcut. At step 0 several wrong orders of
+    the same operations agree; here they do not."""
+    assert bf.FIXUP_RATE == blocks.FIXUP_SCALAR_RATE
+    model = bf.build(variant, stride)
+    bf.set_weights(model, bf.params(variant, stride))
+    x, probe = (tf.constant(a, tf.float32) for a in bf.inputs(stride))
+    with tf.GradientTape() as tape:
+        out = model(x)
+        loss = tf.reduce_sum(out * probe)
+    grads = tape.gradient(loss, model.trainable_variables)
+    found = {bf.layer_of(v.path): g.numpy() for v, g in zip(model.trainable_variables, grads)}
+    check_against_formula(formulas[variant, stride], out.numpy(), found, f"{variant}-{stride}")
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_each_block_after_step_0_is_its_papers_formula_on_jax_and_pytorch(
+    backend, formulas, tmp_path
+):
+    """The same blocks, weights and formulas on JAX and PyTorch (tests/block_probe.py, no
+    TensorFlow importable), each backend's own gradients."""
+    env = backend_env(backend)
+    out = tmp_path / "out.npz"
+    probe = [sys.executable, str(REPO / "tests" / "block_probe.py"), str(out)]
+    subprocess.run(probe, env=env, check=True, timeout=600, cwd=REPO)
+    got = np.load(out)
+    assert str(got["backend"]) == backend
+    for (variant, stride), expected in formulas.items():
+        prefix = f"{variant}-{stride}-"
+        grads = {
+            k.removeprefix(prefix): got[k]
+            for k in got.files
+            if k.startswith(prefix) and k != f"{prefix}output"
+        }
+        check_against_formula(expected, got[f"{prefix}output"], grads, f"{backend} {prefix}")
