@@ -78,10 +78,11 @@ def without_tensorflow_run(script: str, *args, env: dict) -> subprocess.Complete
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cifar_bin):
-    """{"tensorflow": (folder, final JSON), "jax": ...}: 4 steps each, trained side by side."""
+    """{"tensorflow": (folder, final JSON), "jax": ..., "bfloat16": ...}: 4 steps each, two
+    side by side; the last on TensorFlow in mixed_bfloat16, as every GPU run computes."""
     root = tmp_path_factory.mktemp("runs")
     args = [*SMALL, *STEPS, f"--data_path={cifar_bin}"]
-    folders = {"tensorflow": root / "tf", "jax": root / "jax"}
+    folders = {"tensorflow": root / "tf", "jax": root / "jax", "bfloat16": root / "bf16"}
     procs = launchers.run_many(
         [
             functools.partial(
@@ -93,6 +94,9 @@ def runs(tmp_path_factory, cifar_bin):
                 *args,
                 f"--model_dir={folders['jax']}",
                 env=backend_env("jax"),
+            ),
+            functools.partial(
+                cifar, *args, "--precision=mixed_bfloat16", f"--model_dir={folders['bfloat16']}"
             ),
         ]
     )
@@ -357,6 +361,36 @@ def test_a_lease_run_of_jax_exported_without_tensorflow_loads_here(
     images, _ = split_images(cifar_bin)
     predicted = resnet_noBN.load(str(path)).predict(images, verbose=0).argmax(axis=1)
     assert np.array_equal(predicted, final_predictions(str(trained / "answers.jsonl")).predicted)
+
+
+def test_a_mixed_bfloat16_run_is_exported_in_float32(runs, cifar_bin, tmp_path):
+    """A run trained in mixed_bfloat16: its file holds every layer in float32 (policy, weights
+    and output) and gives the logits of its network built in float32 with the checkpoint's
+    weights; the network in its own precision gives others (the test can tell the two)."""
+    model_dir, final = runs["bfloat16"]
+    saved = json.loads((model_dir / "config.json").read_text())
+    assert saved["runtime"]["precision"] == "mixed_bfloat16"
+    record = last_json(export(f"--model_dir={model_dir}", f"--output={tmp_path / 'bf16.keras'}"))
+    assert (record["trained_precision"], record["weights_sha256"]) == (
+        "mixed_bfloat16",
+        final["weights_sha256"],
+    )
+    file = keras.saving.load_model(tmp_path / "bf16.keras")
+    assert {layer.dtype_policy.name for layer in file.layers} == {"float32"}
+    assert {w.dtype for w in file.weights} == {"float32"}
+    images, _ = split_images(cifar_bin)
+    logits = file.predict(images, verbose=0)
+    assert logits.dtype == np.float32
+    network = run_config.from_record(saved).network
+    in_precision = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        built = build_cifar_model(network, precision)
+        tf.train.Checkpoint(model=built).restore(str(model_dir / "ckpt-4")).expect_partial()
+        out = built(stream.standardize(images), training=False)
+        in_precision[precision] = keras.ops.convert_to_numpy(out).astype(np.float32)
+    scale = np.abs(in_precision["float32"]).max()
+    np.testing.assert_allclose(logits, in_precision["float32"], rtol=0, atol=TOLERANCE * scale)
+    assert np.abs(in_precision["mixed_bfloat16"] - logits).max() > 100 * TOLERANCE * scale
 
 
 def test_near_identity_measures_a_lease_on_jax_and_its_file_alike(
