@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -303,6 +304,62 @@ def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifa
     again = cifar("tensorflow", *args, f"--train_steps={steps + 2}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resumed from {model_dir}/ckpt-{steps} at step {steps}" in again.stdout
+
+
+def test_a_kill_between_checkpoints_leaves_each_steps_record_once(tmp_path, cifar_bin):
+    """Records at every step (--log_every=1), checkpoints every 3 and evaluations every 5: the
+    run killed (-9) after its record of step 7 or 8, its last checkpoint step 6's, then resumed
+    by the same command to step 12. Its records hold each step 1 to 12 once (the killed run's
+    steps after 6 dropped, trained again), its evaluations 5, 10 and 12 once, and its answers
+    the same steps. A kill that came after the next checkpoint is tried again (the poll missed
+    the window on a loaded machine), up to 3 launches."""
+    model_dir = tmp_path / "run"
+    args = [
+        f"--data_path={cifar_bin}",
+        f"--model_dir={model_dir}",
+        *SMALL,
+        "--num_residual_units=3",  # slow enough a step for the poll to land between checkpoints
+        "--batch_size=32",
+        "--log_every=1",
+        "--checkpoint_every=3",
+        "--eval_every=5",
+        "--max_checkpoints=5",
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    for _ in range(3):
+        shutil.rmtree(model_dir, ignore_errors=True)
+        run = subprocess.Popen(
+            [sys.executable, str(launchers.REPO / "launch/cifar.py"), *args, "--train_steps=12"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        steps = []
+        while run.poll() is None and not (steps and steps[-1] >= 7):
+            time.sleep(0.01)
+            steps = _record_steps(model_dir / "train.jsonl")
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        if steps and steps[-1] in (7, 8) and not (model_dir / "ckpt-9.index").exists():
+            break
+    else:
+        pytest.fail("the kill never landed between the checkpoints of steps 6 and 9")
+    killed = _record_steps(model_dir / "train.jsonl")
+    assert killed[:7] == list(range(1, 8))  # the records after step 6 are there, unsaved
+    again = cifar("tensorflow", *args, "--train_steps=12")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed from {model_dir}/ckpt-6 at step 6" in again.stdout
+    assert _record_steps(model_dir / "train.jsonl") == list(range(1, 13))
+    assert _record_steps(model_dir / "metrics.jsonl") == [5, 10, 12]
+    assert _record_steps(model_dir / "answers.jsonl") == [5, 10, 12]
+
+
+def _record_steps(path) -> list[int]:
+    """The step of each whole line of a run's JSON-lines file, in order."""
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")[:-1]  # a line cut short by the kill is not whole
+    return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
 # ------------------------------------------------------------------------------ the loop's faults
