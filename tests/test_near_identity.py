@@ -137,6 +137,16 @@ def test_network_of_another_kind_is_refused(one_line):
     one_line(excinfo, "the test images are 64x64x3", "the run takes 32x32x3", "--data_path")
 
 
+def test_branch_ratio_is_each_images_own():
+    """ratios: ‖h(x)‖ / ‖s(x)‖ image by image, each norm over all of an image's values."""
+    stream = np.ones((3, 2, 2, 4))
+    stream[1] *= 2.0
+    branch = stream * np.array([0.5, 0.25, 3.0])[:, None, None, None]
+    branch[2, 0, 0, 0] = 0.0  # one value of the third image: its norm over the rest
+    expected = [0.5, 0.25, 3.0 * math.sqrt(15 / 16)]
+    np.testing.assert_allclose(theory.ratios(branch, stream), expected, rtol=1e-12)
+
+
 def test_slope_of_a_power_law_and_its_interval():
     """fitted_slope gives back an exact power law's exponent with a zero-width interval, and an
     interval that holds it on noisy points; zeros (a branch at exactly 0) are left out."""

@@ -321,7 +321,8 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
     """Series that do not rise: the weight norm climbs then falls (its last record is not its
     largest), the gradient norm steps down before a jump, and the jump's spike is 2.0 against
     the median of the 10 records before it but 4.0 against the 5 before it, so a wrong window
-    or a "final" that is the largest fails here; the table's header states the window."""
+    or a "final" that is the largest fails here; the table's header states the window. A run
+    without some figures shows a dash for each, and a seed whose folder is missing no row."""
     from resnet_noBN.runs import arm_health
 
     norms = [3.0] * 6 + [1.0] * 5 + [4.0, 1.0, 1.0]
@@ -334,7 +335,6 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     health = arm_health.figures(str(tmp_path / "run"))
-    assert arm_health.SPIKE_WINDOW == 10
     # step 600: 4.0 over the median of 3.0 x 5 and 1.0 x 5 (2.0); over the last 5 alone: 4.0
     assert health == {
         "final_weight_norm": 9.9,
@@ -342,8 +342,28 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
         "largest_logit": [30.0, 150],
         "largest_spike": [2.0, 600],
     }
-    header = arm_health.markdown_table({"a": [str(tmp_path / "run")]}).splitlines()[0]
-    assert "largest spike (× the median of the 10 records before)" in header
+    assert arm_health.SPIKE_WINDOW == 10
+    # a run without weight norms or logits, its gradient norm 0 over the window (no ratio to
+    # a median of 0), and a seed's folder missing before one that is there
+    (tmp_path / "bare").mkdir()
+    bare = [{"step": 10 * (i + 1), "grad_norm": 0.0 if i < 11 else 2.0} for i in range(12)]
+    (tmp_path / "bare" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bare))
+    assert arm_health.figures(str(tmp_path / "bare")) == {
+        "final_weight_norm": None,
+        "largest_grad_norm": [2.0, 120],
+        "largest_logit": None,
+        "largest_spike": None,
+    }
+    table = arm_health.markdown_table(
+        {"a": [str(tmp_path / "run")], "b": [str(tmp_path / "gone"), str(tmp_path / "bare")]}
+    )
+    assert table.splitlines() == [
+        "| experiment | seed | weight norm, last record | largest gradient norm | largest "
+        "spike (× the median of the 10 records before) | largest \\|logit\\| |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| `a` | 0 | 9.90 | 4.00 (step 600) | 2.0 (step 600) | 30.0 (step 150) |",
+        "| `b` | 1 | - | 2.00 (step 120) | - | - |",
+    ]
 
 
 def halves_right(first: int, second: int) -> np.ndarray:

@@ -174,6 +174,13 @@ PASSES: dict[str, Pass] = {
             "PairedJaxTrainer._hand_out",
         ),
     ),
+    # a study's health table: each run's last weight norm, largest gradient norm, spike and
+    # |logit| with their steps (results/identity's health rows)
+    "arm_health": Pass(
+        "resnet_noBN/runs/arm_health.py",
+        ("tests/test_study.py", "-k", "health"),
+        functions=("figures", "markdown_table"),
+    ),
     # a run's record (config.json) and what may change on resume
     "record": Pass(
         "resnet_noBN/runs/record.py",
