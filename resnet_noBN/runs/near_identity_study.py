@@ -90,6 +90,13 @@ def _slope_text(fit: dict | None) -> str:
     return f"slope {fit['slope']:.2f}{interval}"
 
 
+def _depth_axis(ax, depths: list[int]) -> None:
+    """The x axis of depths: a tick at each depth run, no minor ticks."""
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
+    ax.set_xlabel("residual blocks ℓ")
+
+
 def plot(result: dict, path: str) -> str:
     """The two measures against ℓ (log-log; largest solid, mean dashed; at initialisation
     thin), the references ℓ^-1 and log ℓ / ℓ, and the test error by depth."""
@@ -132,14 +139,12 @@ def plot(result: dict, path: str) -> str:
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks(depths, [str(d) for d in depths])
-        ax.set_xlabel("residual blocks ℓ")
+        _depth_axis(ax, depths)
         ax.legend(fontsize=5.5)
     ratio_ax.set_title("‖h(x)‖ / ‖s(x)‖ on the test images")
     bound_ax.set_title("Lipschitz bound ‖C2‖·‖C1‖ of each branch")
     error_ax.set_xscale("log")
-    error_ax.set_xticks(depths, [str(d) for d in depths])
-    error_ax.set_xlabel("residual blocks ℓ")
+    _depth_axis(error_ax, depths)
     error_ax.set_ylabel("test error (%)")
     error_ax.set_title("test error by depth")
     error_ax.legend(fontsize=7)
