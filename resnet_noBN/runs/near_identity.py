@@ -172,7 +172,7 @@ def overall(rows: list[dict]) -> dict:
     }
 
 
-def test_images(data: DataConfig) -> np.ndarray:
+def split_images(data: DataConfig) -> np.ndarray:
     """The test split's images as the run's reader makes them."""
     cifar_data.check_data_path(data.dataset, data.data_path)
     return evaluation.probed_test_split(data)[0]
@@ -185,7 +185,7 @@ def measure_run(model_dir: str, step: int | None, data_path: str | None, print_f
     step, path = run_folder.chosen_weights(model_dir, step)
     saved, run = evaluation.recorded_run(model_dir)
     data = dataclasses.replace(run.data, data_path=data_path or run.data.data_path)
-    images = test_images(data)
+    images = split_images(data)
     trainer = evaluation.reading_trainer(saved, run, model_dir)
     initial = model_file.served_model(run, trainer.model)
     model_file.read_into(trainer, path)
@@ -221,7 +221,7 @@ def measure_file(path: str, data_path: str, print_fn=print) -> dict:
         cifar100_layout=data.get("cifar100_layout", "official"),
         jpeg_quality=data.get("jpeg_quality"),
     )
-    images = test_images(read)
+    images = split_images(read)
     print_fn("a .keras file holds no seed: its trained weights only", flush=True)
     return {
         "model": os.path.abspath(path),
