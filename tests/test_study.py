@@ -287,6 +287,15 @@ def test_a_retired_arm_is_reported_from_its_committed_runs_and_never_trained(tmp
     assert not (tmp_path / "new").exists()
 
 
+def health_of(folder, rows: list[dict]) -> dict | None:
+    """arm_health.figures of a run folder whose train.jsonl holds ``rows``."""
+    from resnet_noBN.runs import arm_health
+
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return arm_health.figures(str(folder))
+
+
 def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
     """arm_health.figures: the last weight norm, the largest gradient norm, |logit| and spike
     (a record's gradient norm over the median of the 10 before it), each with its step, a
@@ -300,9 +309,7 @@ def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
         for i, g in enumerate(norms)
     ]
     rows[-1].update(max_abs_logit=float("nan"), weight_norm=float("inf"))
-    (tmp_path / "a0").mkdir()
-    (tmp_path / "a0" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    health = arm_health.figures(str(tmp_path / "a0"))
+    health = health_of(tmp_path / "a0", rows)
     # the spike at step 1,200: 4.0 over the median of 1.0 x 9 and 1.5
     assert health == {
         "final_weight_norm": 22.0,
@@ -332,9 +339,7 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
         {"step": 50 * (i + 1), "grad_norm": g, "weight_norm": w, "max_abs_logit": m}
         for i, (g, w, m) in enumerate(zip(norms, weights, logits))
     ]
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    health = arm_health.figures(str(tmp_path / "run"))
+    health = health_of(tmp_path / "run", rows)
     # step 600: 4.0 over the median of 3.0 x 5 and 1.0 x 5 (2.0); over the last 5 alone: 4.0
     assert health == {
         "final_weight_norm": 9.9,
@@ -345,10 +350,8 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
     assert arm_health.SPIKE_WINDOW == 10
     # a run without weight norms or logits, its gradient norm 0 over the window (no ratio to
     # a median of 0), and a seed's folder missing before one that is there
-    (tmp_path / "bare").mkdir()
     bare = [{"step": 10 * (i + 1), "grad_norm": 0.0 if i < 11 else 2.0} for i in range(12)]
-    (tmp_path / "bare" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bare))
-    assert arm_health.figures(str(tmp_path / "bare")) == {
+    assert health_of(tmp_path / "bare", bare) == {
         "final_weight_norm": None,
         "largest_grad_norm": [2.0, 120],
         "largest_logit": None,

@@ -238,8 +238,32 @@ def evaluate_file(path: str, data_path: str, first_red_pixel: str = "as_read", p
     (``evaluation.probed_test_split``): the result ``evaluation.evaluate_run`` gives for a run
     folder (the step, errors and counts, the weights' digest, ``"answers"``). InputError (one
     line) where the model's classes are not those of the data set ``data_path`` holds."""
-    model = load(path)
-    recorded = model_paths.read_beside(path)
+    model, recorded = load(path), model_paths.read_beside(path)
+    read = file_data(path, model, recorded, data_path)
+    images, labels = evaluation.probed_test_split(read, first_red_pixel)
+    batch = TrainConfig().eval_batch_size  # as runs.evaluation's trainer
+    evaluated = _Evaluated(model, batch)
+    result = evaluated.evaluate(
+        (images, labels), Progress(math.ceil(len(labels) / batch)), print_fn
+    )
+    return {
+        "model": path,
+        "step": recorded.get("step"),
+        "dataset": read.dataset,
+        "layout": read.cifar100_layout,
+        "data_path": str(data_path),
+        "first_red_pixel": first_red_pixel,
+        "weights_sha256": weights_digest(model.weights),
+        **result,
+    }
+
+
+def file_data(path: str, model: keras.Model, recorded: dict, data_path: str) -> DataConfig:
+    """How the test split of ``data_path`` is read for the model of the ``.keras`` file ``path``:
+    as the run read its data where ``recorded`` (the record beside the file) says how (its data
+    set, CIFAR-100 layout, JPEG re-encoding), else the CIFAR data set of the model's classes.
+    InputError (one line) where the model's classes are not those of the data set ``data_path``
+    holds."""
     classes = int(model.output_shape[-1])
     data = dict(recorded.get("data") or {})
     expected = data.get("dataset") or next(
@@ -257,7 +281,7 @@ def evaluate_file(path: str, data_path: str, first_red_pixel: str = "as_read", p
             f"--model {path} gives {classes} classes, but --data_path {data_path} holds "
             f"{spec.title} ({spec.num_classes} classes): evaluate it on a copy of its own data set"
         )
-    read = DataConfig(
+    return DataConfig(
         dataset,
         data_path=str(data_path),
         cifar100_layout=data.get("cifar100_layout", "official")
@@ -265,22 +289,6 @@ def evaluate_file(path: str, data_path: str, first_red_pixel: str = "as_read", p
         else "official",
         jpeg_quality=data.get("jpeg_quality") if dataset == expected else None,
     )
-    images, labels = evaluation.probed_test_split(read, first_red_pixel)
-    batch = TrainConfig().eval_batch_size  # as runs.evaluation's trainer
-    evaluated = _Evaluated(model, batch)
-    result = evaluated.evaluate(
-        (images, labels), Progress(math.ceil(len(labels) / batch)), print_fn
-    )
-    return {
-        "model": path,
-        "step": recorded.get("step"),
-        "dataset": dataset,
-        "layout": read.cifar100_layout,
-        "data_path": str(data_path),
-        "first_red_pixel": first_red_pixel,
-        "weights_sha256": weights_digest(model.weights),
-        **result,
-    }
 
 
 def held_dataset(data_path: str, expected: str) -> str:

@@ -208,19 +208,10 @@ def measure_run(model_dir: str, step: int | None, data_path: str | None, print_f
 
 def measure_file(path: str, data_path: str, print_fn=print) -> dict:
     """The record of the ``.keras`` file ``path`` (launch/export.py's): its trained weights
-    only (a file holds no seed), on the test split of ``data_path`` read as the record beside
-    the file says."""
-    model_paths.check_keras_file(path)
-    model = model_file.load(path)
-    recorded = model_paths.read_beside(path)
-    data = recorded.get("data") or {}
-    dataset = data.get("dataset") or model_file.held_dataset(data_path, "cifar10")
-    read = DataConfig(
-        dataset,
-        data_path=str(data_path),
-        cifar100_layout=data.get("cifar100_layout", "official"),
-        jpeg_quality=data.get("jpeg_quality"),
-    )
+    only (a file holds no seed), on the test split of ``data_path`` read as
+    ``model_file.file_data`` says (InputError for a model of other classes)."""
+    model, recorded = model_file.load(path), model_paths.read_beside(path)
+    read = model_file.file_data(path, model, recorded, data_path)
     images = split_images(read)
     print_fn("a .keras file holds no seed: its trained weights only", flush=True)
     return {
@@ -228,7 +219,7 @@ def measure_file(path: str, data_path: str, print_fn=print) -> dict:
         "experiment": recorded.get("experiment"),
         "step": recorded.get("step"),
         "weights_sha256": recorded.get("weights_sha256"),
-        "data": {"dataset": dataset, "data_path": os.path.abspath(data_path)},
+        "data": {"dataset": read.dataset, "data_path": os.path.abspath(data_path)},
         **power_iteration(),
         "trained": measured(model, images, path, print_fn),
         "initialisation": None,
