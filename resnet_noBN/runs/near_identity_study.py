@@ -49,7 +49,7 @@ def runs(study_dir: str) -> list[tuple[str, dict]]:
 
 
 def summary(found: list[tuple[str, dict]]) -> dict:
-    """Per init and seed-averaged nothing: one row a run, by depth ℓ, and each series' slope."""
+    """Per init: one row a run, by depth ℓ, and each series' slope against ℓ."""
     by_init: dict[str, list] = {}
     for folder, record in found:
         init = INITS.get(record["network"]["block"], record["network"]["block"])
