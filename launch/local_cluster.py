@@ -136,8 +136,11 @@ def tasks(spec: dict[str, list[str]]) -> list[tuple[str, int]]:
 
 
 def _stream(name: str, pipe) -> None:
+    """Print each of a task's lines under its name; a line a killed task left unfinished is
+    ended here, so the next task's line starts a line of its own."""
     for line in iter(pipe.readline, ""):
-        print(f"[{name}] {line}", end="", flush=True)
+        text = line.removesuffix("\n")
+        print(f"[{name}] {text}", flush=True)
 
 
 class Job:

@@ -576,6 +576,30 @@ def test_the_job_exits_with_the_status_of_the_task_that_failed_first(tmp_path):
     assert "a task of the job was lost" not in proc.stdout
 
 
+def test_a_line_a_task_left_unfinished_is_ended_before_the_next_tasks_line(tmp_path):
+    """Worker 0 writes a step line without its newline and dies, as a chief killed between
+    ``print``'s two writes does; worker 1's line then starts a line of its own (``[kill-0]``
+    above, in CI on 2026-12-04: the survivor's error line was glued to the chief's last step)."""
+    task = (
+        "import json, os, sys, time\n"
+        "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 0:\n"
+        "    sys.stdout.write('step 20'); sys.stdout.flush(); os._exit(0)\n"
+        "time.sleep(0.5); print('error: worker 0 (chief) ended')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--"]
+        + [sys.executable, "-c", task],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=60,
+    )
+    lines = proc.stdout.splitlines()
+    assert "[worker0] step 20" in lines and "[worker1] error: worker 0 (chief) ended" in lines, (
+        proc.stdout
+    )
+
+
 def test_local_cluster_tasks_share_a_loopback_only_namespace(tmp_path):
     proc, reports = probe_job(tmp_path, ["--workers=2", "--ps=1"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
