@@ -1,7 +1,7 @@
 """Evaluate a run of ``launch/cifar.py`` again: its latest checkpoint (or every checkpoint it
 keeps) on the whole test split of a --data_path, optionally with the first red pixel of every
 image replaced (the probe of the original CIFAR-100 reader's label leak; see
-resnet_noBN/runs/evaluation.py).
+resnet_noBN/trained/evaluation.py).
 
     python launch/evaluate.py --model_dir=runs/c100 --data_path=/data/cifar-100-jpeg
     python launch/evaluate.py --model_dir=runs/c100_2016 --data_path=/data/cifar-100-binary \\
@@ -41,7 +41,8 @@ from absl import flags
 from resnet_noBN.configs.choices import FIRST_RED_PIXEL
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
-from resnet_noBN.runs import cli, model_paths  # no Keras: bad input answered first
+from resnet_noBN.runs import cli  # no Keras: bad input answered first
+from resnet_noBN.trained import model_paths
 from resnet_noBN.trainers.answers import final_predictions
 
 FLAGS = flags.FLAGS
@@ -108,11 +109,11 @@ def main(argv):
                 "--every_checkpoint and --weights read a run folder; a --model file holds one step"
             )
         model_paths.check_keras_file(FLAGS.model)
-        from resnet_noBN.runs.model_file import evaluate_file  # the backend loads now
+        from resnet_noBN.trained.model_file import evaluate_file  # the backend loads now
 
         results = [evaluate_file(FLAGS.model, FLAGS.data_path, FLAGS.first_red_pixel, print_fn)]
     else:
-        from resnet_noBN.runs.evaluation import evaluate_run  # the backend loads now
+        from resnet_noBN.trained.evaluation import evaluate_run  # the backend loads now
 
         results = evaluate_run(
             FLAGS.model_dir,

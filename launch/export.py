@@ -1,5 +1,5 @@
 """Export a trained run of ``launch/cifar.py`` (or ``launch/imagenet.py``) to one file that every
-Keras backend loads, or to a TensorFlow SavedModel to serve (resnet_noBN/runs/model_file.py):
+Keras backend loads, or to a TensorFlow SavedModel to serve (resnet_noBN/trained/model_file.py):
 
     python launch/export.py --model_dir=runs/cifar10 --output=runs/cifar10.keras
     python launch/export.py --model_dir=runs/cifar10 --step=30000 --output=c10_30k.keras
@@ -33,7 +33,8 @@ from absl import flags
 
 from resnet_noBN.configs.choices import EXPORT_FORMATS
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import cli, model_paths, run_folder  # no Keras: bad input answered first
+from resnet_noBN.runs import cli  # no Keras: bad input answered first
+from resnet_noBN.trained import model_paths, run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and its checkpoints).")
@@ -76,7 +77,7 @@ def main(argv):
     else:
         run_folder.read_record(FLAGS.model_dir)
         run_folder.chosen_weights(FLAGS.model_dir, FLAGS.step)
-    from resnet_noBN.runs import model_file  # the backend loads now
+    from resnet_noBN.trained import model_file  # the backend loads now
 
     if FLAGS.model:
         record = model_file.export_file(FLAGS.model, FLAGS.output, FLAGS.format, command())

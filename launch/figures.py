@@ -1,13 +1,13 @@
 """A run's test-error figures from its folder alone: the whole-test final and best errors, and
 the figure the original 2016 code would have logged (the best precision over successive
 5,000-image windows of the test split, one window per evaluation, and the same with either
-window: resnet_noBN/runs/original_eval.py), from the answers each evaluation kept.
+window: resnet_noBN/studies/original_eval.py), from the answers each evaluation kept.
 
     python launch/figures.py --model_dir=runs/cifar10
     python launch/figures.py --model_dir=results/table2_small/runs/cifar10_paper-seed0
 
 Reads ``answers.jsonl`` (or --answers), or a committed run's ``figures.json`` where it has one (a
-thinned run keeps its last evaluation's answers only: resnet_noBN/runs/thinned.py); writes
+thinned run keeps its last evaluation's answers only: resnet_noBN/studies/thinned.py); writes
 nothing; prints one line of JSON (errors in %). No Keras, no backend: it runs in a second. A
 run from before answers were kept: write them with ``launch/evaluate.py --every_checkpoint
 --answers_to=...`` first.
@@ -28,8 +28,8 @@ flags.mark_flag_as_required("model_dir")
 
 
 def main(argv):
-    from resnet_noBN.runs import thinned
-    from resnet_noBN.runs.original_eval import figures
+    from resnet_noBN.studies import thinned
+    from resnet_noBN.studies.original_eval import figures
     from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 
     path = FLAGS.answers or os.path.join(FLAGS.model_dir, ANSWERS_FILE)
@@ -41,7 +41,7 @@ def main(argv):
             file=sys.stderr,
         )
         sys.exit(2)
-    # a run's folder: its figures.json where it was thinned (runs.thinned), else its answers
+    # a run's folder: its figures.json where it was thinned (studies.thinned), else its answers
     result = figures(read_answers(path)) if FLAGS.answers else thinned.figures(FLAGS.model_dir)
     print(json.dumps({"model_dir": FLAGS.model_dir, **result}))
 

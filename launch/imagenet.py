@@ -30,7 +30,6 @@ from absl import flags
 
 from resnet_noBN.datasets import imagenet_input
 from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
-from resnet_noBN.datasets.input_common import per_replica_dataset
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import print_summary
 from resnet_noBN.runs import cli, run_config, setup
@@ -42,44 +41,6 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, metrics. Default
 flags.DEFINE_bool(
     "summary_only", False, "Print the layer table and parameter counts, and exit without data."
 )
-
-
-class ImageNetInputs(setup.Inputs):
-    """ImageNet's data for ``setup.start``: TFRecord shards (file-based sharding needs a file
-    per input pipeline: checked before anything is written) or tensorflow-datasets."""
-
-    def prepare(self, config, runtime) -> None:
-        data = config.data
-        if data.data_path:
-            imagenet_input.check_data_path(
-                data.data_path, runtime.input_pipelines, data.label_offset
-            )
-        else:
-            imagenet_input.tfds_builder(data.data_dir, runtime.input_pipelines)
-
-    def sources(self, config, runtime):
-        data, recipe = config.data, config.recipe
-
-        def dataset_fn(split, global_batch):
-            return per_replica_dataset(
-                imagenet_input.build_dataset,
-                split,
-                global_batch=global_batch,
-                data_path=data.data_path,
-                data_dir=data.data_dir,
-                label_offset=data.label_offset,
-                image_size=config.network.image_size,
-                normalization=data.normalization,
-                seed=runtime.seed,
-                shuffle_buffer=data.shuffle_buffer,
-            )
-
-        return dataset_fn("train", recipe.batch_size), dataset_fn(
-            "validation", recipe.eval_batch_size
-        )
-
-    def label(self, config) -> str:
-        return f"imagenet ({'tfrecords' if config.data.data_path else imagenet_input.TFDS_NAME})"
 
 
 @cli.exit_codes
@@ -105,7 +66,6 @@ def main(argv):
     run = setup.start(
         config,
         FLAGS.model_dir or "runs/imagenet",
-        ImageNetInputs(),
         title="ImageNet, Hardt & Ma ResNet-34 (no BN)",
         schedule=schedule,
         top5=True,

@@ -1,6 +1,6 @@
 """How far each residual block of a trained network is from the identity (arXiv:1611.04231,
 Section 2, Theorem 2.1: an optimum with every layer within O(1/ℓ) of it), trained and at
-initialisation (resnet_noBN/runs/near_identity.py):
+initialisation (resnet_noBN/trained/near_identity.py):
 
     python launch/near_identity.py --model_dir=runs/demo              # its latest weights
     python launch/near_identity.py --model_dir=runs/demo --step=4000 --data_path=/data/cifar10
@@ -15,7 +15,7 @@ prints a table a row a block, then one line of JSON. A run is read on the backen
 (a GPU lease's ``weights-<step>.npz`` too); ``--data_path`` defaults to the run's own.
 ``--summarize`` reads the ``near_identity.json`` of a study's runs (launch/study.py
 --study=near_identity) and writes ``summary.json`` and ``near_identity.png`` there: each measure
-against depth on log-log axes with its fitted slope (resnet_noBN/runs/near_identity_study.py).
+against depth on log-log axes with its fitted slope (resnet_noBN/studies/near_identity_study.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import os
 from absl import flags
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import cli, model_paths, run_folder  # no Keras: bad input answered first
+from resnet_noBN.runs import cli  # no Keras: bad input answered first
+from resnet_noBN.trained import model_paths, run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The run's folder (config.json and its weights).")
@@ -71,13 +72,13 @@ def checked() -> None:
 def main(argv):
     print_fn = functools.partial(print, flush=True)
     if FLAGS.summarize:
-        from resnet_noBN.runs import near_identity_study
+        from resnet_noBN.studies import near_identity_study
 
         near_identity_study.summarize(FLAGS.summarize, print_fn)
         print(json.dumps({"summary": os.path.join(FLAGS.summarize, near_identity_study.SUMMARY)}))
         return
     checked()
-    from resnet_noBN.runs import near_identity  # the backend loads now
+    from resnet_noBN.trained import near_identity  # the backend loads now
 
     if FLAGS.model_dir:
         record = near_identity.measure_run(FLAGS.model_dir, FLAGS.step, FLAGS.data_path, print_fn)

@@ -1,6 +1,6 @@
 """Run a study: a baseline experiment and arms that each change one thing from it, every arm
 from several seeds at one budget, several runs side by side, then the table of what each change
-does (resnet_noBN/runs/study.py; the paper's claims: resnet_noBN/runs/claims.py).
+does (resnet_noBN/studies/study.py; the paper's claims: resnet_noBN/studies/claims.py).
 
     python launch/study.py --study=table2 --data_path=/data/cifar-10-batches-bin \\
         --output_dir=results/table2_small          # small network, 8,000 steps, 3 seeds
@@ -12,7 +12,7 @@ does (resnet_noBN/runs/study.py; the paper's claims: resnet_noBN/runs/claims.py)
         --data_path=...                            # the claims at Table 1's width, a GPU
 
 A study's budget (network preset, steps, evaluations, seeds, flags of every run) is its own
-(``runs.study.BUDGETS``) where no flag gives one. Each (arm, seed) is one ``launch/cifar.py``
+(``studies.study.BUDGETS``) where no flag gives one. Each (arm, seed) is one ``launch/cifar.py``
 run (``--experiment=ARM`` at the budget) in ``<output_dir>/runs/<arm>-seed<k>``, its output in
 ``launch.log`` there; ``--parallel`` of them at a time (no more than there are to do), the
 cores shared between them; a run keeps its share to its end, so the runs left once none waits
@@ -20,7 +20,7 @@ get a line of advice: stop, and resume them on all the cores. Every
 run still to do is checked first (``launch/cifar.py --check_only``: its flags, data, backend and
 folder), so a refused study writes nothing. Stopped at any moment (SIGTERM, SIGINT:
 ``host.stops``), it ends in one line and exit 3, each run training saving a checkpoint first
-(``runs.run_loop``, the loop it shares with launch/table2.py); the same command resumes: a
+(``studies.run_loop``, the loop it shares with launch/table2.py); the same command resumes: a
 finished run is kept, an unfinished one resumes. After each run: the report (``study.md``: the
 table, ``study.json``, ``study_curves.png``, ``study_errors.png``, ``study_health.png``; the
 claims': ``claims.md``, ``claims.json``, ``claims_curves.png``), and a line with the runs done,
@@ -48,8 +48,9 @@ from absl import flags
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import InputError, Preempted
 from resnet_noBN.configs.flag_config import config_from_flags, define_flags
-from resnet_noBN.runs import arm_runs, claims, cli, folder_lock, run_loop, study, thinned
-from resnet_noBN.runs.arm_runs import run_dir
+from resnet_noBN.runs import cli, folder_lock
+from resnet_noBN.studies import arm_runs, claims, run_loop, study, thinned
+from resnet_noBN.studies.arm_runs import run_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("study", "table2", list(experiments.STUDIES), "The study (experiments.py).")
@@ -79,11 +80,12 @@ flags.DEFINE_bool(
     "thin",
     False,
     "With --report_only: first put each ended run's records in their committed form "
-    "(runs/thinned.py: answers.jsonl's last evaluation and figures.json, a train.jsonl of 5 "
+    "(studies/thinned.py: answers.jsonl's last evaluation and figures.json, a train.jsonl of 5 "
     "significant digits), then write the report from them.",
 )
 
-# the report of each study: the claims' verdicts (runs/claims.py); the others', runs/study.py's
+# the report of each study: the claims' verdicts (studies/claims.py); the others',
+# studies/study.py's
 REPORTS = {"claims": claims}
 
 

@@ -15,15 +15,16 @@ there), in the order seed 0 of CIFAR-10, seed 0 of CIFAR-100, then seed 1 of eac
 CIFAR-10 run also replays a divergence's last steps, as the CIFAR-100 experiment does.
 
 The folder is locked first (another invocation there: refused at once). Before anything is written,
-every check (``runs.table2_plan.build``): bad input is one line, exit 2. Then the plan: the runs
+every check (``studies.table2_plan.build``): bad input is one line, exit 2. Then the plan: the runs
 (ended, diverged, resuming at a step, to train), the data, the device, backend and precision (on a
 GPU: JAX and mixed_bfloat16, the one path measured on GPUs here; on a CPU: the default backend in
 float32), the rate measured by a few steps of the first run to train in a throwaway folder, the time
 projected and the finish (a CPU: days, and the faster paths). ``--dry_run`` stops there. Then the
 runs, their evaluations and divergences shown as they come, and after each: the table
-(``table2.md``, ``table2.json``, ``table2.png``, ``table2_curves.png``: ``runs.table2_report``) and
+(``table2.md``, ``table2.json``, ``table2.png``, ``table2_curves.png``:
+``studies.table2_report``) and
 a line with the runs done, the time left (the plan's projection of the runs still to train) and
-the finish (``runs.run_loop``). Stopped at any moment (SIGTERM, SIGINT: ``host.stops``), it ends
+the finish (``studies.run_loop``). Stopped at any moment (SIGTERM, SIGINT: ``host.stops``), it ends
 in one line and exit 3: during the checks and the timing run with the folder as it found it; while
 a run trains, that run saves a checkpoint first and the table is written; killed (``kill -9``),
 on Linux its run is sent SIGTERM (``arm_runs.start``). The same command resumes: an ended run (a
@@ -53,7 +54,8 @@ from absl import flags
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import Preempted
 from resnet_noBN.configs.runtime_config import PRECISIONS
-from resnet_noBN.runs import cli, folder_lock, run_loop, table2_plan, table2_report
+from resnet_noBN.runs import cli, folder_lock
+from resnet_noBN.studies import run_loop, table2_plan, table2_report
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cifar10_path", None, "The CIFAR-10 binary files (cifar-10-batches-bin/).")

@@ -18,9 +18,12 @@ before it, never from a later one (tests/test_layers.py walks every import to ch
             trainers, the run's health, its answers, the run log.
   backends  one object per Keras backend (``backends.registry.current()``): the runtime
             started, the trainer and the data sources built, the flags it cannot take refused.
-  runs      whole runs and the command-line surface: the run config and its flags, one run
-            setup, exit codes, one run per folder, studies (the paper's claims among them), a
-            finished run evaluated again and its figures.
+  study_plots  the plots of a comparison of arms: curves, health, final errors.
+  runs      one run: its config and flags, its set-up, its command line, its record, its lock.
+  trained   a trained run and its model: the folder it keeps, evaluated again, the ``.keras``
+            file, how near the identity each block is.
+  studies   many runs: studies (the paper's claims among them), Table 2's plan and report, the
+            loop that trains them, the thinned record, the 2016 evaluation.
 
 ``launch/`` (the entry points), ``bench/`` (the benchmarks) and ``ops/`` (what runs the
 project rather than the paper: the GPU lease, the CI harnesses) stand above them all, and so does
@@ -47,7 +50,10 @@ LAYERS = (
     "theory",
     "trainers",
     "backends",
+    "study_plots",
     "runs",
+    "trained",
+    "studies",
 )
 
 # the modules whose registered layers (``keras.saving.register_keras_serializable``) an exported
@@ -60,8 +66,8 @@ def load(path: str):
     of ``launch/cifar.py`` (its latest checkpoint, on the backend it trained on), on the Keras
     backend in use: raw pixels (uint8, or float in 0-255; [N, 32, 32, 3] for the CIFAR networks)
     to logits. ``configs.errors.InputError`` (one line) for anything else
-    (``runs.model_file.load``)."""
-    from resnet_noBN.runs import model_file
+    (``trained.model_file.load``)."""
+    from resnet_noBN.trained import model_file
 
     return model_file.load(path)
 

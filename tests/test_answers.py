@@ -1,4 +1,4 @@
-"""trainers.answers, runs.original_eval and launch/figures.py: which test images each evaluation
+"""trainers.answers, studies.original_eval and launch/figures.py: which test images each evaluation
 got right, kept in the run's folder, and the figures computed from them: the whole-test final
 and best, and the original 2016 code's best over 5,000-image windows; trainers.health's totals
 of a compiled call."""
@@ -9,8 +9,8 @@ import launchers
 import numpy as np
 import pytest
 
-from resnet_noBN.runs import thinned
-from resnet_noBN.runs.original_eval import figures, window_starts
+from resnet_noBN.studies import thinned
+from resnet_noBN.studies.original_eval import figures, window_starts
 from resnet_noBN.trainers import health
 from resnet_noBN.trainers.answers import (
     ANSWERS_FILE,
@@ -169,7 +169,7 @@ def test_the_figures_command_reads_a_run_folder(tmp_path):
     result = json.loads(proc.stdout)
     assert (result["final_error"], result["best_error"]) == (25.0, 25.0)
     assert result["original_2016_error"] == pytest.approx(10.0)
-    # thinned to its committed form (runs/thinned.py), the folder gives the same figures, of
+    # thinned to its committed form (studies/thinned.py), the folder gives the same figures, of
     # both evaluations, though its answers.jsonl keeps the last one's only
     thinned.thin(str(tmp_path))
     assert len((tmp_path / ANSWERS_FILE).read_text().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""The claims study (``launch/study.py --study=claims``, runs/claims.py): every arm runs, the
+"""The claims study (``launch/study.py --study=claims``, studies/claims.py): every arm runs, the
 report with its verdicts and plot, resume, divergence, a folder of another run refused before
 anything is written, bad flags."""
 
@@ -9,7 +9,7 @@ import launchers
 import pytest
 
 from resnet_noBN.configs import experiments
-from resnet_noBN.runs import arm_runs, claims, study
+from resnet_noBN.studies import arm_runs, claims, study
 
 BASE, STANDARD = "claims_hardt_ma", "claims_standard"
 # a smoke budget: the small network, 6 steps of batch 16 logged every 2, evaluated every 3

@@ -1,5 +1,6 @@
-"""launch/evaluate.py and resnet_noBN.runs.evaluation: a finished run's checkpoint evaluated again,
-and the probe of the original CIFAR-100 reader's label leak (the first red pixel replaced)."""
+"""launch/evaluate.py and resnet_noBN.trained.evaluation: a finished run's checkpoint evaluated
+again, and the probe of the original CIFAR-100 reader's label leak (the first red pixel
+replaced)."""
 
 import json
 import shutil
@@ -12,7 +13,7 @@ from test_launch_cifar import SMALL, cifar
 from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
-from resnet_noBN.runs.evaluation import probed_test_split
+from resnet_noBN.trained.evaluation import probed_test_split
 from resnet_noBN.trainers.answers import read_answers
 
 
@@ -222,7 +223,7 @@ def test_a_run_is_evaluated_at_each_checkpoint_it_asks_for_in_its_own_reading(
     batches of its evaluation batch (40 images: 3 batches of 16); the latest checkpoint, or
     every one oldest first with a damaged one skipped in one line, or a weights file; a
     folder without a checkpoint, or without the data, refused in one line."""
-    from resnet_noBN.runs import evaluation
+    from resnet_noBN.trained import evaluation
     from resnet_noBN.trainers.loop import unreadable_checkpoint_line
 
     folder, _ = c100
@@ -303,7 +304,7 @@ def test_a_run_is_evaluated_at_each_checkpoint_it_asks_for_in_its_own_reading(
 
 
 def test_a_weights_file_needs_a_backend_that_reads_one():
-    from resnet_noBN.runs import evaluation
+    from resnet_noBN.trained import evaluation
 
     with pytest.raises(InputError) as refused:
         evaluation.read_weights(object(), "final.npz")

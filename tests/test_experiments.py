@@ -97,7 +97,7 @@ def test_the_near_identity_study_deepens_the_small_network_at_its_budget():
     """near_identity: the small network's widths at 1, 2, 4 and 8 blocks a stage (8 to 50
     layers), the paper's init and Fixup's; at the study's budget 4,000 steps, the paper's drops
     at the same fractions (2,000 and 3,333)."""
-    from resnet_noBN.runs import study
+    from resnet_noBN.studies import study
 
     budget = study.BUDGETS["near_identity"]
     assert (budget.model, budget.train_steps, budget.seeds) == ("small", 4000, 1)

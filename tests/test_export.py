@@ -1,4 +1,4 @@
-"""launch/export.py, resnet_noBN.load and launch/evaluate.py --model (runs/model_file.py): a
+"""launch/export.py, resnet_noBN.load and launch/evaluate.py --model (trained/model_file.py): a
 run's network in one .keras file that every Keras backend loads, taking raw pixels; a SavedModel
 that serves uint8 images without the project; bad input one line, nothing written.
 
@@ -34,7 +34,8 @@ from ops.lease.collect import cut_weights
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.datasets import cifar_data, imagenet_input, stream
 from resnet_noBN.models.networks import build_cifar_model
-from resnet_noBN.runs import model_file, run_config, setup
+from resnet_noBN.runs import run_config, setup
+from resnet_noBN.trained import model_file
 from resnet_noBN.trainers.answers import final_predictions
 from resnet_noBN.trainers.loop import weights_digest
 from resnet_noBN.trainers.run_log import read_metrics
@@ -402,7 +403,7 @@ def test_near_identity_measures_a_lease_on_jax_and_its_file_alike(
     same ratios within float32's reach; the lease measured at initialisation too (its config
     and seed), the file not (it holds no seed). The Fixup run's file, its multipliers s set to
     -2 (in this process): each bound is |s| ‖C2‖ ‖C1‖."""
-    from resnet_noBN.runs import near_identity
+    from resnet_noBN.trained import near_identity
 
     folder = tmp_path / "lease"
     shutil.copytree(lease_folder, folder)

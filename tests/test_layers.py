@@ -117,6 +117,19 @@ def test_every_module_has_a_layer():
         assert name.split(".")[1] in resnet_noBN.LAYERS, f"{name}: in no layer of LAYERS"
 
 
+def test_no_room_holds_more_than_a_fifth_of_the_package():
+    """A room (a layer: a subpackage, or a module at the package's top) holds at most 20% of
+    the package's lines, so that each stays one job a reader can hold (issue #94)."""
+    lines = {}
+    for path in (ROOT / "resnet_noBN").rglob("*.py"):
+        parts = path.relative_to(ROOT / "resnet_noBN").with_suffix("").parts
+        lines[parts[0]] = lines.get(parts[0], 0) + len(path.read_text().splitlines())
+    whole = sum(lines.values())
+    assert {room for room in lines if room != "__init__"} == set(resnet_noBN.LAYERS)
+    crowded = {room: f"{n / whole:.0%}" for room, n in lines.items() if n > 0.2 * whole}
+    assert not crowded, crowded
+
+
 def test_no_import_circle():
     _, edges = graph()
     found = circles(edges)

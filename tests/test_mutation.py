@@ -13,8 +13,8 @@ from ops.mutation.run import PASSES, Pass
 REPO = Path(__file__).resolve().parents[1]
 
 DIFF = """\
---- resnet_noBN/runs/original_eval.py
-+++ resnet_noBN/runs/original_eval.py
+--- resnet_noBN/studies/original_eval.py
++++ resnet_noBN/studies/original_eval.py
 @@ -1,3 +1,3 @@
  def _percent(fraction: float) -> float:
      \"\"\"A fraction of the test images as a percentage.\"\"\"
@@ -23,17 +23,19 @@ DIFF = """\
 
 
 def test_a_pass_names_its_mutants_as_mutmut_does():
-    p = Pass("resnet_noBN/runs/study.py", ("tests/test_study.py",), ("spread", "Budget.validate"))
+    p = Pass(
+        "resnet_noBN/studies/study.py", ("tests/test_study.py",), ("spread", "Budget.validate")
+    )
     assert p.globs() == [
-        "resnet_noBN.runs.study.x_spread__mutmut_*",
-        "resnet_noBN.runs.study.x\u01c1Budget\u01c1validate__mutmut_*",
+        "resnet_noBN.studies.study.x_spread__mutmut_*",
+        "resnet_noBN.studies.study.x\u01c1Budget\u01c1validate__mutmut_*",
     ]
     assert Pass("resnet_noBN/trainers/health.py", ()).globs() == [
         "resnet_noBN.trainers.health.*__mutmut_*"
     ]
-    assert run.function_of("resnet_noBN.runs.study.x_spread__mutmut_12") == "spread"
-    assert run.function_of("resnet_noBN.runs.study.x__gap__mutmut_3") == "_gap"
-    method = "resnet_noBN.runs.study.x\u01c1Budget\u01c1validate__mutmut_2"
+    assert run.function_of("resnet_noBN.studies.study.x_spread__mutmut_12") == "spread"
+    assert run.function_of("resnet_noBN.studies.study.x__gap__mutmut_3") == "_gap"
+    method = "resnet_noBN.studies.study.x\u01c1Budget\u01c1validate__mutmut_2"
     assert run.function_of(method) == "Budget.validate"
 
 
@@ -46,18 +48,18 @@ def test_a_survivor_is_equivalent_where_an_entry_lists_its_function_and_change()
         "- return round(100.0 * fraction, 4)",
         "+ return round(100.0 * fraction, 5)",
     )
-    p = Pass("resnet_noBN/runs/original_eval.py", (), ("_percent", "figures"))
+    p = Pass("resnet_noBN/studies/original_eval.py", (), ("_percent", "figures"))
     entry = {"module": p.module, "function": "_percent", "change": change, "why": "same"}
     gone = {**entry, "function": "figures", "why": "killed now"}
     outside = {**entry, "function": "window_starts"}
     other = {**entry, "module": "resnet_noBN/trainers/health.py"}
     survivors = {
-        "resnet_noBN.runs.original_eval.x__percent__mutmut_9": change,
-        "resnet_noBN.runs.original_eval.x__percent__mutmut_10": change[:1] + ("+ return 0",),
+        "resnet_noBN.studies.original_eval.x__percent__mutmut_9": change,
+        "resnet_noBN.studies.original_eval.x__percent__mutmut_10": change[:1] + ("+ return 0",),
     }
     equivalent, new, stale = run.judge(p, survivors, [entry, gone, outside, other])
-    assert equivalent == {"resnet_noBN.runs.original_eval.x__percent__mutmut_9": "same"}
-    assert list(new) == ["resnet_noBN.runs.original_eval.x__percent__mutmut_10"]
+    assert equivalent == {"resnet_noBN.studies.original_eval.x__percent__mutmut_9": "same"}
+    assert list(new) == ["resnet_noBN.studies.original_eval.x__percent__mutmut_10"]
     assert stale == [gone]
     pasted = tomllib.loads(run.entry_text(p, "x__percent__mutmut_10", change))["mutant"][0]
     assert (pasted["module"], pasted["function"]) == (p.module, "_percent")
@@ -69,7 +71,7 @@ def test_the_copys_config_mutates_the_module_and_runs_its_tests(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "tests" / "test_table2.py").write_text("")
     tests = ("tests/test_table2.py", "tests/test_gone.py", "-k", "a")
-    p = Pass("resnet_noBN/runs/table2_plan.py", tests, slices=True)
+    p = Pass("resnet_noBN/studies/table2_plan.py", tests, slices=True)
     config = tomllib.loads(run.mutmut_config(p, tmp_path, "/data/slices"))["tool"]["mutmut"]
     assert config["only_mutate"] == [p.module]
     # a test file the copy lacks (an older commit's) is left out

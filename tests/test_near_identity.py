@@ -1,5 +1,6 @@
 """How far each block is from the identity (resnet_noBN/theory/near_identity.py,
-resnet_noBN/runs/near_identity.py, launch/near_identity.py): the measures checked where the answer
+resnet_noBN/trained/near_identity.py, launch/near_identity.py): the
+measures checked where the answer
 is known (a one-tap kernel, a kernel whose transform is known in closed form, Theorem 2.1's
 linear network, a zero branch), then a run measured end to end and its bad input refused."""
 
@@ -15,9 +16,10 @@ from launchers import IMPORT_TIMES, imported, run
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.models.networks import build_cifar_model
-from resnet_noBN.runs import near_identity, near_identity_study
+from resnet_noBN.studies import near_identity_study
 from resnet_noBN.theory import linear
 from resnet_noBN.theory import near_identity as theory
+from resnet_noBN.trained import near_identity
 
 CIFAR_RECORDS = 40  # a file: 200 training images, 40 test
 

@@ -23,15 +23,8 @@ import launchers
 import pytest
 
 from resnet_noBN.configs.errors import InputError
-from resnet_noBN.runs import (
-    arm_runs,
-    cli,
-    folder_lock,
-    run_loop,
-    study,
-    table2_plan,
-    table2_report,
-)
+from resnet_noBN.runs import cli, folder_lock
+from resnet_noBN.studies import arm_runs, run_loop, study, table2_plan, table2_report
 from resnet_noBN.trainers.answers import read_answers
 from resnet_noBN.trainers.run_log import METRICS_FILE, RECORD_FILES, RunLog, read_metrics
 
@@ -226,7 +219,7 @@ def test_the_loop_advises_once_when_its_last_run_trains_alone(tmp_path):
 
 
 def test_the_advice_names_the_threads_a_rerun_gives(monkeypatch):
-    """A study's advice (runs.study.advice_when_alone) on 4 cores: a run started with 2 threads
+    """A study's advice (studies.study.advice_when_alone) on 4 cores: a run started with 2 threads
     of them, left alone, is told a rerun gives it 4; none where a rerun gains no thread, or
     where the backend takes no thread count."""
     monkeypatch.setattr(study.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})

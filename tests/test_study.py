@@ -1,4 +1,4 @@
-"""launch/study.py and runs.study: a baseline and its one-change arms, each from its seeds, run
+"""launch/study.py and studies.study: a baseline and its one-change arms, each from its seeds, run
 side by side as launch/cifar.py runs, resumed where they stopped, summed up in a table of the
 final, best and original-2016 figures with the seed spread."""
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from resnet_noBN.configs import experiments
-from resnet_noBN.runs import arm_errors, arm_runs, study
+from resnet_noBN.studies import arm_runs, study
+from resnet_noBN.study_plots import arm_errors
 from resnet_noBN.trainers.answers import read_answers
 
 CIFAR_RECORDS = 8  # a file, in the cifar_bin fixture (conftest.py)
@@ -227,7 +228,7 @@ def test_the_health_panels_draw_each_arms_mean_over_its_seeds(tmp_path, monkeypa
     that reached each step (a run still going counts as far as it got), on a log scale for the
     norms, the decay term and the logit."""
     from resnet_noBN import plotting
-    from resnet_noBN.runs import arm_health
+    from resnet_noBN.study_plots import arm_health
 
     def write(folder, rows):
         folder.mkdir(parents=True)
@@ -289,7 +290,7 @@ def test_a_retired_arm_is_reported_from_its_committed_runs_and_never_trained(tmp
 
 def health_of(folder, rows: list[dict]) -> dict | None:
     """arm_health.figures of a run folder whose train.jsonl holds ``rows``."""
-    from resnet_noBN.runs import arm_health
+    from resnet_noBN.study_plots import arm_health
 
     folder.mkdir()
     (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -301,7 +302,7 @@ def test_a_runs_health_in_numbers_its_spike_and_its_row(tmp_path):
     (a record's gradient norm over the median of the 10 before it), each with its step, a
     diverged run's non-finite records left out; one row a run in the table, none without
     records."""
-    from resnet_noBN.runs import arm_health
+    from resnet_noBN.study_plots import arm_health
 
     norms = [1.0] * 10 + [1.5, 4.0, 2.0, float("nan")]
     rows = [
@@ -330,7 +331,7 @@ def test_health_figures_tell_the_window_and_the_last_record_apart(tmp_path):
     the median of the 10 records before it but 4.0 against the 5 before it, so a wrong window
     or a "final" that is the largest fails here; the table's header states the window. A run
     without some figures shows a dash for each, and a seed whose folder is missing no row."""
-    from resnet_noBN.runs import arm_health
+    from resnet_noBN.study_plots import arm_health
 
     norms = [3.0] * 6 + [1.0] * 5 + [4.0, 1.0, 1.0]
     weights = [10.0, 14.0, 18.0, 21.0, 19.0, 16.0, 15.0, 17.0, 13.0, 12.0, 11.0, 10.5, 10.2, 9.9]
@@ -385,7 +386,7 @@ def test_a_studys_summary_of_runs_whose_figures_are_known(tmp_path):
     after step 50 (its result does not say where its loss turned), the other not ended (no
     figure); the original network none (not in the summary). Every figure's mean, sd, values
     and gap, and each as a table's cell. A gap equal to the two sd's summed is within them."""
-    from resnet_noBN.runs.original_eval import figures
+    from resnet_noBN.studies.original_eval import figures
     from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, Evaluation
 
     def ended(arm, seed, *halves, root=tmp_path):
@@ -545,7 +546,7 @@ def test_thinned_runs_give_the_same_report_in_a_quarter_of_the_bytes(tmp_path):
     figures of all of them, train.jsonl and metrics.jsonl every record in 5 digits without the
     clock or JSON's spaces; the report's figures are those of the whole records, and thinning
     again changes no byte. --thin alone is refused."""
-    from resnet_noBN.runs import thinned
+    from resnet_noBN.studies import thinned
     from resnet_noBN.trainers.run_log import read_metrics
 
     committed = Path(__file__).parents[1] / "results" / "table2_quarter"

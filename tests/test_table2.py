@@ -1,4 +1,4 @@
-"""launch/table2.py (runs.table2_plan, runs.table2_report): Table 2's CIFAR-10 and CIFAR-100
+"""launch/table2.py (studies.table2_plan, studies.table2_report): Table 2's CIFAR-10 and CIFAR-100
 runs from several seeds on the real slices, one after the other, the plan and its projected
 time first (a dry run trains nothing), stopped and resumed without training an ended run again,
 a diverged run shown at its step with its replay (on random records), every refusal one line
@@ -23,8 +23,9 @@ from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import cpu
 from resnet_noBN.progress import clock, finish_at
-from resnet_noBN.runs import arm_runs, cli, folder_lock, study, table2_plan, table2_report
-from resnet_noBN.runs.table2_plan import Measured, RunState
+from resnet_noBN.runs import cli, folder_lock
+from resnet_noBN.studies import arm_runs, study, table2_plan, table2_report
+from resnet_noBN.studies.table2_plan import Measured, RunState
 from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers, read_answers
 
 STEPS = 40
@@ -67,7 +68,7 @@ def read_duration(text: str) -> tuple[float, float]:
 def check_projection(lines: list[str], configs: dict, test_images: dict) -> None:
     """The plan's projected total (its "projected:" line) against the sum of its runs, each
     run to train from step 0 recomputed from the rate and start-up its "measured:" line prints
-    (runs.table2_plan.seconds; ``configs``: {experiment: recipe}, ``test_images``: {experiment:
+    (studies.table2_plan.seconds; ``configs``: {experiment: recipe}, ``test_images``: {experiment:
     images}), within what their printed rounding leaves."""
     measured = next(line for line in lines if line.startswith("  measured: "))
     rate = float(re.search(r"measured: ([\d,.]+) images/s", measured).group(1).replace(",", ""))
@@ -364,7 +365,7 @@ time.sleep(120)
 # the launcher: starts the run, names its process, and waits
 LAUNCHER = """
 import sys, time
-from resnet_noBN.runs import arm_runs
+from resnet_noBN.studies import arm_runs
 proc = arm_runs.start(sys.argv[1], [sys.executable, "-c", sys.argv[2]])
 print(proc.pid, flush=True)
 time.sleep(120)

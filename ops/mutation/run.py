@@ -105,7 +105,7 @@ EVALUATION_IN_PROCESS = (
 PASSES: dict[str, Pass] = {
     # the 2016 statistic (original_2016_error: best precision over 5,000-image windows)
     "original_eval": Pass(
-        "resnet_noBN/runs/original_eval.py",
+        "resnet_noBN/studies/original_eval.py",
         ("tests/test_answers.py",),
     ),
     # which test images each evaluation got right (answers.jsonl), read and written
@@ -122,13 +122,13 @@ PASSES: dict[str, Pass] = {
     # the probe of the label leak (the tests in this process: the launcher's train a run first;
     # with them, 155 mutants took 745 s here)
     "evaluation": Pass(
-        "resnet_noBN/runs/evaluation.py",
+        "resnet_noBN/trained/evaluation.py",
         ("tests/test_evaluation.py", "-k", EVALUATION_IN_PROCESS),
         functions=("probed_test_split", "read_weights", "evaluate_run"),
     ),
     # a study's summaries: each arm's mean and spread over seeds, its gap to the paper
     "study": Pass(
-        "resnet_noBN/runs/study.py",
+        "resnet_noBN/studies/study.py",
         # the tests in this process: not those that run launch/study.py (52 s for the study
         # trained end to end; with those, 143 mutants took 712 s here)
         ("tests/test_study.py", "-k", STUDY_IN_PROCESS),
@@ -137,14 +137,14 @@ PASSES: dict[str, Pass] = {
     # Table 2's summary and table: each run's figures, each data set's mean, spread and gap
     # (the test in this process: the launcher's, on the slices, take minutes)
     "table2_report": Pass(
-        "resnet_noBN/runs/table2_report.py",
+        "resnet_noBN/studies/table2_report.py",
         ("tests/test_table2.py", "-k", "figures_are_known"),
         functions=("run_entry", "summarize", "_run_cell", "_computed", "markdown_tables"),
     ),
     # Table 2's plan: each run's state, its command, its projected time, the total (the tests
     # in this process: the launcher's, on the slices, take minutes)
     "table2_plan": Pass(
-        "resnet_noBN/runs/table2_plan.py",
+        "resnet_noBN/studies/table2_plan.py",
         (
             "tests/test_table2.py",
             "-k",
@@ -177,7 +177,7 @@ PASSES: dict[str, Pass] = {
     # a study's health table: each run's last weight norm, largest gradient norm, spike and
     # |logit| with their steps (results/identity's health rows)
     "arm_health": Pass(
-        "resnet_noBN/runs/arm_health.py",
+        "resnet_noBN/study_plots/arm_health.py",
         ("tests/test_study.py", "-k", "health"),
         functions=("figures", "markdown_table"),
     ),

@@ -21,11 +21,11 @@ def dtype_policy(precision: str) -> str:
     return "float32" if precision == "true_float32" else precision
 
 
-# launch/evaluate.py --first_red_pixel (resnet_noBN/runs/evaluation.py): the images as the run's
+# launch/evaluate.py --first_red_pixel (resnet_noBN/trained/evaluation.py): the images as the run's
 # reader makes them, or the pixel the 2016 CIFAR-100 reader leaked the label into replaced by
 # another class's label or by the image's real pixel
 FIRST_RED_PIXEL = ("as_read", "wrong_label", "true_pixel")
 
-# launch/export.py --format (resnet_noBN/runs/model_file.py): one .keras file that every Keras
+# launch/export.py --format (resnet_noBN/trained/model_file.py): one .keras file that every Keras
 # backend loads (Model.save), or a TensorFlow SavedModel to serve (Model.export)
 EXPORT_FORMATS = ("keras", "tf_saved_model")

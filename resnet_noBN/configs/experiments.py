@@ -309,7 +309,7 @@ _NEAR_IDENTITY = tuple(
     for units in NEAR_IDENTITY_UNITS
 )
 
-# --- The claims' arms (the study "claims", runs/claims.py): the paper's network and one change
+# --- The claims' arms (the study "claims", studies/claims.py): the paper's network and one change
 # each, at the study's budget (the paper's depth, a quarter of the widths, 300 steps)
 CLAIMS_BUDGET = {
     "train_steps": 300,
@@ -388,7 +388,7 @@ STUDIES = {
     ),
     # the distance of each trained block from the identity by depth (launch/near_identity.py)
     "near_identity": tuple(e.name for e in _NEAR_IDENTITY),
-    # the paper's claims (Section 4): its network and one change each (runs/claims.py)
+    # the paper's claims (Section 4): its network and one change each (studies/claims.py)
     "claims": tuple(f"claims_{arm}" for arm in CLAIM_CHANGES),
 }
 

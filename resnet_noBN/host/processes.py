@@ -1,6 +1,6 @@
 """Whether a process still runs, by its id: the GPU lease's call watches its supervisor
 (``ops/lease/call.py``), and the Table 2 planner sweeps the throwaway folders of timing runs
-whose launcher was killed (``runs.table2_plan``)."""
+whose launcher was killed (``studies.table2_plan``)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ written whole or not at all (``host.storage``).
 
 Where a stop must wait for the work in hand, the code doing it puts its own handlers in for the
 while and this one back after: a training call (``host.preemption``: a checkpoint of the step
-reached, then ``preempted at step N``) and a launcher's runs (``runs.run_loop``: each run
+reached, then ``preempted at step N``) and a launcher's runs (``studies.run_loop``: each run
 stopped with SIGTERM and waited for, the tables written, then one line).
 """
 

@@ -42,7 +42,7 @@ from resnet_noBN.configs.errors import (
     say,
 )
 from resnet_noBN.host import cpu, stops
-from resnet_noBN.runs import arm_health
+from resnet_noBN.study_plots import arm_health
 from resnet_noBN.trainers import run_log
 
 if TYPE_CHECKING:

@@ -4,13 +4,14 @@ bad input from writing anything (the original ``resnet_main.py``'s start, made s
 1. the runtime started from the run config (``Backend.start``: the flags the backend cannot
    take refused, the devices or strategy, the batches checked against them, the seed: the
    config's, or the one ``config.json`` recorded where the run resumes, or drawn);
-2. the data prepared and checked once (``Inputs.prepare``), before anything is written;
+2. the data prepared and checked once (``inputs.CifarInputs.prepare``), before anything is
+   written;
 3. the folder locked (one run per folder), the record checked against the run it holds and
    written (``run_config.checked_record``), the banner printed;
 4. the sources and the trainer built.
 
-What differs between launchers is the data (:class:`Inputs`: CIFAR's here, ImageNet's in its
-launcher) and the trainer's schedule and top-5; :func:`start` takes those.
+What differs between launchers is the data (``runs.inputs``: CIFAR's and ImageNet's, chosen by
+the run's launcher) and the trainer's schedule and top-5; :func:`start` takes those.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from collections.abc import Callable
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs import experiments
-from resnet_noBN.configs.errors import DataError, InputError
+from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import SEED_LIMIT
-from resnet_noBN.datasets import cifar_data
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.runs import folder_lock, record, run_config
+from resnet_noBN.runs.inputs import inputs_of
 from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trainers.loop import TrainLoop
 
@@ -53,41 +54,6 @@ class Run:
     record: dict
 
 
-class Inputs:
-    """A launcher's data: :meth:`prepare` fetches or checks it (DataError, one line, before
-    anything is written), :meth:`sources` builds the trainer's two sources, :attr:`label` names
-    it in the banner. CIFAR's, here, through the backend."""
-
-    def prepare(self, config: RunConfig, runtime: Runtime) -> None:
-        registry.current().prepare_data(config.data)
-        data, batch = config.data, config.recipe.batch_size
-        held = {
-            s: cifar_data.num_records(data.dataset, data.data_path, s) for s in cifar_data.SPLITS
-        }
-        if batch > held["train"]:
-            raise DataError(
-                f"--batch_size={batch} exceeds the {held['train']:,} training images of "
-                f"{data.data_path or data.dataset}; use a smaller --batch_size"
-            )
-        official = {s: cifar_data.num_records(data.dataset, None, s) for s in held}
-        if held != official and runtime.is_chief:
-            print(
-                f"note: {data.data_path} holds "
-                + " and ".join(f"{held[s]:,} of the {official[s]:,} {s} images" for s in official)
-                + f" of {data.dataset}: the figures are this subset's (config.json records it)",
-                flush=True,
-            )
-
-    def sources(self, config: RunConfig, runtime: Runtime) -> tuple[object, object]:
-        recipe = config.recipe
-        return registry.current().cifar_sources(
-            config.data, recipe.batch_size, recipe.eval_batch_size, runtime.seed
-        )
-
-    def label(self, config: RunConfig) -> str:
-        return config.data.dataset
-
-
 def start_runtime(config: RunConfig, model_dir: str | None = None) -> Runtime:
     """The runtime of ``config`` started by the backend in use (``Backend.start``), its global
     batches checked to split over the replicas, with the seed it takes
@@ -101,7 +67,7 @@ def start_runtime(config: RunConfig, model_dir: str | None = None) -> Runtime:
 def build_model(config: RunConfig, preprocess=None) -> Callable:
     """What builds the run's network, in its precision (the trainer calls it in its scope);
     ``preprocess``: a layer the network applies to its input first (an exported model's
-    normalisation of raw pixels, ``runs.model_file``)."""
+    normalisation of raw pixels, ``trained.model_file``)."""
     build = build_imagenet_model if config.launcher == "imagenet" else build_cifar_model
     return lambda: build(config.network, config.runtime.precision, preprocess)
 
@@ -147,15 +113,13 @@ def begin(
     return saved
 
 
-def start(
-    config: RunConfig, model_dir: str, inputs: Inputs | None = None, title: str = "", **kwargs
-) -> Run:
+def start(config: RunConfig, model_dir: str, title: str = "", **kwargs) -> Run:
     """A whole run set up in ``model_dir`` (the module's order), ready to train: the runtime,
     the data checked, the folder locked for the rest of the process (``runs.folder_lock``:
     exit 2 where another run holds it), the record written, the sources and the trainer
     (``kwargs``: its schedule, top5). Nothing is written before the inputs are checked."""
-    inputs = inputs or Inputs()
     config = run_config.resumed(config, model_dir)
+    inputs = inputs_of(config)
     runtime = start_runtime(config, model_dir)
     inputs.prepare(config, runtime)
     # the whole job's lock: other tasks write nothing there; a run refused before it writes
@@ -227,7 +191,7 @@ def start_pair(
         raise InputError(
             f"--pair_seed={pair_seed} is the first run's seed: the pair is two seeds of one run"
         )
-    inputs = Inputs()
+    inputs = inputs_of(configs[0])
     inputs.prepare(configs[0], runtime)
     for c, seed, model_dir in zip(configs, seeds, model_dirs):  # both, before either is written
         run_config.checked_record(c, model_dir, backend.name, seed)

@@ -1,6 +1,6 @@
 """Which test images each evaluation got right, kept in the run's folder (``answers.jsonl``): the
 figures of any run can then be recomputed image by image, the original code's statistic among
-them (``runs.original_eval``), and two runs compared prediction by prediction.
+them (``studies.original_eval``), and two runs compared prediction by prediction.
 
 One line per evaluation, in the split's order (the order the run reads its test images: the
 official record order of the binary files)::

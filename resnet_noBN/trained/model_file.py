@@ -13,8 +13,8 @@ they are stored, uint8 or float in 0-255, RGB, [N, 32, 32, 3] for the CIFAR netw
 the evaluation crop, [N, image_size, image_size, 3]), and gives logits. Its layers keep the
 network's names: ``global_pool`` gives the features the projection maps to the logits.
 
-The weights are read as ``runs.evaluation`` reads a run (its trainer, on the backend it trained
-on, in float32): a checkpoint or a GPU lease's weights file (``runs.run_folder``). Beside the
+The weights are read as ``trained.evaluation`` reads a run (its trainer, on the backend it trained
+on, in float32): a checkpoint or a GPU lease's weights file (``trained.run_folder``). Beside the
 file goes a short JSON record (:func:`export_run`; ``model_paths.record_path``).
 """
 
@@ -41,9 +41,10 @@ from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.datasets.normalization import LAYER_NAME, input_normalization
 from resnet_noBN.host import storage
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import evaluation, model_paths, run_folder, setup
+from resnet_noBN.runs import setup
 from resnet_noBN.runs.record import CONFIG_FILE
 from resnet_noBN.runs.run_config import RunConfig
+from resnet_noBN.trained import evaluation, model_paths, run_folder
 from resnet_noBN.trainers.loop import TrainLoop, weights_digest
 from resnet_noBN.trainers.recipe import top_classes
 from resnet_noBN.trainers.run_log import read_metrics
@@ -241,7 +242,7 @@ def evaluate_file(path: str, data_path: str, first_red_pixel: str = "as_read", p
     model, recorded = load(path), model_paths.read_beside(path)
     read = file_data(path, model, recorded, data_path)
     images, labels = evaluation.probed_test_split(read, first_red_pixel)
-    batch = TrainConfig().eval_batch_size  # as runs.evaluation's trainer
+    batch = TrainConfig().eval_batch_size  # as trained.evaluation's trainer
     evaluated = _Evaluated(model, batch)
     result = evaluated.evaluate(
         (images, labels), Progress(math.ceil(len(labels) / batch)), print_fn

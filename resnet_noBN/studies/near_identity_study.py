@@ -2,7 +2,7 @@
 each trained block sit closer to the identity as the network deepens, as Theorem 2.1's optimum
 does (arXiv:1611.04231, Section 2: max_i ‖A_i‖ ≤ (4π + 3γ)/ℓ, a slope of −1 on log-log axes)?
 
-Reads the ``near_identity.json`` of each run of ``<study>/runs/`` (``runs.near_identity``) and
+Reads the ``near_identity.json`` of each run of ``<study>/runs/`` (``trained.near_identity``) and
 its last test error (``metrics.jsonl``); writes ``summary.json`` (per init, by depth ℓ, the
 residual blocks: the largest and the mean over blocks of the ratio ‖h(x)‖/‖s(x)‖ and of the
 Lipschitz bound, trained and at initialisation, each with its fitted slope and 95% interval,
@@ -21,8 +21,8 @@ import os
 from resnet_noBN import plotting
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
-from resnet_noBN.runs.near_identity import RESULT_FILE
 from resnet_noBN.theory.near_identity import fitted_slope
+from resnet_noBN.trained.near_identity import RESULT_FILE
 from resnet_noBN.trainers.run_log import read_metrics
 
 SUMMARY = "summary.json"

@@ -18,7 +18,7 @@ branch, two measures (``theory.near_identity``):
 Measured on the trained weights and on the network at initialisation, rebuilt from the run's
 ``config.json`` and seed as the run drew it. Written to ``near_identity.json`` in the run folder
 (beside a ``.keras`` file: ``FILE.near_identity.json``); the study's summary across depths:
-``runs.near_identity_study``.
+``studies.near_identity_study``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import storage
 from resnet_noBN.models.layers import Scalar
-from resnet_noBN.runs import evaluation, model_file, model_paths, run_folder
 from resnet_noBN.theory import near_identity as theory
+from resnet_noBN.trained import evaluation, model_file, model_paths, run_folder
 
 RESULT_FILE = "near_identity.json"
 BLOCK = re.compile(r"(stage(\d+)_unit(\d+))_add")  # a residual block's join (models.blocks)

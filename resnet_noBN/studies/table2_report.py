@@ -1,11 +1,11 @@
 """Table 2 of arXiv:1611.04231 written beside the paper's from one's own runs
-(``launch/table2.py``; the runs: ``runs.table2_plan``): ``table2.md``, ``table2.json``,
+(``launch/table2.py``; the runs: ``studies.table2_plan``): ``table2.md``, ``table2.json``,
 ``table2.png`` (each seed's final error per data set, the paper's figure a line) and
 ``table2_curves.png`` (the runs' loss and test error against step, ``arm_curves``).
 
 Per data set, each seed's whole-test final error and the figure the 2016 code would have logged
 (the best precision over 5,000-image windows of the test split, one per evaluation:
-``runs.original_eval``; optimistic by construction), their mean ± sd over the seeds that ended,
+``studies.original_eval``; optimistic by construction), their mean ± sd over the seeds that ended,
 and the paper's figure (``configs.experiments.TABLE2_ERRORS``). A run whose loss turned
 non-finite is shown as diverged at its step, with its replay (``--replay_divergence``:
 ``divergence/train.jsonl`` and ``health.png``), not as a number; a run not ended as stopped
@@ -24,9 +24,11 @@ from resnet_noBN.configs import experiments
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import storage
-from resnet_noBN.runs import arm_curves, arm_runs, record, run_config, study
+from resnet_noBN.runs import record, run_config
 from resnet_noBN.runs.record import read_config
-from resnet_noBN.runs.table2_plan import EXPERIMENTS, TABLE_FREE, runs, seeds_text, state
+from resnet_noBN.studies import arm_runs, study
+from resnet_noBN.studies.table2_plan import EXPERIMENTS, TABLE_FREE, runs, seeds_text, state
+from resnet_noBN.study_plots import arm_curves
 from resnet_noBN.trainers import run_log
 
 TABLE_FILE = "table2.md"
@@ -211,7 +213,7 @@ def markdown_tables(summary: dict) -> str:
 ABOUT = (
     "Test error (%) of each run on every image of its test split at the last step, and the "
     "figure the 2016 code would have logged (the best precision over 5,000-image windows of the "
-    "test split, one per evaluation: resnet_noBN/runs/original_eval.py; optimistic by "
+    "test split, one per evaluation: resnet_noBN/studies/original_eval.py; optimistic by "
     "construction), beside Table 2's; mean ± sd over the seeds that ended. A diverged run (its "
     "loss NaN or infinite) is no number: it is shown at the step its loss turned, with the "
     "replay of its last steps."

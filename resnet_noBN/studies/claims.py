@@ -4,7 +4,7 @@ the study ``claims`` (``configs.experiments.STUDIES``), run by ``launch/study.py
 Every arm is a named experiment (``configs.experiments``, ``claims_<arm>``): the paper's CIFAR
 network with one change from the baseline (the paper's own choices: sigma = 1/(k^2 c), fixed
 random projection, identity shortcuts, ReLU, no biases, no batch norm), trained with the
-paper's recipe scaled to the study's budget (``runs.study.BUDGETS``): SGD with momentum 0.9,
+paper's recipe scaled to the study's budget (``studies.study.BUDGETS``): SGD with momentum 0.9,
 batch 128, learning rate 0.05 divided by 10 at S/2 and 5S/6 of S steps (the paper's 30k and
 50k of 60k), weight decay 1e-4. Each (arm, seed) pair is one run in its own folder; a seed
 fixes the weights, the data order and the augmentation, and is shared by all arms, so arms
@@ -12,7 +12,7 @@ differ only by their change.
 
 This module holds the arms' claims and the study's report (``claims.md``: the table with a
 verdict per claim, ``claims.json``, ``claims_curves.png``), which reads nothing but the runs'
-files and loads no backend; it stands for ``runs.study``'s report where the study is ``claims``.
+files and loads no backend; it stands for ``studies.study``'s report where the study is ``claims``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import statistics
 
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.runs import arm_curves, study
-from resnet_noBN.runs.arm_runs import read_result, run_dir
 from resnet_noBN.runs.record import read_config, section
+from resnet_noBN.studies import study
+from resnet_noBN.studies.arm_runs import read_result, run_dir
+from resnet_noBN.study_plots import arm_curves
 
 TABLE_FILE = "claims.md"
 SUMMARY_FILE = "claims.json"
@@ -154,7 +155,7 @@ def verdict(arm: Arm, summary: dict, baseline: dict) -> dict:
 
 
 def describe(budget) -> str:
-    """What the table holds, for the report's header (``budget``: ``runs.study.Budget``)."""
+    """What the table holds, for the report's header (``budget``: ``studies.study.Budget``)."""
     return (
         "Each arm is the paper's network with one change; test error (%) on the whole test "
         "split after the last step, mean ± sd over the seeds (a diverged seed counts as chance "

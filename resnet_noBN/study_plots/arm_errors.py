@@ -3,15 +3,16 @@ whole-test final error a dot, their mean a tick, the original 2016 code's figure
 drifting 5,000-image window, arXiv:1611.04231's Table 2 as its code printed it) a cross, and the
 baseline's seeds' range shaded across every row, so that a reader sees which change moves the
 error past the seed-to-seed spread. Reads nothing but the study's summary and its rows' names
-(``runs.study``)."""
+(``studies.study``)."""
 
 from __future__ import annotations
 
 
 def plot(summary: dict, arms: tuple[str, ...], labels: list[str], path: str, title: str) -> None:
-    """Draw the arms of ``summary`` (``runs.study.summarize``) in the order of ``arms`` (the
+    """Draw the arms of ``summary`` (``studies.study.summarize``) in the order of ``arms`` (the
     baseline first, its colour and every arm's the same as in the study's curves) to ``path``,
-    each row named by ``labels`` (``runs.study.row_labels``: the table's gap and spread words)."""
+    each row named by ``labels`` (``studies.study.row_labels``: the table's gap and spread
+    words)."""
     from matplotlib.transforms import ScaledTranslation  # matplotlib only where it is drawn
 
     from resnet_noBN import plotting

@@ -11,7 +11,7 @@ import math
 import os
 import statistics
 
-from resnet_noBN.runs.arm_curves import band
+from resnet_noBN.study_plots.arm_curves import band
 from resnet_noBN.trainers import run_log
 
 # train.jsonl's field -> the panel's label

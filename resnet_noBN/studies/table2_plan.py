@@ -1,7 +1,7 @@
 """The plan of Table 2 of arXiv:1611.04231 on one's own machine (``launch/table2.py``): the
 paper's CIFAR-10 and CIFAR-100 runs (``configs.experiments``: ``cifar10_paper``,
 ``cifar100_paper``; the paper: 6.38% and 24.64% test error) from several seeds, each a
-``launch/cifar.py`` run in its own folder (``runs.arm_runs``: ``<output_dir>/runs/<experiment>-
+``launch/cifar.py`` run in its own folder (``studies.arm_runs``: ``<output_dir>/runs/<experiment>-
 seed<k>``), one after the other: seed 0 of both data sets first, so the first answer of each
 comes first.
 
@@ -40,9 +40,10 @@ from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import cpu, processes
 from resnet_noBN.progress import DAY_S, clock, duration, finish_at
-from resnet_noBN.runs import arm_runs, cli, record, study
-from resnet_noBN.runs.arm_runs import checkpoint_step, read_result, run_dir
+from resnet_noBN.runs import cli, record
 from resnet_noBN.runs.run_config import FREE_ON_RESUME
+from resnet_noBN.studies import arm_runs, study
+from resnet_noBN.studies.arm_runs import checkpoint_step, read_result, run_dir
 
 EXPERIMENTS = {"cifar10": "cifar10_paper", "cifar100": "cifar100_paper"}  # Table 2's CIFAR rows
 DATA_FLAGS = {"cifar10": "--cifar10_path", "cifar100": "--cifar100_path"}

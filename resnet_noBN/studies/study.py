@@ -2,7 +2,7 @@
 (``configs.experiments.STUDIES``), trained from several seeds at one budget, each (arm, seed) a
 run of ``launch/cifar.py`` in its own folder, and a table of what each change does to every
 figure a reader may compare with the paper's: the whole-test final and best errors and the
-original 2016 code's figure (``runs.original_eval``), with the seed-to-seed spread.
+original 2016 code's figure (``studies.original_eval``), with the seed-to-seed spread.
 
 ``launch/study.py`` runs one (several runs side by side, resuming where it stopped); this module
 holds the plan (:class:`Budget`, :func:`runs`, :func:`command`) and the summary, which reads
@@ -23,8 +23,9 @@ from resnet_noBN.configs import experiments, presets
 from resnet_noBN.configs.flag_config import check_at_least, check_choices
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import storage
-from resnet_noBN.runs import arm_curves, arm_errors, arm_health, thinned
-from resnet_noBN.runs.arm_runs import machines, optimizers, read_result, run_dir
+from resnet_noBN.studies import thinned
+from resnet_noBN.studies.arm_runs import machines, optimizers, read_result, run_dir
+from resnet_noBN.study_plots import arm_curves, arm_errors, arm_health
 
 TABLE_FILE = "study.md"
 SUMMARY_FILE = "study.json"
@@ -93,7 +94,7 @@ def describe(budget: Budget) -> str:
     return (
         "Test error (%) on the whole test split (final, best over evaluations every "
         f"{budget.eval_every} steps), and the original 2016 code's figure (the best precision "
-        "over 5,000-image windows: resnet_noBN/runs/original_eval.py), mean ± sd over the seeds."
+        "over 5,000-image windows: resnet_noBN/studies/original_eval.py), mean ± sd over the seeds."
     )
 
 
@@ -129,7 +130,7 @@ def command(output_dir: str, arm: str, seed: int, budget: Budget, threads: int |
 
 def run_figures(output_dir: str, arm: str, seed: int) -> dict | None:
     """A finished run's figures (%, ``original_eval.figures``; a committed run's
-    ``figures.json``: ``runs.thinned``), or ``{"diverged": step}``: the step its loss turned
+    ``figures.json``: ``studies.thinned``), or ``{"diverged": step}``: the step its loss turned
     non-finite (``diverged_at``: ``arm_runs.outcome``), else, in a result that does not say, the
     last step it evaluated."""
     result = read_result(output_dir, arm, seed)

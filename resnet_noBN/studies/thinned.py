@@ -5,7 +5,7 @@ Each ended run keeps its ``config.json`` and ``result.json`` whole. Three files 
 
 * ``answers.jsonl`` keeps its last evaluation's answers (each test image right or wrong; not its
   predicted classes); the figures the study reads from all evaluations (the best error and the
-  2016 code's statistic, ``runs.original_eval``) are written first, whole, to
+  2016 code's statistic, ``studies.original_eval``) are written first, whole, to
   ``figures.json``, which :func:`figures` reads in its place;
 * ``train.jsonl`` and ``metrics.jsonl`` keep every record and the fields of a curve and of the
   run's health (``trainers.health``), each number to :data:`DIGITS` significant digits (a test
@@ -22,7 +22,7 @@ import json
 import os
 
 from resnet_noBN.host import storage
-from resnet_noBN.runs import original_eval
+from resnet_noBN.studies import original_eval
 from resnet_noBN.trainers import run_log
 from resnet_noBN.trainers.answers import ANSWERS_FILE, read_answers
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from resnet_noBN.host import stops
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import arm_runs
+from resnet_noBN.studies import arm_runs
 
 POLL_S = 1.0  # how often the runs are looked at
 # what a run's log shows with ``echo``: its evaluations, its rate and projection, a resume, a

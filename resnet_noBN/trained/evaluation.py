@@ -29,7 +29,8 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import run_config, run_folder, setup
+from resnet_noBN.runs import run_config, setup
+from resnet_noBN.trained import run_folder
 from resnet_noBN.trainers.loop import TrainLoop, unreadable_checkpoint_line
 
 
