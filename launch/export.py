@@ -75,16 +75,13 @@ def main(argv):
             raise InputError("--step picks a run's checkpoint; a --model file holds one step")
         model_paths.check_keras_file(FLAGS.model)
     else:
-        run_folder.read_record(FLAGS.model_dir)
-        run_folder.chosen_weights(FLAGS.model_dir, FLAGS.step)
+        kept = run_folder.kept_weights(FLAGS.model_dir, FLAGS.step)
     from resnet_noBN.trained import model_file  # the backend loads now
 
     if FLAGS.model:
         record = model_file.export_file(FLAGS.model, FLAGS.output, FLAGS.format, command())
     else:
-        record = model_file.export_run(
-            FLAGS.model_dir, FLAGS.output, FLAGS.step, FLAGS.format, command()
-        )
+        record = model_file.export_run(kept, FLAGS.output, FLAGS.format, command())
     print(json.dumps(record), flush=True)
 
 

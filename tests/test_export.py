@@ -31,11 +31,11 @@ from test_tensorflow_free_backends import backend_env, without_tensorflow
 
 import resnet_noBN
 from ops.lease.collect import cut_weights
-from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.errors import CheckpointError, InputError
 from resnet_noBN.datasets import cifar_data, imagenet_input, stream
 from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.runs import run_config, setup
-from resnet_noBN.trained import model_file
+from resnet_noBN.trained import model_file, run_folder
 from resnet_noBN.trainers.answers import final_predictions
 from resnet_noBN.trainers.loop import weights_digest
 from resnet_noBN.trainers.run_log import read_metrics
@@ -371,7 +371,9 @@ def test_a_mixed_bfloat16_run_is_exported_in_float32(runs, cifar_bin, tmp_path):
     model_dir, final = runs["bfloat16"]
     saved = json.loads((model_dir / "config.json").read_text())
     assert saved["runtime"]["precision"] == "mixed_bfloat16"
-    record = last_json(export(f"--model_dir={model_dir}", f"--output={tmp_path / 'bf16.keras'}"))
+    # in this process: the export starts no runtime (the launcher's own path: ``exported``)
+    kept = run_folder.kept_weights(str(model_dir))
+    record = model_file.export_run(kept, str(tmp_path / "bf16.keras"))
     assert (record["trained_precision"], record["weights_sha256"]) == (
         "mixed_bfloat16",
         final["weights_sha256"],
@@ -392,6 +394,35 @@ def test_a_mixed_bfloat16_run_is_exported_in_float32(runs, cifar_bin, tmp_path):
     scale = np.abs(in_precision["float32"]).max()
     np.testing.assert_allclose(logits, in_precision["float32"], rtol=0, atol=TOLERANCE * scale)
     assert np.abs(in_precision["mixed_bfloat16"] - logits).max() > 100 * TOLERANCE * scale
+
+
+def test_weights_that_cannot_be_read_are_one_line_and_write_nothing(runs, tmp_path):
+    """The export reads the files itself, no trainer built: a TensorFlow checkpoint cut short is
+    CheckpointError naming it and the fix; a weights file of another model InputError naming the
+    first array it lacks; a checkpoint's arrays of another shape CheckpointError. No file
+    written."""
+    model_dir = tmp_path / "run"
+    shutil.copytree(runs["tensorflow"][0], model_dir)
+    (data,) = model_dir.glob("ckpt-4.data-*")
+    data.write_bytes(data.read_bytes()[:100])
+    output = tmp_path / "out.keras"
+    with pytest.raises(CheckpointError) as cut:
+        model_file.export_run(run_folder.kept_weights(str(model_dir)), str(output))
+    assert str(cut.value).startswith(f"checkpoint {model_dir / 'ckpt-4'} cannot be restored (")
+    assert str(cut.value).endswith("); give another --step") and "\n" not in str(cut.value)
+    assert not list(tmp_path.glob("out*"))
+    run = run_config.from_record(json.loads((model_dir / "config.json").read_text()))
+    served = model_file.served_model(run)
+    other = tmp_path / "weights-4.npz"
+    np.savez(other, step=4, **{"model/conv9/kernel": np.zeros(3)})
+    with pytest.raises(InputError) as foreign:
+        model_file.read_weights(served, str(other))
+    assert str(foreign.value).startswith(f"{other} holds no weights of this run: {other} lacks ")
+    assert " of the model's arrays, model/" in str(foreign.value)
+    shapes = tmp_path / "ckpt-4.npz"
+    np.savez(shapes, **{f"model/{v.path}": np.zeros(1) for v in served.weights})
+    with pytest.raises(CheckpointError, match=r"has shape \(1,\), the model"):
+        model_file.read_weights(served, str(shapes))
 
 
 def test_near_identity_measures_a_lease_on_jax_and_its_file_alike(
@@ -545,7 +576,8 @@ def test_every_network_in_a_file_takes_raw_pixels(experiment, changes, tmp_path)
     run = run_config.build(experiment, model, launcher, **changes)
     keras.utils.set_random_seed(1)
     network = setup.build_model(run)()
-    served = model_file.served_model(run, network)
+    served = model_file.served_model(run)
+    model_file.copy_weights(network, served)
     size = served.input_shape[1]
     pixels = np.random.default_rng(0).integers(0, 256, (3, size, size, 3), np.uint8)
     if launcher == "imagenet":

@@ -13,9 +13,10 @@ they are stored, uint8 or float in 0-255, RGB, [N, 32, 32, 3] for the CIFAR netw
 the evaluation crop, [N, image_size, image_size, 3]), and gives logits. Its layers keep the
 network's names: ``global_pool`` gives the features the projection maps to the logits.
 
-The weights are read as ``trained.evaluation`` reads a run (its trainer, on the backend it trained
-on, in float32): a checkpoint or a GPU lease's weights file (``trained.run_folder``). Beside the
-file goes a short JSON record (:func:`export_run`; ``model_paths.record_path``).
+The weights are read into that one network from the files the run keeps (``trained.run_folder``: a
+checkpoint, or a GPU lease's weights file), as its backend wrote them, with no trainer built and
+no runtime started. Beside the file goes a short JSON record (:func:`export_run`;
+``model_paths.record_path``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import shutil
+import zipfile
 
 import keras
 import numpy as np
@@ -41,11 +43,12 @@ from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.datasets.normalization import LAYER_NAME, input_normalization
 from resnet_noBN.host import storage
 from resnet_noBN.progress import Progress
-from resnet_noBN.runs import setup
+from resnet_noBN.runs import run_config, setup
 from resnet_noBN.runs.record import CONFIG_FILE
 from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trained import evaluation, model_paths, run_folder
 from resnet_noBN.trainers.loop import TrainLoop, weights_digest
+from resnet_noBN.trainers.one_process import assign_checked
 from resnet_noBN.trainers.recipe import top_classes
 from resnet_noBN.trainers.run_log import read_metrics
 
@@ -53,9 +56,9 @@ FEATURES_LAYER = "global_pool"  # the pooled features, the fixed projection's in
 PARTIAL = ".partial"  # what a model is written as first, beside its --output, then renamed
 
 
-def served_model(run: RunConfig, trained: keras.Model) -> keras.Model:
+def served_model(run: RunConfig) -> keras.Model:
     """The network of ``run`` in float32 behind its input normalisation (raw pixels to logits),
-    each layer's weights those of the same layer of ``trained`` (the run's network, restored).
+    built once, its weights read next (:func:`read_weights`).
 
     Its layers' initialisers are zeros: ``keras.saving.load_model`` builds every layer, drawing
     its weights, before it reads the saved ones over them, and on JAX each random initialiser
@@ -66,9 +69,6 @@ def served_model(run: RunConfig, trained: keras.Model) -> keras.Model:
         run.changed("runtime", precision="float32"), input_normalization(normalization)
     )
     model = build()
-    for layer in trained.layers:
-        if layer.weights:
-            model.get_layer(layer.name).set_weights(layer.get_weights())
     for layer in model.layers:
         for name, value in list(vars(layer).items()):
             if name.endswith("_initializer") and isinstance(value, keras.initializers.Initializer):
@@ -76,63 +76,107 @@ def served_model(run: RunConfig, trained: keras.Model) -> keras.Model:
     return model
 
 
-def restored(model_dir: str, step: int | None = None) -> tuple[keras.Model, dict]:
-    """The served model (:func:`served_model`) of the weights ``model_dir`` keeps at ``step``
-    (None: its latest), read on the backend the run trained on; and what the record says of the
-    run and its weights (:func:`export_run`), the output's file and format aside."""
-    step, path = run_folder.chosen_weights(model_dir, step)
-    saved, run = evaluation.recorded_run(model_dir)
-    trainer = evaluation.reading_trainer(saved, run, model_dir)
-    read_into(trainer, path)
-    model = served_model(run, trainer.model)
-    measured = {r["step"]: r for r in read_metrics(model_dir)}.get(step, {})
-    data = saved.get("data", {})
+def copy_weights(network: keras.Model, model: keras.Model) -> None:
+    """Each layer's weights of ``network`` (the run's network, as a trainer holds it) into the
+    layer of the same name of ``model`` (its served model)."""
+    for layer in network.layers:
+        if layer.weights:
+            model.get_layer(layer.name).set_weights(layer.get_weights())
+
+
+def restored(kept: run_folder.KeptWeights) -> tuple[keras.Model, dict]:
+    """The served model (:func:`served_model`) of the weights ``kept`` names, read as the run's
+    backend wrote them (no trainer, no runtime started); and what the record says of the run and
+    its weights (:func:`export_run`), the output's file and format aside."""
+    run = run_config.from_record(kept.record)
+    model = served_model(run)
+    read_weights(model, kept.path)
+    measured = {r["step"]: r for r in read_metrics(kept.model_dir)}.get(kept.step, {})
+    data = kept.record.get("data", {})
     classes = cifar_data.DATASETS.get(data.get("dataset"))
     return model, {
         "experiment": run.experiment,
-        "backend": saved.get("backend", "tensorflow"),
-        "model_dir": os.path.abspath(model_dir),
-        "step": step,
-        "weights": os.path.abspath(path),
-        "weights_sha256": trainer.weights_digest(),
+        "backend": kept.record.get("backend", "tensorflow"),
+        "model_dir": os.path.abspath(kept.model_dir),
+        "step": kept.step,
+        "weights": os.path.abspath(kept.path),
+        "weights_sha256": weights_digest(model.weights),
         "test_error": measured.get("test_error"),
         "test_examples": measured.get("test_examples"),
         "data": data,
-        "recipe": saved.get("recipe", {}),
+        "recipe": kept.record.get("recipe", {}),
         "trained_precision": run.runtime.precision,
         **about(model),
         "classes": list(classes.class_names) if classes else None,
     }
 
 
-def read_into(trainer: TrainLoop, path: str) -> None:
-    """The weights ``path`` keeps (``run_folder.chosen_weights``: a checkpoint, or a GPU lease's
-    weights file) into ``trainer``; CheckpointError (one line) for a checkpoint that cannot be
-    restored."""
-    if run_folder.is_weights_file(path):
-        evaluation.read_weights(trainer, path)
+def read_weights(model: keras.Model, path: str) -> None:
+    """The weights ``path`` keeps (``run_folder.kept_steps``) into ``model`` (the served model of
+    its run): a ``.npz`` checkpoint or a GPU lease's weights file by each variable's path
+    (``trainers.one_process``), a TensorFlow checkpoint through the object graph its trainer
+    saved. CheckpointError (one line) for a checkpoint that cannot be read; InputError (one
+    line) for a weights file of another model."""
+    if path.endswith(".npz"):
+        _read_arrays(model, path)
         return
+    import tensorflow as tf  # a TensorFlow checkpoint: its run trained on TensorFlow
+
     try:
-        trainer.read_checkpoint(path)
-    except trainer.unreadable as e:
-        raise CheckpointError(
-            f"checkpoint {path} cannot be restored ({first_line(e)}); give another --step"
-        ) from None
+        _trained_graph(model, tf).read(path).assert_existing_objects_matched().expect_partial()
+    except (tf.errors.OpError, ValueError, IndexError, AssertionError) as e:
+        raise _unreadable(path, e) from None
+
+
+def _trained_graph(model: keras.Model, tf):
+    """A checkpoint over ``model``'s layers in the object graph the trainer saved,
+    ``tf.train.Checkpoint(model=network, optimizer=...)``: the network's operations by their
+    place (``model/_operations/<i>/...``), the served model's normalisation, which the trained
+    network has not, left out (the optimizer is not read)."""
+    network = tf.Module()
+    network._operations = [op for op in model._operations if op.name != LAYER_NAME]
+    return tf.train.Checkpoint(model=network)
+
+
+def _read_arrays(model: keras.Model, path: str) -> None:
+    """The ``model/<variable path>`` arrays of a ``.npz`` file into ``model``, every array read
+    and its shape checked before any is assigned (``one_process.assign_checked``)."""
+    variables = {
+        f"model/{v.path}": v for v in [*model.trainable_variables, *model.non_trainable_variables]
+    }
+    try:
+        with np.load(path) as saved:
+            missing = sorted(set(variables) - set(saved.files))
+            if missing:
+                raise ValueError(
+                    f"{path} lacks {len(missing)} of the model's arrays, {missing[0]} first"
+                )
+            values = {name: saved[name] for name in variables}
+        assign_checked(variables, values)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        if run_folder.is_weights_file(path):
+            raise InputError(f"{path} holds no weights of this run: {e}") from None
+        raise _unreadable(path, e) from None
+
+
+def _unreadable(path: str, error: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} cannot be restored ({first_line(error)}); give another --step"
+    )
 
 
 def export_run(
-    model_dir: str, output: str, step: int | None = None, format: str = "keras", command: str = ""
+    kept: run_folder.KeptWeights, output: str, format: str = "keras", command: str = ""
 ) -> dict:
-    """Write the run in ``model_dir`` (its weights at ``step``, None: its latest) to ``output``
-    in ``format`` (``configs.choices.EXPORT_FORMATS``), and beside it the record, which this
-    returns: the experiment, the backend it trained on, the step, the weights read and their
-    digest (the run's own ``weights_sha256`` at that step), the test error the run measured
-    there (None where it did not evaluate that step), the data, the recipe, the precision it
-    trained in (the file computes float32), the input, the features' layer, the class names, and
-    ``command``, what made it. InputError before anything is written for bad input
-    (``model_paths.check_output``, ``run_folder.chosen_weights``)."""
-    model_paths.check_output(output, format)
-    model, about_run = restored(model_dir, step)
+    """Write the run's weights ``kept`` names (``run_folder.kept_weights``: the folder, its
+    record and the step checked) to ``output`` in ``format`` (``configs.choices.EXPORT_FORMATS``;
+    checked first, ``model_paths.check_output``), and beside it the record, which this returns:
+    the experiment, the backend it trained on, the step, the weights read and their digest (the
+    run's own ``weights_sha256`` at that step), the test error the run measured there (None
+    where it did not evaluate that step), the data, the recipe, the precision it trained in (the
+    file computes float32), the input, the features' layer, the class names, and ``command``,
+    what made it."""
+    model, about_run = restored(kept)
     record = {"file": os.path.abspath(output), "format": format, **about_run, "command": command}
     write(model, output, format, record)
     return record
@@ -140,10 +184,10 @@ def export_run(
 
 def export_file(path: str, output: str, format: str = "keras", command: str = "") -> dict:
     """Write the model of the ``.keras`` file ``path`` (any backend's) to ``output`` in
-    ``format``: on the TensorFlow backend, the SavedModel of a run trained on another. Its
-    record is the file's (``model_paths.read_beside``), with the new file, format and command."""
-    model_paths.check_output(output, format)
-    model = load(path)
+    ``format`` (both checked first: ``model_paths.check_keras_file``, ``check_output``): on the
+    TensorFlow backend, the SavedModel of a run trained on another. Its record is the file's
+    (``model_paths.read_beside``), with the new file, format and command."""
+    model = read_keras_file(path)
     record = {
         **model_paths.read_beside(path),
         "file": os.path.abspath(output),
@@ -208,8 +252,14 @@ def load(path: str, flag: str = "--model") -> keras.Model:
     (``keras.saving.load_model``), or a run folder (its latest weights, :func:`restored`).
     InputError (one line, ``flag`` naming the path) for anything else."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
-        return restored(path)[0]
+        return restored(run_folder.kept_weights(path))[0]
     model_paths.check_keras_file(path, flag)
+    return read_keras_file(path, flag)
+
+
+def read_keras_file(path: str, flag: str = "--model") -> keras.Model:
+    """The model of the Keras file ``path`` (``model_paths.check_keras_file`` checked it);
+    InputError (one line) where Keras cannot load it."""
     try:
         return keras.saving.load_model(path)
     except (OSError, ValueError, TypeError, KeyError) as e:

@@ -37,8 +37,10 @@ from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import storage
 from resnet_noBN.models.layers import Scalar
+from resnet_noBN.runs import run_config
 from resnet_noBN.theory import near_identity as theory
 from resnet_noBN.trained import evaluation, model_file, model_paths, run_folder
+from resnet_noBN.trainers.loop import weights_digest
 
 RESULT_FILE = "near_identity.json"
 BLOCK = re.compile(r"(stage(\d+)_unit(\d+))_add")  # a residual block's join (models.blocks)
@@ -182,26 +184,27 @@ def measure_run(model_dir: str, step: int | None, data_path: str | None, print_f
     """The record of the run in ``model_dir``: its weights at ``step`` (None: the latest) and its
     network at initialisation (the run's config and seed: ``evaluation.reading_trainer`` draws
     it as the run did), measured on the test split of ``data_path`` (None: the run's own)."""
-    step, path = run_folder.chosen_weights(model_dir, step)
-    saved, run = evaluation.recorded_run(model_dir)
+    kept = run_folder.kept_weights(model_dir, step)
+    saved, run = kept.record, run_config.from_record(kept.record)
     data = dataclasses.replace(run.data, data_path=data_path or run.data.data_path)
     images = split_images(data)
-    trainer = evaluation.reading_trainer(saved, run, model_dir)
-    initial = model_file.served_model(run, trainer.model)
-    model_file.read_into(trainer, path)
-    trained = model_file.served_model(run, trainer.model)
+    network = evaluation.reading_trainer(saved, run, model_dir).model  # the runtime starts
+    initial = model_file.served_model(run)
+    model_file.copy_weights(network, initial)
+    trained = model_file.served_model(run)
+    model_file.read_weights(trained, kept.path)
     return {
         "model_dir": os.path.abspath(model_dir),
         "experiment": run.experiment,
         "backend": saved.get("backend", "tensorflow"),
         "seed": saved.get("seed", 0),
-        "step": step,
-        "weights_sha256": trainer.weights_digest(),
+        "step": kept.step,
+        "weights_sha256": weights_digest(trained.weights),
         "network": dataclasses.asdict(run.network),
         "residual_blocks": run.network.residual_blocks,
         "data": {"dataset": data.dataset, "data_path": os.path.abspath(data.data_path)},
         **power_iteration(),
-        "trained": measured(trained, images, f"step {step:,}", print_fn),
+        "trained": measured(trained, images, f"step {kept.step:,}", print_fn),
         "initialisation": measured(initial, images, "initialisation", print_fn),
     }
 

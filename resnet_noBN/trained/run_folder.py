@@ -6,6 +6,7 @@ JAX's and PyTorch's ``ckpt-<step>.npz``, and the ``weights-<step>.npz`` a GPU le
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -72,3 +73,22 @@ def chosen_weights(model_dir: str, step: int | None = None) -> tuple[int, str]:
             f"{', '.join(map(str, kept))} only; give one of them"
         )
     return step, kept[step]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptWeights:
+    """The weights of a run chosen to read: its folder, its record (``config.json``), the step
+    and the file (:func:`kept_steps`' path)."""
+
+    model_dir: str
+    record: dict
+    step: int
+    path: str
+
+
+def kept_weights(model_dir: str, step: int | None = None) -> KeptWeights:
+    """The run in ``model_dir`` (:func:`read_record`) and its weights at ``step`` (None: its
+    latest; :func:`chosen_weights`), each checked once, before a backend loads."""
+    saved = read_record(model_dir)
+    step, path = chosen_weights(model_dir, step)
+    return KeptWeights(model_dir, saved, step, path)

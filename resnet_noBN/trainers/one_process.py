@@ -166,7 +166,7 @@ class OneProcessTrainer(TrainLoop):
         variables = self._named_variables()
         with np.load(path) as saved:
             values = {name: saved[name] for name in variables}
-        _assign_checked(variables, values)
+        assign_checked(variables, values)
         self._step = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
 
     def read_weights(self, path: str) -> None:
@@ -182,11 +182,11 @@ class OneProcessTrainer(TrainLoop):
                 )
             values = {name: saved[name] for name in variables}
             step = int(saved["step"])
-        _assign_checked(variables, values)
+        assign_checked(variables, values)
         self._step = step
 
 
-def _assign_checked(variables: dict, values: dict) -> None:
+def assign_checked(variables: dict, values: dict) -> None:
     """Each array of ``values`` into its variable, every shape checked before any is assigned
     (ValueError naming the first that differs): a file of another model changes nothing."""
     for name, value in values.items():
