@@ -44,7 +44,16 @@ setup(
         "cuda13": ["jax[cuda13]>=0.7"],
         "cuda12": ["jax[cuda12]>=0.6"],
         "torch": ["torch>=2.2"],
-        "test": ["pytest>=8", "pyyaml", "ruff==0.17.6", "jax>=0.6", "coverage>=7.10"],
+        # pytest-xdist: the suite in two worker processes, a file to a worker (``-n 2 --dist
+        # loadfile``): one waits on processes, signals or containers while the other computes
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.6",
+            "pyyaml",
+            "ruff==0.17.6",
+            "jax>=0.6",
+            "coverage>=7.10",
+        ],
         # mutmut: mutation testing of the modules the README's figures come from, by hand
         # (ops/mutation/run.py, docs/testing.md); pinned: its mutants and their names change
         # by version. Not in .ci/run.

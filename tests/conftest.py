@@ -170,6 +170,23 @@ def write_image_tree():
     return write
 
 
+# Under pytest-xdist (the README's ``-n 2 --dist loadfile``: each file runs whole on one worker,
+# its module fixtures once), the files are handed out longest first, by their seconds in
+# ops/ci/suite_times.json (a file not there last): the last file to start is a short one, so
+# neither worker waits long on the other at the end. Each worker orders its collection alike.
+_SUITE_TIMES = Path(__file__).resolve().parents[1] / "ops" / "ci" / "suite_times.json"
+
+
+def _longest_files_first(items) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not _SUITE_TIMES.is_file():
+        return
+    seconds: dict[str, float] = {}
+    for test in json.loads(_SUITE_TIMES.read_text())["tests"]:
+        file = test["test"].split("::")[0]
+        seconds[file] = seconds.get(file, 0.0) + test["seconds"]
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+
+
 # The quick tier (docs/testing.md, "The quick tier"): the tests of tests/quick_tier.json, chosen
 # by ops/ci/quick_tier.py from their measured coverage, are marked ``quick``.
 _COLLECTED = pytest.StashKey[frozenset]()
@@ -194,6 +211,7 @@ def pytest_collection_modifyitems(config, items):
     """Mark the quick tier's tests ``quick`` (before ``-m`` selects); under ``-m quick``, a
     listed test that this run should have collected and did not is an error, not a smaller
     tier."""
+    _longest_files_first(items)
     tier = json.loads(Path(__file__).with_name("quick_tier.json").read_text())
     quick = {test["test"] for test in tier["tests"]}
     collected = frozenset(item.nodeid for item in items)

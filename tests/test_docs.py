@@ -78,13 +78,13 @@ def test_the_front_page_opens_with_set_up_and_run_then_set_up_and_test_as_ci_run
         ".venv/bin/pip install -e .[test]",
         ".venv/bin/ruff format --check .",
         ".venv/bin/ruff check .",
-        ".venv/bin/python -m pytest tests -q",
+        ".venv/bin/python -m pytest tests -q -n 2 --dist loadfile",
     ]
     ci = (REPO / ".ci" / "run").read_text()
     for line in (
         "python3 -m venv .venv && .venv/bin/pip install -e '.[test]'",
         ".venv/bin/ruff format --check . && .venv/bin/ruff check .",
-        ".venv/bin/python -m pytest tests -q",
+        ".venv/bin/python -m pytest tests -q -n 2 --dist loadfile",
     ):
         assert line in ci, line
 
