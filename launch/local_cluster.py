@@ -136,11 +136,13 @@ def tasks(spec: dict[str, list[str]]) -> list[tuple[str, int]]:
 
 
 def _stream(name: str, pipe) -> None:
-    """Print each of a task's lines under its name; a line a killed task left unfinished is
-    ended here, so the next task's line starts a line of its own."""
+    """Print each of a task's lines under its name, its newline in the same write (``print``
+    writes its ``end`` apart, where another task's thread may write between the two); a line
+    a killed task left unfinished is ended here, so the next task's line starts a line of its
+    own."""
     for line in iter(pipe.readline, ""):
         text = line.removesuffix("\n")
-        print(f"[{name}] {text}", flush=True)
+        print(f"[{name}] {text}\n", end="", flush=True)
 
 
 class Job:

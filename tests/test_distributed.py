@@ -600,6 +600,31 @@ def test_a_line_a_task_left_unfinished_is_ended_before_the_next_tasks_line(tmp_p
     )
 
 
+def test_two_tasks_writing_at_once_keep_their_lines_whole(tmp_path):
+    """Both workers write 2,000 lines as fast as they can: each line of the job's output is one
+    task's line whole (a newline written apart from its line let the other task's line in
+    between: ``[worker1] preempted at step 5: ...[worker0] preempted at step 5: ...`` under
+    pytest-xdist, 2026-12-04)."""
+    task = (
+        "import json, os\n"
+        "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "for i in range(2000): print(f'line {i} of task {index}', flush=True)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--"]
+        + [sys.executable, "-c", task],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=60,
+    )
+    lines = [line for line in proc.stdout.splitlines() if "line " in line]
+    assert len(lines) == 4000, proc.stdout[-2000:]
+    for line in lines:
+        name, text = line.split("] ", 1)
+        assert text.endswith(f"of task {name[-1]}") and text.count("line ") == 1, line
+
+
 def test_local_cluster_tasks_share_a_loopback_only_namespace(tmp_path):
     proc, reports = probe_job(tmp_path, ["--workers=2", "--ps=1"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
