@@ -546,6 +546,18 @@ def probe_job(tmp_path, cluster_args, prefix=()):
     return proc, reports
 
 
+def task_job(tmp_path, task: str) -> subprocess.CompletedProcess:
+    """``launch/local_cluster.py --workers=2`` of ``python -c task``, finished."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--"]
+        + [sys.executable, "-c", task],
+        capture_output=True,
+        text=True,
+        env=job_env(tmp_path),
+        timeout=60,
+    )
+
+
 def test_the_job_exits_with_the_status_of_the_task_that_failed_first(tmp_path):
     """Worker 0 exits 4 (a full disk on the chief); worker 1, stopped, says it lost its peer
     and exits 5, as a real one would: the job's status is 4, the cause, not 5."""
@@ -556,21 +568,7 @@ def test_the_job_exits_with_the_status_of_the_task_that_failed_first(tmp_path):
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n"
         "time.sleep(60)\n"
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "launch/local_cluster.py"),
-            "--workers=2",
-            "--",
-            sys.executable,
-            "-c",
-            task,
-        ],
-        capture_output=True,
-        text=True,
-        env=job_env(tmp_path),
-        timeout=60,
-    )
+    proc = task_job(tmp_path, task)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "worker0 exited with status 4; stopping the job" in proc.stdout
     assert "a task of the job was lost" not in proc.stdout
@@ -586,14 +584,7 @@ def test_a_line_a_task_left_unfinished_is_ended_before_the_next_tasks_line(tmp_p
         "    sys.stdout.write('step 20'); sys.stdout.flush(); os._exit(0)\n"
         "time.sleep(0.5); print('error: worker 0 (chief) ended')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--"]
-        + [sys.executable, "-c", task],
-        capture_output=True,
-        text=True,
-        env=job_env(tmp_path),
-        timeout=60,
-    )
+    proc = task_job(tmp_path, task)
     lines = proc.stdout.splitlines()
     assert "[worker0] step 20" in lines and "[worker1] error: worker 0 (chief) ended" in lines, (
         proc.stdout
@@ -610,14 +601,7 @@ def test_two_tasks_writing_at_once_keep_their_lines_whole(tmp_path):
         "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
         "for i in range(2000): print(f'line {i} of task {index}', flush=True)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "launch/local_cluster.py"), "--workers=2", "--"]
-        + [sys.executable, "-c", task],
-        capture_output=True,
-        text=True,
-        env=job_env(tmp_path),
-        timeout=60,
-    )
+    proc = task_job(tmp_path, task)
     lines = [line for line in proc.stdout.splitlines() if "line " in line]
     assert len(lines) == 4000, proc.stdout[-2000:]
     for line in lines:

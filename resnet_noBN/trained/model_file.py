@@ -48,7 +48,7 @@ from resnet_noBN.runs.record import CONFIG_FILE
 from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trained import evaluation, model_paths, run_folder
 from resnet_noBN.trainers.loop import TrainLoop, weights_digest
-from resnet_noBN.trainers.one_process import assign_checked
+from resnet_noBN.trainers.one_process import assign_checked, read_arrays
 from resnet_noBN.trainers.recipe import top_classes
 from resnet_noBN.trainers.run_log import read_metrics
 
@@ -140,19 +140,13 @@ def _trained_graph(model: keras.Model, tf):
 
 def _read_arrays(model: keras.Model, path: str) -> None:
     """The ``model/<variable path>`` arrays of a ``.npz`` file into ``model``, every array read
-    and its shape checked before any is assigned (``one_process.assign_checked``)."""
+    and its shape checked before any is assigned (``one_process.read_arrays``,
+    ``assign_checked``)."""
     variables = {
         f"model/{v.path}": v for v in [*model.trainable_variables, *model.non_trainable_variables]
     }
     try:
-        with np.load(path) as saved:
-            missing = sorted(set(variables) - set(saved.files))
-            if missing:
-                raise ValueError(
-                    f"{path} lacks {len(missing)} of the model's arrays, {missing[0]} first"
-                )
-            values = {name: saved[name] for name in variables}
-        assign_checked(variables, values)
+        assign_checked(variables, read_arrays(path, variables))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         if run_folder.is_weights_file(path):
             raise InputError(f"{path} holds no weights of this run: {e}") from None

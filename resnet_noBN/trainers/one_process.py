@@ -174,16 +174,22 @@ class OneProcessTrainer(TrainLoop):
         state: what a GPU lease brings back, ``ops.lease.collect.cut_weights``) into the
         model, every array's shape checked before any is assigned; the step is the file's."""
         variables = {n: v for n, v in self._named_variables().items() if n.startswith("model/")}
-        with np.load(path) as saved:
-            missing = sorted(set(variables) - set(saved.files))
-            if missing:
-                raise ValueError(
-                    f"{path} lacks {len(missing)} of the model's arrays, {missing[0]} first"
-                )
-            values = {name: saved[name] for name in variables}
-            step = int(saved["step"])
+        values = read_arrays(path, variables, also=("step",))
+        step = int(values.pop("step"))
         assign_checked(variables, values)
         self._step = step
+
+
+def read_arrays(path: str, names, also: tuple[str, ...] = ()) -> dict:
+    """The arrays ``names`` (and ``also``) of the ``.npz`` file ``path``, every one read before
+    any is used; ValueError naming the first of ``names`` it lacks (a file of another model)."""
+    with np.load(path) as saved:
+        missing = sorted(set(names) - set(saved.files))
+        if missing:
+            raise ValueError(
+                f"{path} lacks {len(missing)} of the model's arrays, {missing[0]} first"
+            )
+        return {name: saved[name] for name in [*names, *also]}
 
 
 def assign_checked(variables: dict, values: dict) -> None:
