@@ -307,6 +307,30 @@ def test_a_run_that_ends_early_leaves_its_time_to_the_runs_after_it(tmp_path):
     assert not sup.status["done"]
 
 
+def test_a_failed_runs_results_wait_for_the_next_return_while_a_run_trains():
+    """Every return risks the machine (it goes back 30 s after a call returns): the lease of
+    2026-12-04 lost the run under way so. A failed run's results alone do not end a call while
+    the next run trains; weights do, and so does a failed run once nothing trains."""
+    from ops.lease import call
+
+    def status(*states, weights=False, done=False):
+        runs = {f"r{i}": {"state": s} for i, s in enumerate(states)}
+        if weights:
+            runs["r0"]["weights"] = {"parts": [{"name": "w1"}, {"name": "w2"}]}
+        return {"runs": runs, "done": done}
+
+    nothing = plan.Back.parse("")
+    assert not call.news(status("failed", "running"), nothing)
+    assert call.news(status("failed", "pending"), nothing)
+    assert call.news(status("failed", "skipped", done=True), nothing)
+    assert call.news(status("done", "running", weights=True), nothing)
+    half = plan.Back.parse("since:1,starts:1,back:r0+r0.w1")
+    assert call.news(status("done", "running", weights=True), half)
+    whole = plan.Back.parse("since:1,starts:1,back:r0+r0.w1+r0.w2")
+    assert not call.news(status("done", "running", weights=True), whole)
+    assert not call.news(status("failed", "running"), plan.Back.parse("since:1,starts:1,back:r0"))
+
+
 def test_a_later_lease_leaves_out_the_runs_the_repository_keeps(tmp_path, monkeypatch, capsys):
     """finished.txt names the runs an earlier lease finished, each with its committed folder:
     the default order leaves them out (LEASE_RUNS runs what it names), and a line that is not

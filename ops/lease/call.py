@@ -5,7 +5,8 @@ a machine lost (``LEASE_BACK`` set: the caller had replies from an earlier machi
 JAX sees a GPU and that JAX and Keras import from the carried wheels, start the supervisor in a
 session of its own, and return. On every call: take in the data part carried (``carry.receive``),
 then return at once while a part the plan wants is still to come, or else wait (at most
-``LEASE_WAIT_S``) for news (a run ended, weights to bring back, the plan done); fill ``$OUT``
+``LEASE_WAIT_S``) for news (weights to bring back, a run ended while none trains, the plan
+done: ``news``); fill ``$OUT``
 (``collect.fill_out``), print the table, and last the next call: the paths to carry and the
 command, with ``LEASE_BACK`` saying what this reply brought.
 
@@ -166,12 +167,18 @@ def next_part(status: dict, manifest: dict, store: Path) -> str | None:
 
 def news(status: dict, back: plan.Back) -> bool:
     """Whether this call has something to bring that the caller has not had: the plan done, a
-    run ended, or its weights' parts."""
+    run's weights' parts, or a run ended without weights while no other run trains. Every return
+    risks the machine (it goes back 30 s after a call returns unless the next one comes: the
+    lease of 2026-12-04 lost a run under way so), so a failed run's small results wait on the
+    machine for the next return while the run after it trains."""
+    training = any(run["state"] == "running" for run in status["runs"].values())
     for name, run in status["runs"].items():
         if run["state"] not in collect.ENDED:
             continue
         parts = (run.get("weights") or {}).get("parts", [])
-        if name not in back.items or any(f"{name}.{p['name']}" not in back.items for p in parts):
+        if any(f"{name}.{p['name']}" not in back.items for p in parts):
+            return True
+        if name not in back.items and not (training and not parts):
             return True
     return status["done"]
 
