@@ -241,7 +241,9 @@ def build_dataset(
     return (
         tf.data.Dataset.counter(start_step)
         .map(
-            lambda step: stream.training_batch(images, labels, seed, step, batch_size, pad),
+            tf.autograph.experimental.do_not_convert(
+                lambda step: stream.training_batch(images, labels, seed, step, batch_size, pad)
+            ),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         .prefetch(tf.data.AUTOTUNE)
@@ -262,7 +264,10 @@ def evaluation_dataset(
     return (
         tf.data.Dataset.from_tensor_slices((images, labels, index))
         .batch(batch_size, drop_remainder=drop_remainder)
-        .map(lambda x, y, i: (stream.standardize(x), y, i), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(
+            tf.autograph.experimental.do_not_convert(lambda x, y, i: (stream.standardize(x), y, i)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
         .prefetch(tf.data.AUTOTUNE)
     )
 

@@ -81,16 +81,21 @@ class Trainer(TrainLoop):
         if peers.watching():  # its line names the checkpoint a rerun resumes from
             peers.watching().set_model_dir(model_dir)
         self._loss_and_grads = (
-            tf.function(self._loss_and_grads_fn, jit_compile=True)
+            tf.function(self._loss_and_grads_fn, jit_compile=True, autograph=False)
             if jit_compile
             else self._loss_and_grads_fn
         )
+        # AutoGraph turns the steps' tf.range loop into a graph loop. Nothing else needs it, and
+        # converting the model, the optimizer and their callees cost a tiny launch an eighth of
+        # its CPU time (docs/testing.md): each step is traced as written.
         self._run_steps = tf.function(self._run_steps_fn)
-        self._eval_batch = tf.function(self._eval_batch_fn)
+        self._one_step = tf.autograph.experimental.do_not_convert(self._one_step_fn)
+        self._eval_batch = tf.function(self._eval_batch_fn, autograph=False)
         self._mean_over_replicas = tf.function(
             lambda value: strategy.reduce(
                 tf.distribute.ReduceOp.MEAN, strategy.run(tf.identity, args=(value,)), axis=None
-            )
+            ),
+            autograph=False,
         )
 
     # ----------------------------------------------------------------- compiled steps
@@ -152,9 +157,13 @@ class Trainer(TrainLoop):
         combined over the replicas (:meth:`_across_replicas`)."""
         totals = health.zeros()
         for _ in tf.range(num_steps):
-            per_replica = self.strategy.run(self._replica_step, args=next(iterator))
-            totals = health.add_step(totals, self._across_replicas(per_replica))
+            totals = self._one_step(next(iterator), totals)
         return totals
+
+    def _one_step_fn(self, batch, totals):
+        """One update of every replica on ``batch``, its metrics added to ``totals``."""
+        per_replica = self.strategy.run(self._replica_step, args=batch)
+        return health.add_step(totals, self._across_replicas(per_replica))
 
     def _replica_eval(self, images, labels, index=None):
         """(labels, ``recipe.top_classes``, the images' indices in the split; -1 where the
@@ -255,7 +264,7 @@ class ParameterServerTrainer(Trainer):
     def __init__(self, strategy, *args, **kwargs):
         super().__init__(strategy, *args, **kwargs)
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        self._local_eval = tf.function(self._replica_eval)
+        self._local_eval = tf.function(self._replica_eval, autograph=False)
 
     def eval_batches(self, dataset_fn: Callable):
         for batch in dataset_fn(tf.distribute.InputContext()):
