@@ -53,10 +53,10 @@ def engine(args) -> TensorFlowEngine | JaxEngine | TorchEngine:
 def run_config(args):
     """The benchmarked run as a launcher's ``RunConfig``: the ``--model`` preset in
     ``--data_format``, the recipe's batches, the runtime's precision, XLA, threads and seed."""
+    from resnet_noBN.configs.data_config import DataConfig
     from resnet_noBN.configs.network_config import ModelConfig
     from resnet_noBN.configs.recipe_config import TrainConfig
-    from resnet_noBN.datasets.data_config import DataConfig
-    from resnet_noBN.runs.run_config import RunConfig
+    from resnet_noBN.configs.run_config import RunConfig
 
     return RunConfig(
         ModelConfig.preset(args.model, data_format=args.data_format),

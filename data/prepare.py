@@ -3,7 +3,7 @@
     python data/prepare.py cifar10 [--data_dir DIR] [--manual_dir DIR]
 
 Runs tfds' download_and_prepare into --data_dir (default: data/tensorflow_datasets, the
-launcher's default --data_dir; `datasets.input_common.DEFAULT_TFDS_DIR`). On a machine without
+launcher's default --data_dir; `configs.data_config.DEFAULT_TFDS_DIR`). On a machine without
 internet, --manual_dir names a folder holding the official archive under its official name
 (cifar-10-binary.tar.gz / cifar-100-binary.tar.gz, https://www.cs.toronto.edu/~kriz/cifar.html):
 tfds takes it from there instead of downloading it, and still checks its checksum.
@@ -17,9 +17,9 @@ import sys
 
 from absl import app, flags
 
+from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets.cifar_data import num_classes
-from resnet_noBN.datasets.input_common import DEFAULT_TFDS_DIR
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", str(DEFAULT_TFDS_DIR), "tfds data directory to prepare into.")

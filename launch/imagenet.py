@@ -28,8 +28,8 @@ registry.serving("imagenet")
 
 from absl import flags
 
+from resnet_noBN.configs.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets import imagenet_input
-from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import print_summary
 from resnet_noBN.runs import cli, run_config, setup

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from resnet_noBN.configs import data_config
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import cifar_data, image_folder
 
@@ -103,10 +104,10 @@ def test_layout_split_and_dataset_errors(cifar10, one_line):
         cifar_data.load_split("cifar100", "test", root, layout="2016")
     one_line(e, "--cifar100_layout=2016", "official, original_2016")
     with pytest.raises(DataError) as e:
-        cifar_data.check_layout("cifar100", "2016")
+        data_config.check_layout("cifar100", "2016")
     one_line(e, "--cifar100_layout=2016 is unknown")
-    cifar_data.check_layout("cifar100", "original_2016")
-    cifar_data.check_layout("cifar10", "official")
+    data_config.check_layout("cifar100", "original_2016")
+    data_config.check_layout("cifar10", "official")
     with pytest.raises(DataError) as e:
         cifar_data.load_split("cifar10", "validation", root)
     one_line(e, "'validation'", "train, test")

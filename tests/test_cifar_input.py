@@ -6,6 +6,7 @@ import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from resnet_noBN.configs import data_config
 from resnet_noBN.datasets import cifar_input, stream
 from resnet_noBN.datasets.cifar_input import DataError
 
@@ -86,7 +87,7 @@ def test_original_2016_layout_is_for_cifar100_only(cifar10, one_line):
         cifar_input.read_records("cifar10", "test", data_path=root, layout="original_2016")
     one_line(e, "--dataset=cifar100 only", "drop the flag")
     with pytest.raises(DataError) as e:
-        cifar_input.check_layout("cifar100", "2016")
+        data_config.check_layout("cifar100", "2016")
     one_line(e, "--cifar100_layout=2016", "official, original_2016")
 
 

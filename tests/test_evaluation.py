@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from test_launch_cifar import SMALL, cifar
 
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import DataError, InputError
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.trained.evaluation import probed_test_split
 from resnet_noBN.trainers.answers import read_answers
 

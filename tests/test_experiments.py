@@ -68,7 +68,7 @@ def test_every_experiment_builds_its_whole_run(name):
     for section in ("network", "data", "recipe", "runtime"):
         for field, value in getattr(exp, section).items():
             assert getattr(getattr(run, section), field) == value, (name, section, field)
-    record = run.record("tensorflow", 0)
+    record = run_config.record_of(run, "tensorflow", 0)
     assert record["experiment"] == name and record["recipe"]["lr_boundaries"] == list(
         run.recipe.boundary_steps()
     )
@@ -130,7 +130,8 @@ def test_the_2016_code_as_named_choices():
     )
     with_decay = run_config.build("cifar10_original_2016_wd")
     assert with_decay.network == network and with_decay.recipe.weight_decay == 2e-4
-    assert with_decay.record("tensorflow", 0)["recipe"]["weight_decay_gradient"] == "0.0002 * W"
+    record = run_config.record_of(with_decay, "tensorflow", 0)
+    assert record["recipe"]["weight_decay_gradient"] == "0.0002 * W"
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ import tensorflow_datasets as tfds
 from launchers import REPO
 from layer_kinds import assert_all_convolutional
 
+from resnet_noBN.configs.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.configs.network_config import ImageNetConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.datasets import imagenet_input
-from resnet_noBN.datasets.data_config import IMAGENET_TRAIN_EXAMPLES
 from resnet_noBN.datasets.imagenet_input import DataError
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import param_counts

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from resnet_noBN.configs import experiments
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import InputError, StorageError
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.configs.run_config import RunConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.runs import record, run_config
-from resnet_noBN.runs.run_config import RunConfig
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 CIFAR100 = sorted((RESULTS / "cifar100_cpu").glob("*/config.json"))

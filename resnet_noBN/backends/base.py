@@ -19,10 +19,10 @@ import sys
 
 import keras
 
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import cpu
 
 LAUNCHERS = ("cifar", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
@@ -175,7 +175,7 @@ class Backend:
         if data.data_path is None:
             return self.prepare_tfds(data)
         for split in cifar_data.SPLITS:
-            data.read_split(split)
+            cifar_data.read_split(data, split)
 
     def prepare_tfds(self, data: DataConfig) -> None:
         """Download or verify the tensorflow-datasets copy of ``data.dataset``."""

@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 
 from resnet_noBN.backends.base import Backend
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import DataError
-from resnet_noBN.datasets.data_config import DataConfig
+from resnet_noBN.datasets import cifar_data
 from resnet_noBN.datasets.stream import TrainSplit
 
 
@@ -37,9 +38,8 @@ class SplitsInMemory(Backend):
 
     def cifar_sources(self, data: DataConfig, train_batch: int, eval_batch: int, seed: int):
         """A ``TrainSplit`` and the test split's arrays."""
-        return TrainSplit(*data.read_split("train"), seed=seed, pad=data.pad), data.read_split(
-            "test"
-        )
+        train = TrainSplit(*cifar_data.read_split(data, "train"), seed=seed, pad=data.pad)
+        return train, cifar_data.read_split(data, "test")
 
     def evaluation_source(self, images, labels, batch: int):
         return images, labels

@@ -8,9 +8,9 @@ import tensorflow as tf
 
 from resnet_noBN.backends import distribute, speed
 from resnet_noBN.backends.base import Backend, Runtime
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import TIME_BUDGET_ERROR, RuntimeConfig
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import cpu, peers
 from resnet_noBN.trainers.tensorflow_training import ParameterServerTrainer, Trainer
 

@@ -5,12 +5,12 @@ instead of keeping flag lists of their own.
 
 An :class:`Experiment` is a set of changes to the defaults, section by section: the network
 (``network_config.ModelConfig``'s fields, from a ``presets.MODELS`` architecture), the data
-(``datasets.data_config.DataConfig``), the recipe (``recipe_config.TrainConfig``) and the
+(``configs.data_config.DataConfig``), the recipe (``recipe_config.TrainConfig``) and the
 runtime (``configs.runtime_config.RuntimeConfig``). The defaults are the paper's (arXiv:1611.04231,
 Section 4): Table 1's network, momentum SGD 0.9 (in the form of the 2016 code the paper ran,
 ``momentum_2016``), batch 128, learning rate 0.05 divided by 10 at
 1/2 and 5/6 of the run (its 30,000 and 50,000 of 60,000 steps), weight decay 1e-4. ``runs.
-run_config.RunConfig`` builds the whole run from one.
+run_config.build`` makes a whole run (``configs.run_config.RunConfig``) of one.
 
 Plain values, no Keras: the lease plan reads these names on a machine without the project's
 dependencies.

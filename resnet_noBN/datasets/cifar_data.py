@@ -6,10 +6,12 @@ backend and no TensorFlow; `datasets.cifar_input` builds its tf.data pipeline on
 
 * `DATASETS`: what the pipeline needs to know about CIFAR-10 and CIFAR-100 (tfds names them the
   same): classes, label bytes, the official binary files.
-* `check_data_path`, `num_records`, `check_layout`: a --data_path and a --cifar100_layout checked
-  with plain file-system work, every problem one line (`DataError`).
+* `check_data_path`, `num_records`: a --data_path checked with plain file-system work, every
+  problem one line (`DataError`); a --cifar100_layout is checked by `configs.data_config`'s
+  `check_layout`.
 * `load_split`: one split, (uint8 images [N, 32, 32, 3], int32 labels [N]), from the official
-  binary files or an image folder, read once per process (cached) as read-only arrays.
+  binary files or an image folder, read once per process (cached) as read-only arrays;
+  `read_split`, the same for a run's `DataConfig`; `data_record`, its config.json entry.
 * `write_random`: random records in the official layout (the tests' and the benchmark's data).
 
 The binary records are read as the original tensorflow/models `resnet/cifar_input.py` read them
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from resnet_noBN.configs.data_config import CIFAR_TITLES, DataConfig, check_layout
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import image_folder
 from resnet_noBN.datasets.input_common import check_split, require_files
@@ -38,9 +41,6 @@ from resnet_noBN.datasets.input_common import check_split, require_files
 IMAGE_SIZE = 32
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
 SPLITS = ("train", "test")
-# How a CIFAR-100 record is sliced (--cifar100_layout): "official", label byte 1 (fine) and
-# pixels from byte 2; "original_2016", the original cifar_input.py before its July 2017 fix.
-LAYOUTS = ("official", "original_2016")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ class CifarSpec:
 
 DATASETS = {
     "cifar10": CifarSpec(
-        title="CIFAR-10",
+        title=CIFAR_TITLES["cifar10"],
         num_classes=10,
         label_bytes=1,
         folder="cifar-10-batches-bin",
@@ -87,7 +87,7 @@ DATASETS = {
         ),
     ),
     "cifar100": CifarSpec(
-        title="CIFAR-100",
+        title=CIFAR_TITLES["cifar100"],
         num_classes=100,
         label_bytes=2,
         folder="cifar-100-binary",
@@ -189,19 +189,6 @@ def num_records(dataset: str, data_path: str | os.PathLike | None, split: str) -
         sum(os.path.getsize(f) for f in _binary_files(dataset, data_path)[split])
         // _spec(dataset).record_bytes
     )
-
-
-def check_layout(dataset: str, layout: str) -> None:
-    """DataError unless `layout` is one of LAYOUTS and means something for `dataset`."""
-    if layout not in LAYOUTS:
-        raise DataError(
-            f"--cifar100_layout={layout} is unknown; choose one of {', '.join(LAYOUTS)}"
-        )
-    if layout != "official" and dataset != "cifar100":
-        raise DataError(
-            f"--cifar100_layout={layout} is for --dataset=cifar100 only (the original reader "
-            f"read {_spec(dataset).title} correctly); drop the flag"
-        )
 
 
 def original_2016_shift(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -342,3 +329,20 @@ def clear_cache() -> None:
     """Forget every split read (and every image folder decoded) in this process."""
     _load_split.cache_clear()
     image_folder.decode.cache_clear()
+
+
+def read_split(data: DataConfig, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``split`` of ``data``'s --data_path as that config reads it (`load_split`)."""
+    return load_split(data.dataset, split, data.data_path, data.cifar100_layout, data.jpeg_quality)
+
+
+def data_record(data: DataConfig) -> dict:
+    """The ``data`` of a run's config.json: the config's fields and the counts of both splits
+    read."""
+    return {
+        **data.record(),
+        **{
+            f"{split}_examples": num_records(data.dataset, data.data_path, split)
+            for split in SPLITS
+        },
+    }

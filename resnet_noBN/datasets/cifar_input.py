@@ -30,23 +30,20 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
+from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR
+from resnet_noBN.configs.data_config import check_layout
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
 from resnet_noBN.datasets.cifar_data import DATASETS as DATASETS
-from resnet_noBN.datasets.cifar_data import LAYOUTS as LAYOUTS
 from resnet_noBN.datasets.cifar_data import (
     SPLITS,
     _spec,
-    check_layout,
     jpeg_reencode,
     load_split,
     original_2016_shift,
 )
 from resnet_noBN.datasets.cifar_data import check_data_path as check_data_path
 from resnet_noBN.datasets.cifar_data import num_classes as num_classes
-from resnet_noBN.datasets.input_common import (
-    DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR,
-)  # the launchers' default
 from resnet_noBN.datasets.input_common import (
     check_split,
     per_replica_dataset,

@@ -52,22 +52,22 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from resnet_noBN.configs.errors import DataError
-from resnet_noBN.datasets.data_config import (
+from resnet_noBN.configs.data_config import (
     IMAGENET_MEAN_RGB as MEAN_RGB,
 )
-from resnet_noBN.datasets.data_config import (
+from resnet_noBN.configs.data_config import (
     IMAGENET_NORMALIZATIONS as NORMALIZATIONS,
 )
-from resnet_noBN.datasets.data_config import (
+from resnet_noBN.configs.data_config import (
     IMAGENET_SHUFFLE_BUFFER as SHUFFLE_BUFFER,
 )
-from resnet_noBN.datasets.data_config import (
+from resnet_noBN.configs.data_config import (
     IMAGENET_STDDEV_RGB as STDDEV_RGB,
 )
-from resnet_noBN.datasets.data_config import (
+from resnet_noBN.configs.data_config import (
     IMAGENET_TFDS_NAME as TFDS_NAME,
 )
+from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets.input_common import (
     DEFAULT_TFDS_DIR,
     check_split,

@@ -1,5 +1,6 @@
-"""What the CIFAR and ImageNet input pipelines share: the tfds folder, the split and file checks,
-and which part of a split each input pipeline reads."""
+"""What the CIFAR and ImageNet input pipelines share: the tfds folder (``configs.data_config``'s
+``DEFAULT_TFDS_DIR``: where `python data/prepare.py` prepares tfds data sets, git-ignored), the
+split and file checks, and which part of a split each input pipeline reads."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR
 from resnet_noBN.configs.errors import DataError
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-# Where `python data/prepare.py` prepares tfds data sets, and the launchers' default --data_dir
-# (git-ignored).
-DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[2] / "data" / "tensorflow_datasets"
 
 
 def check_split(split: str, splits: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ layer of an exported model (``runs.export``), so that it takes images as they ar
   ``tf.image.per_image_standardization``, arXiv:1611.04231 Section 4's "standard" input, as the
   original ``cifar_input.py``), the function the training stream and every evaluation apply.
 * ImageNet's ``--normalization=mean_std``: Keras' own ``Normalization`` with ImageNet's channel
-  means and variances (``data_config.IMAGENET_MEAN_RGB``, ``IMAGENET_STDDEV_RGB`` squared).
+  means and variances (``configs.data_config.IMAGENET_MEAN_RGB``, ``IMAGENET_STDDEV_RGB`` squared).
 
 No TensorFlow: the layer runs and loads on every Keras backend.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import keras
 
+from resnet_noBN.configs.data_config import IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB
 from resnet_noBN.datasets import stream
-from resnet_noBN.datasets.data_config import IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB
 
 LAYER_NAME = "standardize"  # the exported model's first layer after its input
 

@@ -12,7 +12,7 @@ from resnet_noBN.datasets import cifar_data
 
 if TYPE_CHECKING:
     from resnet_noBN.backends.base import Runtime
-    from resnet_noBN.runs.run_config import RunConfig
+    from resnet_noBN.configs.run_config import RunConfig
 
 
 class CifarInputs:

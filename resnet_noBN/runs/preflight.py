@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.run_config import RunConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host.cluster import ClusterError, parse_tf_config
 from resnet_noBN.runs import run_config
-from resnet_noBN.runs.run_config import RunConfig
 
 MULTI_PROCESS = ("multi_worker", "parameter_server")  # the strategies that join a cluster
 

@@ -45,7 +45,7 @@ BACKEND_KEY = "backend"
 
 def record(network, recipe, data: dict, backend: str, precision: str, **recipe_extras) -> dict:
     """The record of a run: ``network`` and ``recipe`` config dataclasses, ``data`` (a
-    ``DataConfig.record()`` or a launcher's own), the backend's name, the precision, and
+    ``cifar_data.data_record`` or a launcher's own), the backend's name, the precision, and
     what else the launcher's recipe has (ImageNet: ``epochs_per_decay``)."""
     return {
         "network": dataclasses.asdict(network),

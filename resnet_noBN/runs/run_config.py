@@ -1,24 +1,15 @@
-"""One run, one config: :class:`RunConfig` is the single thing a training run is built from and
-the thing its ``config.json`` is, written whole and read back whole (for a resume, an
-evaluation, a study's table).
+"""One run, one config, built and kept: a :class:`~resnet_noBN.configs.run_config.RunConfig`
+(``configs.run_config``: the network, data, recipe and runtime, and the experiment) is the single
+thing a training run is built from and the thing its ``config.json`` is, written whole and read
+back whole (for a resume, an evaluation, a study's table).
 
-A run config nests the four configs of a run, each declared once with its flags:
+A launcher builds it from an experiment and the flags given (:func:`from_flags`: an
+experiment's values stand in for the defaults of the flags not given), a test or a benchmark
+from an experiment and changes (:func:`build`), an evaluation from a run's ``config.json``
+(:func:`from_record`).
 
-    network   the architecture: ``configs.network_config.ModelConfig`` (CIFAR, Table 1 by
-              default) or ``ImageNetConfig``
-    data      what is read: ``datasets.data_config.DataConfig`` (CIFAR) or ``ImageNetData``
-    recipe    how it is trained: ``configs.recipe_config.TrainConfig`` (ImageNet:
-              ``ImageNetRecipe``)
-    runtime   where and how it computes: ``configs.runtime_config.RuntimeConfig`` (the one place
-              the precision lives)
-
-and the name of the experiment it was built from (``configs.experiments``). A launcher builds
-it from an experiment and the flags given (:func:`from_flags`: an experiment's values stand in
-for the defaults of the flags not given), a test or a benchmark from an experiment and
-changes (:func:`build`), an evaluation from a run's ``config.json`` (:func:`from_record`).
-
-``config.json`` (:meth:`RunConfig.record`) keeps the sections older versions wrote, so an old
-run folder resumes and evaluates: ``network``, ``recipe`` (the schedule's boundaries as steps),
+``config.json`` (:func:`record_of`) keeps the sections older versions wrote, so an old run
+folder resumes and evaluates: ``network``, ``recipe`` (the schedule's boundaries as steps),
 ``data`` (with the splits' counts), ``backend``, ``seed``, and ``runtime``: the run config's
 runtime and where it computed (``Backend.report``), never compared on resume. Older records are
 flat, or hold the precision in ``recipe``: :func:`from_record` reads each (``runs.record``).
@@ -33,9 +24,10 @@ import typing
 from absl import flags
 
 from resnet_noBN.configs import experiments, presets
+from resnet_noBN.configs.data_config import DataConfig, ImageNetData
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.experiments import Experiment
-from resnet_noBN.configs.flag_config import config_from_flags, define_flags, validated
+from resnet_noBN.configs.flag_config import config_from_flags, define_flags
 from resnet_noBN.configs.network_config import (
     BlockConfig,
     ImageNetConfig,
@@ -43,9 +35,9 @@ from resnet_noBN.configs.network_config import (
     NetworkConfig,
 )
 from resnet_noBN.configs.recipe_config import ImageNetRecipe, TrainConfig
+from resnet_noBN.configs.run_config import RunConfig, validated_run
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig, ImageNetData
 from resnet_noBN.runs import record
 
 flags.disclaim_key_flags()  # the flags defined here belong to the launcher calling define_*
@@ -67,71 +59,21 @@ FREE_ON_RESUME = record.may_change(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """A whole run: its network, data, recipe and runtime, and the experiment it came from."""
-
-    network: NetworkConfig
-    data: DataConfig | ImageNetData
-    recipe: TrainConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    experiment: str | None = None
-
-    @property
-    def launcher(self) -> str:
-        return "imagenet" if isinstance(self.network, ImageNetConfig) else "cifar"
-
-    def replace(self, **sections) -> RunConfig:
-        """This run with whole sections replaced (``recipe=...``), validated."""
-        return validated_run(dataclasses.replace(self, **sections))
-
-    def changed(self, section: str, **fields) -> RunConfig:
-        """This run with ``fields`` of one section changed, validated (InputError)."""
-        return self.replace(**{section: dataclasses.replace(getattr(self, section), **fields)})
-
-    def sections(self) -> dict:
-        """The run config alone, as ``config.json`` holds it (the schedule's boundaries as this
-        run's steps), without the data's counts, the backend, the seed or the host."""
-        recipe = {
-            **dataclasses.asdict(self.recipe),
-            "lr_boundaries": list(self.recipe.boundary_steps()),
-            # the objective's r * sum ||W||^2 / 2 puts r * W on the gradient (the 2016 code's
-            # 0.0002 * tf.nn.l2_loss(W) is r = 2e-4)
-            "weight_decay_gradient": f"{self.recipe.weight_decay:g} * W",
-        }
-        return {
-            "experiment": self.experiment,
-            "network": dataclasses.asdict(self.network),
-            "recipe": recipe,
-            "data": dataclasses.asdict(self.data),
-            "runtime": dataclasses.asdict(self.runtime),
-        }
-
-    def record(self, backend: str, seed: int, host: dict | None = None) -> dict:
-        """What ``config.json`` holds: each section whole (the recipe's boundaries as the steps
-        of this run, and the coefficient its weight decay puts on the gradient), the data's
-        counts, the backend, the seed and the runtime, with where it computed (``host``)."""
-        sections = self.sections()
-        return {
-            **sections,
-            "data": self.data.record(),
-            record.BACKEND_KEY: backend,
-            record.SEED_KEY: seed,
-            record.RUNTIME_KEY: {**sections["runtime"], "seed": seed, **(host or {})},
-        }
-
-
-def validated_run(run: RunConfig) -> RunConfig:
-    """``run`` with every section validated (InputError, one line, naming the flag)."""
-    for section in (run.network, run.data, run.recipe, run.runtime):
-        validated(section)
-    if run.network.block == "fixup" and run.recipe.optimizer == "adam":
-        raise InputError(
-            "--block=fixup gives its scalars a tenth of the rate by scaling their gradient, "
-            "which Adam's update ignores: use a momentum --optimizer (momentum_2016, momentum, "
-            "nesterov) or another --block"
-        )
-    return run
+def record_of(run: RunConfig, backend: str, seed: int, host: dict | None = None) -> dict:
+    """What ``config.json`` holds: each section of ``run`` whole (the recipe's boundaries as the
+    steps of this run, and the coefficient its weight decay puts on the gradient), the data's
+    counts, the backend, the seed and the runtime, with where it computed (``host``)."""
+    sections = run.sections()
+    data = (
+        cifar_data.data_record(run.data) if isinstance(run.data, DataConfig) else run.data.record()
+    )
+    return {
+        **sections,
+        "data": data,
+        record.BACKEND_KEY: backend,
+        record.SEED_KEY: seed,
+        record.RUNTIME_KEY: {**sections["runtime"], "seed": seed, **(host or {})},
+    }
 
 
 def build(
@@ -347,12 +289,12 @@ def resumed(run: RunConfig, model_dir: str) -> RunConfig:
 def checked_record(
     run: RunConfig, model_dir: str, backend: str, seed: int, host: dict | None = None
 ) -> dict:
-    """``run.record(...)``, refused (InputError, naming each field) where ``model_dir`` holds a
+    """``record_of(run, ...)``, refused (InputError, naming each field) where ``model_dir`` holds a
     run this one cannot resume. A key an older config.json lacks stands for today's default
     where it is a switch added since: the network's fields, the recipe's loss and label
     smoothing, the data's CIFAR-100 layout and JPEG quality (the optimizer: Keras' momentum,
     ``record.section``)."""
-    saved = run.record(backend, seed, host)
+    saved = record_of(run, backend, seed, host)
     defaults = type(run.recipe)()
     absent = {
         "network": dataclasses.asdict(type(run.network)()),

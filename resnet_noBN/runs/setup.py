@@ -25,12 +25,12 @@ from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
 from resnet_noBN.configs import experiments
 from resnet_noBN.configs.errors import InputError
+from resnet_noBN.configs.run_config import RunConfig
 from resnet_noBN.configs.runtime_config import SEED_LIMIT
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.runs import folder_lock, record, run_config
 from resnet_noBN.runs.inputs import inputs_of
-from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trainers.loop import TrainLoop
 
 ORIGINAL_2016_WARNING = (

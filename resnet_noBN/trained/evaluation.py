@@ -23,11 +23,12 @@ import numpy as np
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.choices import FIRST_RED_PIXEL
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.configs.run_config import RunConfig
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import run_config, setup
 from resnet_noBN.trained import run_folder
@@ -45,7 +46,7 @@ def probed_test_split(
             f"--first_red_pixel={first_red_pixel} is unknown; choose one of "
             f"{', '.join(FIRST_RED_PIXEL)}"
         )
-    images, labels = data.read_split("test")
+    images, labels = cifar_data.read_split(data, "test")
     if first_red_pixel == "as_read":
         return images, labels
     if data.cifar100_layout != "original_2016":
@@ -60,12 +61,14 @@ def probed_test_split(
         offsets = np.random.default_rng(seed).integers(1, classes, len(labels))
         images[:, 0, 0, 0] = (labels + offsets) % classes
     else:
-        official, _ = dataclasses.replace(data, cifar100_layout="official").read_split("test")
+        official, _ = cifar_data.read_split(
+            dataclasses.replace(data, cifar100_layout="official"), "test"
+        )
         images[:, 0, 0, 0] = official[:, 0, 0, 0]
     return images, labels
 
 
-def recorded_run(model_dir: str) -> tuple[dict, run_config.RunConfig]:
+def recorded_run(model_dir: str) -> tuple[dict, RunConfig]:
     """The run ``model_dir`` holds: its ``config.json`` as recorded and as a run config;
     InputError (one line) where the folder holds no run, or one trained on another backend than
     the one in use (``run_folder.read_record``)."""
@@ -73,7 +76,7 @@ def recorded_run(model_dir: str) -> tuple[dict, run_config.RunConfig]:
     return saved, run_config.from_record(saved)
 
 
-def reading_trainer(saved: dict, run: run_config.RunConfig, model_dir: str) -> TrainLoop:
+def reading_trainer(saved: dict, run: RunConfig, model_dir: str) -> TrainLoop:
     """A trainer of the run (:func:`recorded_run`) in float32 that reads its checkpoints and
     trains nothing: today's recipe with the run's optimizer (a JAX or PyTorch checkpoint names
     its variables after it), its own length, drops and intervals do not matter."""

@@ -30,6 +30,7 @@ import zipfile
 import keras
 import numpy as np
 
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import (
     CheckpointError,
     DataError,
@@ -38,14 +39,13 @@ from resnet_noBN.configs.errors import (
     first_line,
 )
 from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.configs.run_config import RunConfig
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.datasets.normalization import LAYER_NAME, input_normalization
 from resnet_noBN.host import storage
 from resnet_noBN.progress import Progress
 from resnet_noBN.runs import run_config, setup
 from resnet_noBN.runs.record import CONFIG_FILE
-from resnet_noBN.runs.run_config import RunConfig
 from resnet_noBN.trained import evaluation, model_paths, run_folder
 from resnet_noBN.trainers.loop import TrainLoop, weights_digest
 from resnet_noBN.trainers.one_process import assign_checked, read_arrays

@@ -32,9 +32,9 @@ import re
 import keras
 import numpy as np
 
+from resnet_noBN.configs.data_config import DataConfig
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.datasets import cifar_data
-from resnet_noBN.datasets.data_config import DataConfig
 from resnet_noBN.host import storage
 from resnet_noBN.models.layers import Scalar
 from resnet_noBN.runs import run_config

@@ -1,24 +1,28 @@
 """The launchers' data flags: CIFAR's (:class:`DataConfig`: which data set, where it is read
 from, how a CIFAR-100 record is sliced, a JPEG re-encoding, and the crop padding of the training
-stream) and ImageNet's (:class:`ImageNetData`). Declared once
-here, as the other configs (``configs.flag_config``: each field is a flag, its help the flag's);
-``launch/cifar.py`` defines them, and :meth:`DataConfig.record` is the
-``data`` of a run's ``config.json``."""
+stream) and ImageNet's (:class:`ImageNetData`). Declared with the other sections of a run's
+config (``configs.flag_config``: each field is a flag, its help the flag's); ``launch/cifar.py``
+defines them. Nothing here reads a file: ``datasets.cifar_data`` reads what a config names
+(``read_split``) and counts its splits for a run's ``config.json`` (``data_record``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
+from resnet_noBN.configs.errors import DataError
 from resnet_noBN.configs.flag_config import check_at_least, check_choices
-from resnet_noBN.datasets.cifar_data import (
-    DATASETS,
-    LAYOUTS,
-    check_layout,
-    load_split,
-    num_records,
-)
-from resnet_noBN.datasets.input_common import DEFAULT_TFDS_DIR
+
+# --data_dir's default, where `python data/prepare.py` prepares tfds data sets: the repository's
+# data/tensorflow_datasets (git-ignored; docs/data.md)
+DEFAULT_TFDS_DIR = Path(__file__).resolve().parents[2] / "data" / "tensorflow_datasets"
+# The CIFAR data sets, by the names --dataset and tfds give them (datasets.cifar_data.DATASETS
+# holds what reading them needs)
+CIFAR_TITLES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+# How a CIFAR-100 record is sliced (--cifar100_layout): "official", label byte 1 (fine) and
+# pixels from byte 2; "original_2016", the original cifar_input.py before its July 2017 fix.
+LAYOUTS = ("official", "original_2016")
 
 # ImageNet's facts that its config records (datasets.imagenet_input reads them from here: this
 # module imports no TensorFlow)
@@ -32,6 +36,19 @@ IMAGENET_STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 IMAGENET_SHUFFLE_BUFFER = 10_000  # JPEG records (~110 kB each: ~1.1 GB per worker)
 
 
+def check_layout(dataset: str, layout: str) -> None:
+    """DataError unless `layout` is one of LAYOUTS and means something for `dataset`."""
+    if layout not in LAYOUTS:
+        raise DataError(
+            f"--cifar100_layout={layout} is unknown; choose one of {', '.join(LAYOUTS)}"
+        )
+    if layout != "official" and dataset != "cifar100":
+        raise DataError(
+            f"--cifar100_layout={layout} is for --dataset=cifar100 only (the original reader "
+            f"read {CIFAR_TITLES.get(dataset, dataset)} correctly); drop the flag"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """What a CIFAR run reads. ``"may_change"`` marks what a resumed run may change: another
@@ -40,7 +57,7 @@ class DataConfig:
     (``datasets.stream``); the counts are compared (``record``)."""
 
     dataset: str = dataclasses.field(
-        default="cifar10", metadata={"choices": tuple(DATASETS), "help": "Data set."}
+        default="cifar10", metadata={"choices": tuple(CIFAR_TITLES), "help": "Data set."}
     )
     data_path: str | None = dataclasses.field(
         default=None,
@@ -95,20 +112,12 @@ class DataConfig:
         if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 95:
             raise ValueError(f"--jpeg_quality must be in 1..95 (Pillow's), got {self.jpeg_quality}")
 
-    def read_split(self, split: str):
-        """``split`` of a --data_path as this config reads it (``cifar_data.load_split``)."""
-        return load_split(
-            self.dataset, split, self.data_path, self.cifar100_layout, self.jpeg_quality
-        )
-
     def record(self) -> dict:
-        """What config.json records: the fields (--data_path made absolute), and the counts of
-        both splits read."""
+        """Its fields as config.json records them, --data_path made absolute (the splits'
+        counts beside them: ``datasets.cifar_data.data_record``)."""
         return {
             **dataclasses.asdict(self),
             "data_path": self.data_path and os.path.abspath(self.data_path),
-            "train_examples": num_records(self.dataset, self.data_path, "train"),
-            "test_examples": num_records(self.dataset, self.data_path, "test"),
         }
 
 
