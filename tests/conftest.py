@@ -29,18 +29,19 @@ tf.config.set_logical_device_configuration(
 # same code bit for bit. An entry half written (a launch killed as it wrote it, or two writing
 # it at once) is read as a miss and compiled again; JAX's warning of that is silenced, so it
 # cannot add a line to an output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
-# Under pytest-xdist the controller makes the folder before it starts the workers, which inherit
-# it: a program one worker compiled, the other loads. The process that made it removes it.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-")
-    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+_JAX_CACHE_ENV = {
+    "JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+for _name, _value in _JAX_CACHE_ENV.items():
+    os.environ.setdefault(_name, _value)
 _CACHE_MISS_WARNING = "Error reading persistent compilation cache entry"
 os.environ["PYTHONWARNINGS"] = ",".join(
     filter(None, [os.environ.get("PYTHONWARNINGS"), f"ignore:{_CACHE_MISS_WARNING}"])
 )
 warnings.filterwarnings("ignore", message=_CACHE_MISS_WARNING)
+atexit.register(shutil.rmtree, _JAX_CACHE_ENV["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 CIFAR_SLICES_ENV = "RESNET_NOBN_CIFAR_SLICES"
 
