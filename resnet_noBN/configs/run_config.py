@@ -10,7 +10,7 @@ each declared in this package with its flags, and names the experiment it was bu
               precision lives)
 
 ``runs.run_config`` builds one from an experiment and the flags, reads one back from a run's
-``config.json`` and writes it there (``record``: the sections, the data's counts, the backend,
+``config.json`` and writes it there (``record_of``: the sections, the data's counts, the backend,
 the seed, the host).
 """
 
@@ -51,7 +51,7 @@ class RunConfig:
     def sections(self) -> dict:
         """The run config alone, as ``config.json`` holds it (the schedule's boundaries as this
         run's steps), without the data's counts, the backend, the seed or the host (those
-        ``runs.run_config.record`` adds)."""
+        ``runs.run_config.record_of`` adds)."""
         recipe = {
             **dataclasses.asdict(self.recipe),
             "lr_boundaries": list(self.recipe.boundary_steps()),

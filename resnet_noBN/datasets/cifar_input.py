@@ -30,7 +30,6 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
-from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR
 from resnet_noBN.configs.data_config import check_layout
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets import stream
@@ -200,7 +199,7 @@ def build_dataset(
     pass `input_context.get_per_replica_batch_size(global_batch)` and the `input_context`, which
     shards the records as in `read_records`). `data_path`: the official binary files or an
     image folder; else tfds from `data_dir` (None: tfds' default; the launcher's is
-    DEFAULT_TFDS_DIR). `layout`, `jpeg_quality`: see `cifar_data.load_split`.
+    configs.data_config.DEFAULT_TFDS_DIR). `layout`, `jpeg_quality`: see `cifar_data.load_split`.
 
     `train` (default: split == "train"): the endless stream of `stream.training_batch` from
     step `start_step` on (the first batch is the one a run from step 0 reaches at that step),

@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR
 from resnet_noBN.configs.data_config import (
     IMAGENET_MEAN_RGB as MEAN_RGB,
 )
@@ -69,7 +70,6 @@ from resnet_noBN.configs.data_config import (
 )
 from resnet_noBN.configs.errors import DataError
 from resnet_noBN.datasets.input_common import (
-    DEFAULT_TFDS_DIR,
     check_split,
     pipeline_shard,
     require_files,

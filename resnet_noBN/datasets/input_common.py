@@ -1,6 +1,6 @@
-"""What the CIFAR and ImageNet input pipelines share: the tfds folder (``configs.data_config``'s
-``DEFAULT_TFDS_DIR``: where `python data/prepare.py` prepares tfds data sets, git-ignored), the
-split and file checks, and which part of a split each input pipeline reads."""
+"""What the CIFAR and ImageNet input pipelines share: the split and file checks, and which part
+of a split each input pipeline reads (their default tfds folder is ``configs.data_config``'s
+``DEFAULT_TFDS_DIR``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resnet_noBN.configs.data_config import DEFAULT_TFDS_DIR as DEFAULT_TFDS_DIR
 from resnet_noBN.configs.errors import DataError
 
 if TYPE_CHECKING:
