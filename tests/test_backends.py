@@ -145,7 +145,7 @@ runpy.run_path("launch/cifar.py", run_name="__main__")
 def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeypatch):
     """TensorFlow has never run on a GPU in this project: a run whose device list holds one (faked
     here) is told the measured path, JAX with bfloat16 convolutions; one without, or on JAX, is
-    told nothing."""
+    told nothing; PyTorch on a GPU is told its measured rate beside JAX's."""
     import tensorflow as tf
 
     from resnet_noBN.runs import cli
@@ -165,6 +165,16 @@ def test_a_tensorflow_run_that_sees_a_gpu_names_the_path_measured_on_one(monkeyp
 
     monkeypatch.setattr(registry, "current", JaxOnAGpu)
     assert cli.measured_gpu_path(None) is None
+
+    class TorchOnAGpu(JaxOnAGpu):  # PyTorch ran 300 steps on one H200: its rate is named
+        name = "torch"
+
+    monkeypatch.setattr(registry, "current", TorchOnAGpu)
+    assert cli.measured_gpu_path(None) == GPU_NOTE.replace(
+        "this project has never run the tensorflow backend on a GPU",
+        "the torch backend ran 300 steps on one H200 here, at 1,408 images/s against JAX's "
+        "20,018 (0.070 of it) (results/gpu_h200_backends)",
+    )
 
 
 def test_the_launcher_names_the_measured_path_where_tensorflow_sees_a_gpu(tmp_path, write_cifar):
