@@ -9,7 +9,10 @@ The formulas, on x of c_in channels, out = s(x) + h(x), s the shortcut (x, or x 
 * hardt_ma, zero_last: h = C2(ReLU(C1 x)) (arXiv:1611.04231, Section 4);
 * fixup: h = s·C2(ReLU(C1(x + b1) + b2) + b3) + b4 (arXiv:1901.09321, Section 3), its scalars'
   gradients at a tenth of their true value (``blocks.FIXUP_SCALAR_RATE``);
-* skipinit: h = α·C2(ReLU(C1 x)) (arXiv:2002.10444, Section 4).
+* skipinit: h = α·C2(ReLU(C1 x)) (arXiv:2002.10444, Section 4);
+* preactivation: the 2016 code's unit with batch norm removed, h = C2(σ(C1(σ(x)))), σ its leaky
+  ReLU (slope 0.1 below 0); ``preactivation_first``, the network's first block, takes its
+  shortcut from σ(x), not x (the 2016 code's ``activate_before_residual``).
 
 The loss is Σ out·probe; the expected gradients are its central differences in float64.
 """
@@ -20,16 +23,20 @@ import numpy as np
 
 from resnet_noBN.theory.near_identity import convolve
 
-VARIANTS = ("hardt_ma", "zero_last", "fixup", "skipinit")
+VARIANTS = ("hardt_ma", "zero_last", "fixup", "skipinit", "preactivation", "preactivation_first")
 SHAPES = {1: (4, 4), 2: (4, 8)}  # stride -> (c_in, c_out)
 IMAGE = (2, 8, 8)  # batch, height, width
 FIXUP_SCALARS = {"bias1": 0.5, "bias2": -0.25, "bias3": 0.75, "scale": 2.0, "bias4": 0.1}
 SKIPINIT_ALPHA = 1.5
+LEAK = 0.1  # the 2016 code's leaky ReLU (configs.experiments' cifar100_original_2016)
 FIXUP_RATE = 0.1  # blocks.FIXUP_SCALAR_RATE: asserted equal by tests/test_identity_init.py
 
 
 def block_config(variant: str) -> dict:
-    """The network's switches of ``variant`` (``configs.experiments.IDENTITY_INITS``)."""
+    """The network's switches of ``variant`` (``configs.experiments.IDENTITY_INITS``; the 2016
+    code's unit as ``cifar100_original_2016`` builds it)."""
+    if variant.startswith("preactivation"):
+        return {"block": "preactivation", "relu_leakiness": LEAK}
     return {"block": variant, **({"init": "he"} if variant in ("fixup", "skipinit") else {})}
 
 
@@ -45,7 +52,9 @@ def build(variant: str, stride: int):
     c_in, c_out = SHAPES[stride]
     x = keras.Input((*IMAGE[1:], c_in))
     block = Block.of(ModelConfig(**block_config(variant)))
-    return keras.Model(x, residual_block(x, c_in, c_out, stride, block, "b"))
+    first = variant == "preactivation_first"
+    out = residual_block(x, c_in, c_out, stride, block, "b", activate_before_residual=first)
+    return keras.Model(x, out)
 
 
 def params(variant: str, stride: int) -> dict[str, np.ndarray]:
@@ -102,6 +111,10 @@ def formula(variant: str, values: dict, x: np.ndarray, stride: int) -> np.ndarra
         return np.stack([convolve(image, kernel, s) for image in images])
 
     v = values
+    if variant.startswith("preactivation"):
+        act = lambda y: np.where(y > 0, y, LEAK * y)  # noqa: E731
+        branch = conv(act(conv(act(x), v["b_conv1"], stride)), v["b_conv2"], 1)
+        return shortcut(act(x) if variant == "preactivation_first" else x, stride) + branch
     if variant == "fixup":
         y = conv(x + v["b_bias1"], v["b_conv1"], stride) + v["b_bias2"]
         y = conv(np.maximum(y, 0) + v["b_bias3"], v["b_conv2"], 1)

@@ -10,6 +10,7 @@ are compared with those the run's own evaluation computes (the network restored 
 checkpoint, on standardised images), its classes with the run's answers.jsonl, image by image.
 """
 
+import errno
 import functools
 import itertools
 import json
@@ -31,11 +32,11 @@ from test_tensorflow_free_backends import backend_env, without_tensorflow
 
 import resnet_noBN
 from ops.lease.collect import cut_weights
-from resnet_noBN.configs.errors import CheckpointError, InputError
+from resnet_noBN.configs.errors import CheckpointError, InputError, StorageError
 from resnet_noBN.datasets import cifar_data, imagenet_input, stream
 from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.runs import run_config, setup
-from resnet_noBN.trained import model_file, run_folder
+from resnet_noBN.trained import model_file, model_paths, run_folder
 from resnet_noBN.trainers.answers import final_predictions
 from resnet_noBN.trainers.loop import weights_digest
 from resnet_noBN.trainers.run_log import read_metrics
@@ -548,6 +549,40 @@ def test_load_refuses_what_is_no_model_in_one_line(tmp_path, one_line):
     with pytest.raises(InputError) as refused:
         resnet_noBN.load(str(tmp_path / "none.keras"))
     one_line(refused, "does not exist")
+
+
+def test_an_export_cut_short_keeps_the_file_before_it_and_leaves_no_partial(
+    tmp_path, monkeypatch, one_line
+):
+    """A write that fails (a full disk, faked: ``Model.save`` writes half a file, then ENOSPC)
+    leaves the file and record already there byte for byte, removes its partial file, and says
+    one line naming the output and the fix; a partial file a write cut short left earlier is
+    removed by the next write."""
+    served = model_file.served_model(run_config.build("cifar10_paper", "small", "cifar"))
+    out = tmp_path / "m.keras"
+    record = tmp_path / "m.json"
+    assert model_paths.record_path(str(out)) == str(record)
+    left = tmp_path / "m.keras.partial.keras"
+    left.write_bytes(b"cut short")
+    model_file.write(served, str(out), "keras", {"step": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.keras"]
+    before = out.read_bytes(), record.read_text()
+    assert json.loads(before[1]) == {"step": 1}
+
+    def half(self, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(before[0][:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(served), "save", half)
+    with pytest.raises(StorageError) as refused:
+        model_file.write(served, str(out), "keras", {"step": 2})
+    one_line(
+        refused,
+        f"cannot write {out} (No space left on device): free space there or name another --output",
+    )
+    assert (out.read_bytes(), record.read_text()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.keras"]
 
 
 TINY_NETWORK = {  # test_imagenet's TINY: the ImageNet network, 1 block a stage, 32x32 crops

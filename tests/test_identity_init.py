@@ -4,6 +4,7 @@ a zero last convolution. Each variant's parameters, its residual stages exactly 
 at step 0, the first step's gradient zero exactly where the construction puts it, and Fixup's
 scalars at a tenth of the rate."""
 
+import math
 import subprocess
 import sys
 
@@ -217,6 +218,35 @@ def test_a_variant_resumes_exactly(tmp_path, variant):
     assert len(scalars) == {"fixup": 30, "skipinit": 6}[variant]
     start = {"fixup": (0.0, 1.0), "skipinit": (0.0,)}[variant]
     assert all(float(s) not in start for s in scalars[-2:])
+
+
+PAPER_SIGMA = 1 / (9 * 64)  # Section 4's 1/(k^2 c), 3x3 kernels, 64 channels out
+HE_SIGMA = math.sqrt(2 / (9 * 64))  # He's sqrt(2/(k^2 c)), SkipInit's (--init=he)
+CONV_SIGMAS = {  # each block's C1 and C2 at init (Fixup's: its own test)
+    "hardt_ma": (PAPER_SIGMA, PAPER_SIGMA),
+    "zero_last": (PAPER_SIGMA, 0.0),
+    "skipinit": (HE_SIGMA, HE_SIGMA),
+    "preactivation": (
+        PAPER_SIGMA,
+        PAPER_SIGMA,
+    ),  # the 2016 unit as cifar100_original_2016 builds it
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CONV_SIGMAS))
+def test_each_blocks_convolutions_start_at_their_papers_sigma(variant):
+    """C1 and C2 of one block, 64 channels in and out (36,864 draws each: the sample std within
+    3%, over 8 standard errors), drawn at the σ its paper gives; a zero C2 exactly zero."""
+    keras.utils.set_random_seed(2)
+    x = keras.Input((8, 8, 64))
+    block = Block.of(ModelConfig(**bf.block_config(variant)))
+    model = keras.Model(x, blocks.residual_block(x, 64, 64, 1, block, "b"))
+    for name, sigma in zip(("b_conv1", "b_conv2"), CONV_SIGMAS[variant]):
+        kernel = model.get_layer(name).kernel.numpy()
+        if sigma == 0:
+            assert not kernel.any(), name
+        else:
+            assert float(kernel.std()) == pytest.approx(sigma, rel=0.03), name
 
 
 @pytest.fixture(scope="module")

@@ -60,12 +60,16 @@ Change = tuple[str, ...]
 class Pass:
     """One module (``module``, a path from the root), the functions of it mutated (``functions``:
     "name" or "Class.method"; empty: all), and the pytest arguments that select the tests
-    covering it (``tests``); ``slices``: they need the real CIFAR slices."""
+    covering it (``tests``); ``slices``: they need the real CIFAR slices; ``forkserver``: each
+    mutant's tests run in a process forked from one that never imported them (mutmut's
+    ``process_isolation = "forkserver"``), where the tests load TensorFlow in their own process:
+    forked from a process TensorFlow's threads run in, a mutant's tests hang."""
 
     module: str
     tests: tuple[str, ...]
     functions: tuple[str, ...] = ()
     slices: bool = False
+    forkserver: bool = False
 
     @property
     def dotted(self) -> str:
@@ -203,6 +207,29 @@ PASSES: dict[str, Pass] = {
             "RunLog.evaluation",
             "RunLog.best_test_error",
         ),
+    ),
+    # the blocks (Section 2's x + C2(ReLU(C1 x)), Fixup, SkipInit, a zero last convolution,
+    # the 2016 code's pre-activation unit): their outputs and gradients after step 0 against
+    # each paper's formula, their kernels and scalars at step 0, the 2016 network's layers in
+    # order (the resume tests aside: a variant trained twice)
+    "blocks": Pass(
+        "resnet_noBN/models/blocks.py",
+        (
+            "tests/test_identity_init.py",
+            "tests/test_model.py",
+            "-k",
+            "not resumes and (identity_init or leaky_relu_identity_and_batch_norm)",
+        ),
+        forkserver=True,
+    ),
+    # the trained model in one file (launch/export.py): the served network, its weights copied,
+    # the write that keeps what was there, the load (the tests in this process: those that read
+    # the launchers' trained runs train three runs first, about a minute a mutant)
+    "model_file": Pass(
+        "resnet_noBN/trained/model_file.py",
+        ("tests/test_export.py", "-k", "takes_raw_pixels or cut_short or load_refuses"),
+        functions=("served_model", "copy_weights", "write", "remove", "load", "read_keras_file"),
+        forkserver=True,
     ),
 }
 
@@ -342,6 +369,7 @@ def mutmut_config(p: Pass, work: Path, slices: str | None) -> str:
             # their clean time, and 10 s more
             "timeout_multiplier = 4.0",
             "timeout_constant = 10.0",
+            *(['process_isolation = "forkserver"'] if p.forkserver else []),
             "",
         ]
     )

@@ -44,7 +44,7 @@ from resnet_noBN.models.layers import (
 # :func:`residual_block` then joins them: x + F(x), or F(x) alone with --noidentity.
 
 
-def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool):
     """C2(ReLU(C1(x))), the paper's block (arXiv:1611.04231, Section 4): no batch norm, one
     ReLU; C1 may have stride 2, C2 has stride 1; the shortcut starts from x."""
     stddev = INIT_STDDEVS[block.init](3, out_filters)
@@ -63,7 +63,7 @@ def hardt_ma_body(x, out_filters: int, strides: int, block: Block, name: str, fi
 FIXUP_SCALAR_RATE = 0.1
 
 
-def fixup_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+def fixup_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool):
     """Fixup (Zhang, Dauphin & Ma, ICLR 2019, arXiv:1901.09321, Section 3) on the paper's block:
     s * C2(ReLU(C1(x + b1) + b2) + b3) + b4. Its three rules: (1) the branch's last layer C2 at
     zero; (2) C1 drawn as ``--init`` (He, sqrt(2 / (k^2 c)), with ``--init=he``: Fixup's) and
@@ -88,7 +88,7 @@ def fixup_body(x, out_filters: int, strides: int, block: Block, name: str, first
     return x, bias(scale(y), 4)
 
 
-def skipinit_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+def skipinit_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool):
     """SkipInit (De & Smith, NeurIPS 2020, arXiv:2002.10444, Section 4) on the paper's block:
     alpha * C2(ReLU(C1(x))), alpha one learnable scalar starting at 0 (ReZero's, Bachlechner et
     al. 2020, arXiv:2003.04887, on this block), at the network's rate; both convolutions drawn
@@ -100,7 +100,7 @@ def skipinit_body(x, out_filters: int, strides: int, block: Block, name: str, fi
     return x, Scalar("multiply", 0.0, name=f"{name}_alpha", dtype=block.dtype)(y)
 
 
-def zero_last_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool = False):
+def zero_last_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool):
     """The paper's block and init (Section 4: C1 at sigma = 1/(k^2 c)) with C2 at zero: Fixup's
     first rule alone, the normalisation-free form of zero-gamma (Goyal et al. 2017,
     arXiv:1706.02677, Section 5.1)."""
@@ -121,9 +121,7 @@ def no_norm(x, block: Block, name: str):
 NORMALIZERS = {"none": no_norm, "batch": batch_norm}
 
 
-def preactivation_body(
-    x, out_filters: int, strides: int, block: Block, name: str, first: bool = False
-):
+def preactivation_body(x, out_filters: int, strides: int, block: Block, name: str, first: bool):
     """The original code's pre-activation ``_residual`` (``--block=preactivation``):
     C2(σ(N(C1(σ(N(x)))))), N its batch norm (``--norm=batch``, the baseline the paper departs
     from) or nothing (``--norm=none``: the 2016 code with batch norm removed, two activations per
