@@ -240,13 +240,67 @@ def test_each_blocks_convolutions_start_at_their_papers_sigma(variant):
     keras.utils.set_random_seed(2)
     x = keras.Input((8, 8, 64))
     block = Block.of(ModelConfig(**bf.block_config(variant)))
-    model = keras.Model(x, blocks.residual_block(x, 64, 64, 1, block, "b"))
+    model = keras.Model(x, blocks.residual_block(x, 64, 64, 1, block, "b", False))
     for name, sigma in zip(("b_conv1", "b_conv2"), CONV_SIGMAS[variant]):
         kernel = model.get_layer(name).kernel.numpy()
         if sigma == 0:
             assert not kernel.any(), name
         else:
             assert float(kernel.std()) == pytest.approx(sigma, rel=0.03), name
+
+
+SCALARS_AT_INIT = {  # Fixup's biases at 0 and multiplier at 1; SkipInit's alpha at 0
+    "fixup": {"b_bias1": 0.0, "b_bias2": 0.0, "b_bias3": 0.0, "b_scale": 1.0, "b_bias4": 0.0},
+    "skipinit": {"b_alpha": 0.0},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SCALARS_AT_INIT))
+def test_each_blocks_scalars_start_where_its_paper_starts_them(variant):
+    x = keras.Input((8, 8, 4))
+    block = Block.of(ModelConfig(**bf.block_config(variant)))
+    model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
+    found = {
+        layer.name: float(layer.weights[0].numpy())
+        for layer in model.layers
+        if isinstance(layer, Scalar)
+    }
+    assert found == SCALARS_AT_INIT[variant]
+
+
+BRANCH_LAYERS = {  # each block's layers in order, the add last (checkpoints name them)
+    "hardt_ma": ("b_conv1", "b_relu", "b_conv2"),
+    "zero_last": ("b_conv1", "b_relu", "b_conv2"),
+    "fixup": (
+        "b_bias1",
+        "b_conv1",
+        "b_bias2",
+        "b_relu",
+        "b_bias3",
+        "b_conv2",
+        "b_scale",
+        "b_bias4",
+    ),
+    "skipinit": ("b_conv1", "b_relu", "b_conv2", "b_alpha"),
+    "preactivation": ("b_relu0", "b_conv1", "b_relu", "b_conv2"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(BRANCH_LAYERS))
+def test_each_blocks_layers_are_named_and_compute_in_the_runs_precision(variant):
+    """In mixed_bfloat16 (every GPU run's precision), each block's branch layers, its scalars
+    too, compute in bfloat16 under the names the checkpoints hold; the add (the residual
+    stream) in float32, even where Keras' global policy is mixed."""
+    x = keras.Input((8, 8, 4))
+    block = Block.of(ModelConfig(**bf.block_config(variant)), "mixed_bfloat16")
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    layers = [(layer.name, layer.dtype_policy.name) for layer in model.layers[1:]]
+    branch = [(name, "mixed_bfloat16") for name in BRANCH_LAYERS[variant]]
+    assert layers == [*branch, ("b_add", "float32")]
 
 
 @pytest.fixture(scope="module")

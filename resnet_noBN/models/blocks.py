@@ -194,7 +194,7 @@ def residual_block(
     strides: int,
     block: Block,
     name: str,
-    activate_before_residual: bool = False,
+    activate_before_residual: bool,
 ):
     """One block: the variant :func:`block_variant` picks builds the branch F, then
     :func:`add_shortcut` gives x + F(x), or (``block.identity`` False) :func:`plain_chain`
