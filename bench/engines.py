@@ -37,11 +37,6 @@ def engine(args) -> TensorFlowEngine | JaxEngine | TorchEngine:
     except InputError as e:
         raise SystemExit(f"error: {e}") from None
     engines = {"tensorflow": TensorFlowEngine, "jax": JaxEngine, "torch": TorchEngine}
-    if args.pair and backend.name != "jax":
-        raise SystemExit(
-            f"error: --pair trains two runs in one compiled JAX step; the {backend.name} backend "
-            "has none: run with KERAS_BACKEND=jax"
-        )
     if backend.name not in engines:
         raise SystemExit(
             f"error: bench/throughput.py has no engine for the {backend.name} backend; run it "
@@ -216,8 +211,7 @@ class _SplitsEngine:
 
 
 class JaxEngine(_SplitsEngine):
-    """``JaxTrainer`` on the first local device, its batches made on the device; with --pair,
-    two runs (seeds --seed and --seed + 1) in one compiled step (``trainers.jax_paired``)."""
+    """``JaxTrainer`` on the first local device, its batches made on the device."""
 
     name = "jax"
 
@@ -233,25 +227,6 @@ class JaxEngine(_SplitsEngine):
         self.gpu_name = first.device_kind if self.device == "gpu" else None
         self.float32_as_tf32 = self.device == "gpu" and _float32_as_tf32()
         self.input = "on the device, inside the step"
-
-    def trainer(self, data_path: str, model_dir: str):
-        """(the trainer, what its steps take); with --pair, the paired trainer as the first run
-        (:class:`FirstOfPair`) and both runs' splits on the device."""
-        if not self.args.pair:
-            return super().trainer(data_path, model_dir)
-        from resnet_noBN.runs import setup
-
-        config, seeds = run_config(self.args), [self.args.seed, self.args.seed + 1]
-        pair = registry.current().make_paired_trainer(
-            self.runtime,
-            setup.build_model(config),
-            config.recipe,
-            [model_dir, f"{model_dir}-s{seeds[1]}"],
-            seeds,
-        )
-        split = self._train_split(data_path)
-        sources = [split, dataclasses.replace(split, seed=seeds[1])]
-        return FirstOfPair(pair), pair.start(sources, 0)
 
     def input_rate(self, data_path: str, batches: int) -> tuple[float, str]:
         """(images/s of the step's batch maker, ``stream.training_batch``, compiled on its own
@@ -275,22 +250,6 @@ class JaxEngine(_SplitsEngine):
 
     def gpu_peak_mib(self) -> float:
         return self.jax.devices()[0].memory_stats()["peak_bytes_in_use"] / 2**20
-
-
-class FirstOfPair:
-    """A ``PairedJaxTrainer`` as the measurements take a trainer: each call trains both runs;
-    its metrics, evaluation and model are the first run's (the second's loss beside them,
-    ``pair_loss``), the first run being the benchmark's run alone, with --seed."""
-
-    def __init__(self, pair):
-        self.pair, self.model = pair, pair.members[0].model
-
-    def run_steps(self, data, num_steps: int) -> dict:
-        first, second = self.pair.run_steps(data, num_steps)
-        return {**first, "pair_loss": second["loss"]}
-
-    def evaluate(self, source) -> dict:
-        return self.pair.members[0].evaluate(source)
 
 
 class TorchEngine(_SplitsEngine):

@@ -23,11 +23,6 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def images_per_step(args) -> int:
-    """The images a step trains: the batch, or both runs' batches with --pair."""
-    return args.batch_size * (2 if args.pair else 1)
-
-
 def measure_input_pipeline(args, eng, data_path: str) -> dict:
     """Images/s of the training input alone (the backend's: tf.data on TensorFlow, the on-device
     batch maker on JAX), over --input_batches."""
@@ -67,7 +62,7 @@ def measure_training(args, trainer, iterator, flops: dict) -> tuple[dict, list[f
     """s/step (median and spread over --steps), images/s, FLOP/s and CPU s/step; and the times."""
     times, cpu_seconds = time_steps(trainer, iterator, args.steps)
     train = summarize(times)
-    images = images_per_step(args)
+    images = args.batch_size
     flops_per_s = flops["train_flops_per_image"] * images / train["median"]
     result = {
         # CPU seconds of this process per step (all threads, spin-waiting included): less
@@ -94,7 +89,7 @@ def measure_chunk(args, trainer, iterator) -> dict:
     result = {
         "chunk_steps": args.chunk_steps,
         "chunk_s_per_step": round(per_step, 5),
-        "chunk_images_per_s": round(images_per_step(args) / per_step, 2),
+        "chunk_images_per_s": round(args.batch_size / per_step, 2),
     }
     say(
         f"train, {args.chunk_steps} steps in one call: {per_step:.4f} s/step, "
@@ -141,12 +136,7 @@ def measure_loss(args, trainer, iterator) -> dict:
     metrics = trainer.run_steps(iterator, 1)
     loss = float(metrics["loss"])
     result = {"loss_step": args.loss_at_step, "loss_at_step": round(loss, 6)}
-    if "pair_loss" in metrics:  # --pair: the second run's
-        result["pair_loss_at_step"] = round(float(metrics["pair_loss"]), 6)
-    say(
-        f"loss of step {args.loss_at_step}: {loss:.5f}"
-        + (f" (the pair's second run: {result['pair_loss_at_step']:.5f})" if args.pair else "")
-    )
+    say(f"loss of step {args.loss_at_step}: {loss:.5f}")
     return result
 
 

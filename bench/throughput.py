@@ -8,7 +8,6 @@ Keras backend in use (``KERAS_BACKEND``: tensorflow, the default, jax or torch).
     python bench/throughput.py --model=small --steps=2 --warmup=1 --eval_batches=1
     KERAS_BACKEND=jax python bench/throughput.py --precision=mixed_bfloat16 --compare_torch
     python bench/throughput.py --synthetic --compare_backend   # TF, then the same on JAX
-    KERAS_BACKEND=jax python bench/throughput.py --pair        # two seeds in one compiled step
     KERAS_BACKEND=torch python bench/throughput.py             # the PyTorch backend's trainer
 
 Measures, for the launchers' trainer (``tensorflow_training.Trainer`` on TensorFlow,
@@ -128,13 +127,6 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="with --profile_dir: write the traced steps' top kernels by device time to this "
         "text file (bench/kernels.py)",
-    )
-    p.add_argument(
-        "--pair",
-        action="store_true",
-        help="train two runs (seeds --seed and --seed + 1) in one compiled step, as "
-        "launch/cifar.py --pair_seed does (JAX): images/s count both runs' images; the loss at "
-        "--loss_at_step is the first run's, the second's beside it (pair_loss_at_step)",
     )
     p.add_argument(
         "--loss_at_step",
@@ -258,8 +250,6 @@ def parse_args(argv=None):
     for name in AT_LEAST_ZERO:
         if getattr(args, name) < 0:
             p.error(f"--{name} must be >= 0")
-    if args.pair and (args.compare_torch or args.compare_backend):
-        p.error("--pair times two runs in one step; its peers train one: time them apart")
     if args.kernel_summary and not args.profile_dir:
         p.error("--kernel_summary needs --profile_dir")
     if args.loss_at_step and args.loss_at_step <= 1 + args.warmup:
@@ -349,7 +339,6 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
     say(
         f"{dev['device_name']} ({dev['device']}); {eng.version}, Keras {keras.__version__}; "
         f"model {args.model}, batch {args.batch_size}"
-        + (" x 2 runs in one step (--pair)" if args.pair else "")
         + f", {args.precision}, "
         + (f"jit_compile={args.jit_compile}, " if tensorflow else "")
         + f"{args.data_format}, "
@@ -370,7 +359,6 @@ def describe_run(args, eng, dev: dict, data_path: str, data_source: str, flops: 
         "model": args.model,
         "model_config": dataclasses.asdict(ModelConfig.preset(args.model)),
         "batch_size": args.batch_size,
-        "pair": args.pair,
         "precision": args.precision,
         "jit_compile": args.jit_compile if tensorflow else True,
         "data_format": args.data_format,

@@ -7,7 +7,6 @@
     python launch/cifar.py --summary_only                    # layer table and parameter counts
     python launch/cifar.py --experiment=demo --print_config  # the run config, as JSON
     python launch/cifar.py --model=quarter                   # Table 1 at a quarter of the width
-    KERAS_BACKEND=jax python launch/cifar.py --seed=0 --pair_seed=1   # two seeds, one program
 
 The counterpart of the original ``resnet_main.py``: trains, evaluates on the whole test split
 every --eval_every steps and at the end, checkpoints every --checkpoint_every steps, and resumes
@@ -27,7 +26,6 @@ import json
 
 from absl import flags
 
-from resnet_noBN.configs.errors import InputError
 from resnet_noBN.runs import cli, preflight, run_config  # no Keras: bad input answered in a second
 
 FLAGS = flags.FLAGS
@@ -49,18 +47,6 @@ flags.DEFINE_bool(
     "holds) and exit 0 without writing anything: what launch/study.py asks of each run first.",
 )
 
-flags.DEFINE_integer(
-    "pair_seed",
-    None,
-    "Train a second run beside this one, in one program: the same run with this seed, in "
-    "--pair_model_dir, both through one compiled step (JAX, one device; "
-    "resnet_noBN/trainers/jax_paired.py). Each run keeps its own folder, checkpoints, logs and "
-    "weights digest, and resumes alone or paired.",
-)
-flags.DEFINE_string(
-    "pair_model_dir", None, "The second run's folder with --pair_seed. Default: <model_dir>-s<K>."
-)
-
 QUARTER_HINT = "--model=quarter (a quarter of the widths: 1/16 of the FLOPs, the CPU runs' network)"
 
 
@@ -76,22 +62,12 @@ def main(argv):
         return print_summary(build_cifar_model(config.network))
     preflight.check(config)  # the cluster and the data, before the backend loads too
     model_dir = FLAGS.model_dir or f"runs/{config.data.dataset}"
-    pair = FLAGS.pair_seed is not None
-    if FLAGS.pair_model_dir and not pair:
-        raise InputError("--pair_model_dir is the folder of the run --pair_seed adds: give both")
-    pair_dir = FLAGS.pair_model_dir or f"{model_dir.rstrip('/')}-s{FLAGS.pair_seed}"
     if FLAGS.check_only:
-        preflight.check_folder(config, model_dir)
-        if pair:
-            preflight.check_folder(config.changed("runtime", seed=FLAGS.pair_seed), pair_dir)
-        return None
+        return preflight.check_folder(config, model_dir)
     from resnet_noBN.runs import setup
 
     title = f"{config.data.dataset}, Hardt & Ma ResNet (no BN)"
-    if pair:
-        run = setup.start_pair(config, (model_dir, pair_dir), FLAGS.pair_seed, title=title)
-    else:
-        run = setup.start(config, model_dir, title=title)
+    run = setup.start(config, model_dir, title=title)
     paper_width = config.network.stage_widths == (64, 128, 256)
     faster = cli.faster_paths(
         run.runtime, config.runtime.precision, *((QUARTER_HINT,) if paper_width else ())

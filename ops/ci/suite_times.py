@@ -45,7 +45,6 @@ KINDS = {
         "test_export.py",
         "test_near_identity.py",
         "test_tensorflow_free_backends.py",
-        "test_jax_paired.py",
         "test_speed.py",
         "test_evaluation.py",
         "test_imagenet.py",

@@ -105,7 +105,7 @@ def first_status(knobs: plan.Knobs, back: plan.Back, manifest: dict, seen: dict)
         "wanted": list(
             dict.fromkeys(r["dataset"] for r in runs.values() if r["state"] == "pending")
         ),
-        "speed": {"tries": [], "chosen": back.speed, "pairs": back.pairs},
+        "speed": {"tries": [], "chosen": back.speed},
         "probe": {},
         "runs": runs,
     }
@@ -230,7 +230,6 @@ def report(knobs, root: Path, env, back: plan.Back, manifest: dict, status: dict
         since=status["since"],
         starts=status["starts"],
         speed=status["speed"].get("chosen"),
-        pairs=bool(status["speed"].get("pairs")),
         items=tuple(dict.fromkeys([*back.items, *items])),
     )
     if status["done"] and not left:
@@ -275,8 +274,7 @@ def print_table(status: dict, manifest: dict, store: Path) -> None:
     for t in status["speed"]["tries"]:
         print(f"speed {t['name']}: {t.get('result', 'running')}")
     if status["speed"].get("chosen"):
-        pairs = " in seed pairs" if status["speed"].get("pairs") else ""
-        print(f"speed: the runs train with {status['speed']['chosen']}{pairs}")
+        print(f"speed: the runs train with {status['speed']['chosen']}")
     for name, p in status["probe"].items():
         print(f"probe {name}: {json.dumps(p)[:200]}")
     print(f"{'run':30} {'state':14} {'step':>15} {'images/s':>9} {'test error':>10}  time")

@@ -67,12 +67,10 @@ seeds of run 4 instead.
 
 While the first run's data travels, the GPU times candidate speed-ups of our step
 (:data:`SPEED_TRIES`, each with its prediction written before its result) and the runs train
-with the fastest whose loss at step 50 equals the baseline's within :data:`LOSS_RTOL`. One try
-is a way of training rather than an environment: two runs in one program (``pair``,
-``launch/cifar.py --pair_seed``); where its images/s, both runs', reach :data:`PAIR_GAIN` times
-the baseline's, the runs that may pair train as seed pairs (:func:`seed_pairs`: the first pair,
-``cifar10_paper`` with ``cifar10_paper-s1``, two paper runs in one lease; the CIFAR-100 runs
-replay a divergence, so they train alone). After the runs (or while a later run's data travels),
+with the fastest whose loss at step 50 equals the baseline's within :data:`LOSS_RTOL`. Runs
+train one at a time: two processes on one H200 reached x1.002 one run's images/s, and two runs
+in one compiled step (a ``jax.vmap`` over two seeds, timed on one H200 on 2026-12-04) x0.380.
+After the runs (or while a later run's data travels),
 the probe's parts (:data:`PROBES`) that earlier leases did not measure.
 
 Standard library and ``configs.experiments`` only: the plan starts before anything is unpacked.
@@ -125,41 +123,19 @@ PRIOR = {
 LOSS_RTOL = 0.02  # a speed-up passes where its loss at step 50 is the baseline's within 2%
 SPEED_GAIN = 1.02  # and trains only where it is this much faster (the timing's noise)
 LOSS_STEP = 50
-# Seed pairs train (two runs in one program, launch/cifar.py --pair_seed) where the pair try's
-# images/s, both runs', reach this many times the baseline's: two 60,000-step paper runs in one
-# 15-minute lease (results/gpu_h200: about 610 s for 15.4 million images, 25,000 images/s)
-PAIR_GAIN = 1.24
-PAIR_PRECISION = "mixed_bfloat16"  # the precision the pair try times: only such runs pair
 
 
 @dataclasses.dataclass(frozen=True)
 class SpeedTry:
-    """A candidate speed-up of our JAX step: environment for the benchmark and the runs, or
-    (``pairs``) the benchmark's flags of a way of training the runs: seed pairs."""
+    """A candidate speed-up of our JAX step: environment for the benchmark and the runs."""
 
     name: str
     prediction: str
     env: tuple[tuple[str, str], ...] = ()
-    flags: tuple[str, ...] = ()  # bench/throughput.py's, beyond the speed tries' own
-    pairs: bool = False  # timed against the baseline for seed pairs (PAIR_GAIN), not an env
 
 
 SPEED_TRIES = (  # the baseline also traces 10 steps: the kernel-time summary (speed/kernels.txt)
     SpeedTry("baseline", "the launcher's step as it is: mixed_bfloat16, NHWC, XLA's defaults"),
-    SpeedTry(
-        "pair",
-        "two runs in one program (bench/throughput.py --pair, launch/cifar.py --pair_seed): one "
-        "step jax.vmap'd over two seeds' weights and batches, each convolution one of two "
-        "groups. The baseline's convolutions are 59% of its 6.42 ms step at about 40% of the "
-        "bf16 peak, the ReLU, select and convert fusions most of the rest; those move bytes and "
-        "take twice as long for twice the work. Two together at x1.24 the baseline's images/s "
-        "need the grouped convolutions at about 60% of the peak; expect x0.85 to x1.15 (cuDNN's "
-        "grouped kernels are seldom faster than its dense ones), the loss at step 50 the "
-        "baseline's within bfloat16 rounding (on a CPU: equal in float32; there XLA's grouped "
-        "convolution ran the pair at x0.3 of one run; measured on one H200: x0.380)",
-        flags=("--pair",),
-        pairs=True,
-    ),
     SpeedTry(
         "cudnn_runtime_fusion",
         "cuDNN's runtime fusion of a convolution with the ReLU after it (XLA_FLAGS="
@@ -231,7 +207,6 @@ class LeaseRun:
     schedule_steps: int  # the run the learning-rate schedule is laid over
     precision: str
     about: str
-    pairs: bool = False  # may train in a seed pair: PAIR_PRECISION, no divergence replayed
 
     def flags(self, smoke: bool) -> list[str]:
         """Its launcher flags beyond the data, folder and time budget: the experiment, the seed,
@@ -277,7 +252,6 @@ def lease_run(name: str, train_steps: int | None = None) -> LeaseRun:
         schedule_steps=schedule,
         precision=precision,
         about=exp.about,
-        pairs=precision == PAIR_PRECISION and not exp.recipe.get("replay_divergence"),
     )
 
 
@@ -312,65 +286,6 @@ def default_runs(done) -> tuple[str, ...]:
     return tuple(name for name in DEFAULT_RUNS if name not in done)
 
 
-@dataclasses.dataclass(frozen=True)
-class SeedPair:
-    """Two lease runs of one experiment, steps and precision, other seeds, trained in one
-    program (``launch/cifar.py --pair_seed``): each in its own folder, as it would alone."""
-
-    first: LeaseRun
-    second: LeaseRun
-
-    @property
-    def name(self) -> str:
-        return f"{self.first.name} & {self.second.name}"
-
-    @property
-    def runs(self) -> tuple[LeaseRun, LeaseRun]:
-        return (self.first, self.second)
-
-    @property
-    def dataset(self) -> str:
-        return self.first.dataset
-
-    def flags(self, smoke: bool, second_dir: str) -> list[str]:
-        """The first run's flags, and the second run's seed and folder."""
-        return [
-            *self.first.flags(smoke),
-            f"--pair_seed={self.second.seed}",
-            f"--pair_model_dir={second_dir}",
-        ]
-
-
-def members(unit: LeaseRun | SeedPair) -> tuple[LeaseRun, ...]:
-    """The lease runs a scheduled unit trains: a run itself, or a seed pair's two."""
-    return unit.runs if isinstance(unit, SeedPair) else (unit,)
-
-
-def seed_pairs(runs) -> list[LeaseRun | SeedPair]:
-    """``runs`` as they train once the plan trains seed pairs: each run that may pair
-    (``LeaseRun.pairs``) with the first later one of its experiment, steps and precision and
-    another seed, in its place; the others alone."""
-    runs, units, taken = list(runs), [], set()
-    for i, run in enumerate(runs):
-        if run.name in taken:
-            continue
-        partner = next(
-            (
-                r
-                for r in runs[i + 1 :]
-                if run.pairs
-                and r.name not in taken
-                and (r.experiment, r.steps, r.schedule_steps, r.precision)
-                == (run.experiment, run.steps, run.schedule_steps, run.precision)
-                and r.seed != run.seed
-            ),
-            None,
-        )
-        taken.update({run.name, *([partner.name] if partner else [])})
-        units.append(SeedPair(run, partner) if partner else run)
-    return units
-
-
 def refuse(line: str) -> None:
     """Bad input: one ``error:`` line on stderr, exit 2."""
     print(f"error: {line}", file=sys.stderr)
@@ -391,7 +306,6 @@ class Knobs:
     speed_s: float  # LEASE_SPEED_S: at most this long timing speed-ups (150)
     runs: tuple[LeaseRun, ...]  # LEASE_RUNS, in order
     speed: tuple[str, ...]  # LEASE_SPEED: which SPEED_TRIES ("" none: the baseline's rate only)
-    pair_gain: float  # LEASE_PAIR_GAIN: seed pairs train from this x the baseline (PAIR_GAIN)
     probes: tuple[str, ...]  # LEASE_PROBE: which PROBES after the runs
     python: str  # PYTHON (python3)
     finished: tuple[str, ...] = ()  # the default runs left out: finished.txt names them
@@ -414,14 +328,12 @@ class Knobs:
             numbers = {
                 key: float(env.get(name, default)) for key, (name, default) in NUMBERS.items()
             }
-            pair_gain = float(env.get("LEASE_PAIR_GAIN", PAIR_GAIN))
         except ValueError as e:
-            refuse(f"a LEASE_ time or gain is not a number: {e}")
+            refuse(f"a LEASE_ time is not a number: {e}")
         return cls(
             smoke=smoke,
             runs=runs,
             speed=speed,
-            pair_gain=pair_gain,
             probes=probes,
             python=env.get("PYTHON", "python3"),
             finished=done,
@@ -453,7 +365,6 @@ KNOB_NAMES = (  # the environment a call passes on to the next
     "LEASE_RUNS",
     "LEASE_TRAIN_STEPS",
     "LEASE_SPEED",
-    "LEASE_PAIR_GAIN",
     "LEASE_PROBE",
     *(name for name, _ in NUMBERS.values()),
 )
@@ -467,35 +378,30 @@ def _names(env, key: str, known: list[str], default) -> tuple[str, ...]:
     return names
 
 
-def projection(
-    run: LeaseRun, rate: float, eval_rate: float, first_step_s: float, knobs, runs: int = 1
-) -> float:
+def projection(run: LeaseRun, rate: float, eval_rate: float, first_step_s: float, knobs) -> float:
     """Seconds of GPU time ``run`` takes at ``rate`` training images/s: its start-up and compile,
-    the steps, the whole-test evaluations, and a call to bring its weights back; ``runs`` = 2: a
-    seed pair of it, ``rate`` both runs' images/s (each evaluated, each one's weights back)."""
+    the steps, the whole-test evaluations, and a call to bring its weights back."""
     evals = run.evaluations(EVAL_EVERY if not knobs.smoke else max(1, run.steps // 2))
     return (
         knobs.run_start_s
         + first_step_s
-        + runs * run.steps * BATCH / rate
-        + runs * evals * TEST_IMAGES / eval_rate
-        + runs * knobs.return_s
+        + run.steps * BATCH / rate
+        + evals * TEST_IMAGES / eval_rate
+        + knobs.return_s
     )
 
 
 def schedule(runs, left: float, estimate, margin: float) -> tuple[list[str], dict[str, str]]:
-    """The runs (or seed pairs) that fit in ``left`` seconds, in order, each where the ones
-    before it left room (``estimate(run)``: its projected seconds): (their names, {skipped one:
-    why}). A seed pair that does not fit is tried as its first run alone, in its place."""
+    """The runs that fit in ``left`` seconds, in order, each where the ones before it left room
+    (``estimate(run)``: its projected seconds): (their names, {skipped one: why})."""
     fits, why = [], {}
     for run in runs:
-        for unit in (run, run.first) if isinstance(run, SeedPair) else (run,):
-            need = estimate(unit)
-            if need + margin <= left:
-                fits.append(unit.name)
-                left -= need
-                break
-            why[unit.name] = (
+        need = estimate(run)
+        if need + margin <= left:
+            fits.append(run.name)
+            left -= need
+        else:
+            why[run.name] = (
                 f"projected {need:,.0f} s + margin {margin:.0f} s > {left:,.0f} s of GPU time left"
             )
     return fits, why
@@ -505,14 +411,13 @@ def schedule(runs, left: float, estimate, margin: float) -> tuple[list[str], dic
 class Back:
     """What has come back to the caller, as the caller's next command says it
     (``LEASE_BACK``): the lease's first call's start, the machines started, the speed-up chosen,
-    whether the runs train in seed pairs, and the items of replies received (a run's results:
+    and the items of replies received (a run's results:
     its name; its weights' parts: ``NAME.wI``). A call on a bare machine with it knows the
     machine was lost, and what not to redo."""
 
     since: float | None = None
     starts: int = 0
     speed: str | None = None
-    pairs: bool = False  # the runs train in seed pairs (the pair try reached the gain)
     items: tuple[str, ...] = ()
 
     @classmethod
@@ -526,8 +431,6 @@ class Back:
                 back.starts = int(value)
             elif key == "speed":
                 back.speed = value or None
-            elif key == "pairs":
-                back.pairs = value == "1"
             elif key == "back":
                 back.items = tuple(filter(None, value.split("+")))
             else:
@@ -538,8 +441,6 @@ class Back:
         fields = [f"since:{self.since:.0f}", f"starts:{self.starts}"]
         if self.speed:
             fields.append(f"speed:{self.speed}")
-        if self.pairs:
-            fields.append("pairs:1")
         return ",".join([*fields, "back:" + "+".join(self.items)])
 
 

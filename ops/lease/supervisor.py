@@ -8,8 +8,7 @@ every :data:`POLL_S` seconds from what is known then:
    its prediction written first, its images/s and its loss at step 50 after), while GPU time is
    spare beyond the runs that fit and at most ``LEASE_SPEED_S`` in all; then the fastest that
    passes the loss check is chosen for the runs;
-2. the next run of ``LEASE_RUNS`` that fits (``plan.schedule``; two seeds of one run in one
-   program where the pair try reached its gain: ``plan.seed_pairs``) whose data is restored
+2. the next run of ``LEASE_RUNS`` that fits (``plan.schedule``) whose data is restored
    (``carry.restore``, done here as soon as a data set's last part arrives): a run whose data
    is complete starts while later parts still travel; a finished run's final weights are cut
    out of its last checkpoint (the model's variables, no optimizer state) and split into parts
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -100,8 +98,8 @@ def child_env(root: Path) -> dict:
 
 
 class Task:
-    """A GPU task running: its process (its own group), kind, name, deadline and files, and
-    the lease runs it trains (a run: its own name; a seed pair: both)."""
+    """A GPU task running: its process (its own group), kind, name (a run's: the lease run's),
+    deadline and files."""
 
     def __init__(
         self,
@@ -111,9 +109,8 @@ class Task:
         log: Path,
         env: dict,
         limit: float,
-        runs: tuple[str, ...] = (),
     ):
-        self.kind, self.name, self.log, self.runs = kind, name, log, runs
+        self.kind, self.name, self.log = kind, name, log
         self.started = time.time()
         self.deadline = self.started + limit
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +153,7 @@ class Supervisor:
         self.status = read_json(self.work / "status.json")
         self.manifest = carry.load_manifest(root) or {"datasets": {}, "parts": {}}
         self.task: Task | None = None
-        self.units: dict[str, plan.LeaseRun | plan.SeedPair] = {}  # what plan_runs scheduled
+        self.units: dict[str, plan.LeaseRun] = {}  # what plan_runs scheduled
         self.helpers: list[subprocess.Popen] = []  # the lease's curves, drawn beside the GPU
         self.env = child_env(root)
 
@@ -172,8 +169,7 @@ class Supervisor:
 
     def save(self) -> None:
         if self.task and self.task.kind == "run":
-            for name in self.task.runs:
-                self.progress(name)
+            self.progress(self.task.name)
         self.status["updated_at"] = time.time()
         write_json(self.work / "status.json", self.status)
 
@@ -241,54 +237,36 @@ class Supervisor:
             rate = self.status["probe"].get(probe, {}).get("images_per_s")
             if rate:
                 rates[precision] = (rate, f"probe {probe}")
-        pair = tries.get("pair", {})
-        for key, field in (("pair", "images_per_s"), ("pair_first_step_s", "first_step_s")):
-            if pair.get(field):
-                rates[key] = (pair[field], "speed try pair")
         for name, run in self.status["runs"].items():  # a run's own rate, the launcher's way
             if run.get("images_per_s") and run.get("step", 0) >= 1000:
-                if run.get("paired_with"):  # a seed pair's: both runs' images
-                    rates["pair"] = (2 * run["images_per_s"], f"runs {name} and its pair")
-                else:
-                    rates[run["precision"]] = (run["images_per_s"], f"run {name}")
+                rates[run["precision"]] = (run["images_per_s"], f"run {name}")
         return rates
 
     def estimate(self, rates: dict):
-        """Seconds of GPU time of a run or a seed pair (``plan.projection``) at ``rates``."""
+        """Seconds of GPU time of a run (``plan.projection``) at ``rates``."""
 
-        def projected(unit) -> float:
-            if isinstance(unit, plan.SeedPair):
-                first_step_s = rates.get("pair_first_step_s", rates["first_step_s"])[0]
-                return plan.projection(
-                    unit.first, rates["pair"][0], rates["eval"][0], first_step_s, self.k, runs=2
-                )
+        def projected(run) -> float:
             return plan.projection(
-                unit, rates[unit.precision][0], rates["eval"][0], rates["first_step_s"][0], self.k
+                run, rates[run.precision][0], rates["eval"][0], rates["first_step_s"][0], self.k
             )
 
         return projected
 
     # ---- choosing the next GPU task
     def plan_runs(self) -> tuple[dict, list[str], dict[str, str], float]:
-        """The runs that fit now (in seed pairs where the speed tries chose them:
-        ``plan.seed_pairs``), at the best rates known: (the rates, their names, why each other
-        does not fit, the GPU seconds to spare beyond them); the data sets they need are the
-        ones the calls bring (``wanted``)."""
+        """The runs that fit now, at the best rates known: (the rates, their names, why each
+        other does not fit, the GPU seconds to spare beyond them); the data sets they need are
+        the ones the calls bring (``wanted``)."""
         left = self.now_left()
         rates = self.rates()
         estimate = self.estimate(rates)
         pending = [self.k.run(n) for n, r in self.status["runs"].items() if r["state"] == "pending"]
-        units = plan.seed_pairs(pending) if self.status["speed"].get("pairs") else pending
-        fits, why = plan.schedule(units, left, estimate, self.k.margin_s)
-        self.units = {run.name: run for run in pending}  # a pair's first may train alone
-        self.units.update({unit.name: unit for unit in units})
-        for name in [*why, *fits]:  # what fits last: a pair's first alone where it does not
-            unit = self.units[name]
-            fit = why.get(name) or f"projected {estimate(unit):,.0f} s"
-            for run in plan.members(unit):
-                self.status["runs"][run.name]["fits"] = fit + (
-                    f" (as {name})" if isinstance(unit, plan.SeedPair) else ""
-                )
+        fits, why = plan.schedule(pending, left, estimate, self.k.margin_s)
+        self.units = {run.name: run for run in pending}
+        for name in [*why, *fits]:
+            self.status["runs"][name]["fits"] = why.get(name) or (
+                f"projected {estimate(self.units[name]):,.0f} s"
+            )
         self.status["wanted"] = list(dict.fromkeys(self.units[n].dataset for n in fits))
         slack = left - self.k.margin_s - sum(estimate(self.units[n]) for n in fits)
         self.status["slack_s"] = round(slack)
@@ -325,7 +303,7 @@ class Supervisor:
             speed["tries"].append({"name": t.name, "prediction": t.prediction})
             self.log(f"speed try {t.name}: predicted: {t.prediction}")
             out = self.work / "speed" / f"{t.name}.json"
-            cmd = self.bench_cmd("mixed_bfloat16", [*self.speed_flags(t.name), *t.flags], out)
+            cmd = self.bench_cmd("mixed_bfloat16", self.speed_flags(t.name), out)
             return Task(
                 "speed", t.name, cmd, out.with_suffix(".log"), {**self.env, **dict(t.env)}, limit
             )
@@ -352,27 +330,19 @@ class Supervisor:
         return flags
 
     def choose_speed(self, untried) -> None:
-        """The fastest environment try whose loss matched the baseline's and that beats it by
-        plan.SPEED_GAIN, else the baseline; and seed pairs where the pair try's loss matched and
-        its images/s (both runs') reach the knobs' pair gain (plan.PAIR_GAIN) x the baseline's."""
+        """The fastest try whose loss matched the baseline's and that beats it by
+        plan.SPEED_GAIN, else the baseline."""
         speed = self.status["speed"]
         tries = {t["name"]: t for t in speed["tries"]}
         base = tries.get("baseline", {})
-        pairs = {t.name for t in plan.SPEED_TRIES if t.pairs}
         best = "baseline"
         for t in speed["tries"]:
-            if t["name"] in pairs or t["name"] == "baseline":
+            if t["name"] == "baseline":
                 continue
             if t.get("passed") and base.get("images_per_s"):
                 if t["images_per_s"] >= plan.SPEED_GAIN * tries[best].get("images_per_s", 0):
                     best = t["name"]
-        pair = next((tries[n] for n in pairs if n in tries), {})
-        gain = (
-            pair["images_per_s"] / base["images_per_s"]
-            if pair.get("passed") and base.get("images_per_s")
-            else None
-        )
-        speed["chosen"], speed["pairs"] = best, gain is not None and gain >= self.k.pair_gain
+        speed["chosen"] = best
         speed["untried"] = [t.name for t in untried]
         self.log(
             f"speed: the runs train with {best} ("
@@ -380,85 +350,58 @@ class Supervisor:
                 f"{t['name']} {t.get('images_per_s', '-')} images/s" for t in speed["tries"]
             )
             + (f"; not tried, no GPU time to spare: {speed['untried']}" if untried else "")
-            + "); "
-            + (
-                f"in seed pairs (two runs in one program at x{gain:.3f} one run's images/s, "
-                f">= x{self.k.pair_gain:g})"
-                if speed["pairs"]
-                else "one run at a time"
-                + (
-                    f" (two in one program at x{gain:.3f}, under x{self.k.pair_gain:g})"
-                    if gain is not None
-                    else ""
-                )
-            )
+            + ")"
         )
 
     def next_run(self, fits: list[str], rates: dict) -> Task | None:
         for name in fits:
-            unit = self.units[name]
-            data = self.status["data"][unit.dataset]
+            run = self.units[name]
+            data = self.status["data"][run.dataset]
             if data["state"] == "failed":
-                for run in plan.members(unit):
-                    self.status["runs"][run.name].update(
-                        state="failed", why=f"its data: {data['why']}"
-                    )
+                self.status["runs"][name].update(state="failed", why=f"its data: {data['why']}")
                 continue
             if data["state"] != "restored":
                 continue  # its parts still travel
-            return self.start_run(unit, data, rates)
+            return self.start_run(run, data, rates)
         return None
 
-    def start_run(self, unit: plan.LeaseRun | plan.SeedPair, data: dict, rates: dict) -> Task:
-        """A run, or a seed pair (``launch/cifar.py --pair_seed``: the first run's folder and
-        flags, the second's seed and folder)."""
+    def start_run(self, run: plan.LeaseRun, data: dict, rates: dict) -> Task:
+        """A run: ``launch/cifar.py`` in its folder, with its time budget."""
         left = self.now_left()
-        need = self.estimate(rates)(unit)
-        runs = plan.members(unit)
-        folder = self.work / runs[0].name
-        paired = isinstance(unit, plan.SeedPair)
-        flags = (
-            unit.flags(self.k.smoke, str(self.work / unit.second.name))
-            if paired
-            else unit.flags(self.k.smoke)
-        )
-        budget = max(30, left - self.k.margin_s - len(runs) * self.k.return_s)
+        need = self.estimate(rates)(run)
+        folder = self.work / run.name
+        budget = max(30, left - self.k.margin_s - self.k.return_s)
         cmd = [
             self.k.python,
             "launch/cifar.py",
             f"--data_path={self.root / data['path']}",
             f"--model_dir={folder}",
-            *flags,
+            *run.flags(self.k.smoke),
             f"--time_budget_s={budget:.0f}",
         ]
         chosen = self.status["speed"].get("chosen") or "baseline"
         env = dict(next(t for t in plan.SPEED_TRIES if t.name == chosen).env)
-        rate, source = rates["pair" if paired else runs[0].precision]
-        for run in runs:
-            self.status["runs"][run.name].update(
-                state="running",
-                started_at=time.time(),
-                projected_s=round(need),
-                data=data["label"],
-                speed=chosen,
-                command=" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]),
-                **({"paired_with": [r.name for r in runs if r is not run][0]} if paired else {}),
-            )
-        self.status["phase"] = unit.name
+        rate, source = rates[run.precision]
+        self.status["runs"][run.name].update(
+            state="running",
+            started_at=time.time(),
+            projected_s=round(need),
+            data=data["label"],
+            speed=chosen,
+            command=" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]),
+        )
+        self.status["phase"] = run.name
         self.log(
-            f"{unit.name}: start ({runs[0].about}"
-            + (", two seeds in one program" if paired else "")
-            + f"); projected {need:,.0f} s at {rate:,.0f} images/s ({source}), {left:,.0f} s "
-            f"left; speed-up {chosen}; time budget {budget:.0f} s"
+            f"{run.name}: start ({run.about}); projected {need:,.0f} s at {rate:,.0f} images/s "
+            f"({source}), {left:,.0f} s left; speed-up {chosen}; time budget {budget:.0f} s"
         )
         return Task(
             "run",
-            unit.name,
+            run.name,
             cmd,
             folder / "launch.log",
             {**self.env, **env},
             left - 20,
-            runs=tuple(r.name for r in runs),
         )
 
     def next_probe(self, slack: float) -> Task | None:
@@ -591,50 +534,37 @@ class Supervisor:
             return
         diff = abs(entry["loss"] - base["loss"]) / abs(base["loss"])
         entry["passed"] = diff <= plan.LOSS_RTOL
-        pair = "pair_loss_at_step" in result  # two runs: images/s both runs'
-        if pair:
-            entry["pair_loss"] = result["pair_loss_at_step"]
         entry["result"] = (
-            f"{rate:,.0f} images/s{' (both runs)' if pair else ''} "
-            f"(x{rate / base['images_per_s']:.3f} the baseline's"
-            + (f"; seed pairs train from x{self.k.pair_gain:g}" if pair else "")
-            + f"); loss at step {result.get('loss_step')} {entry['loss']} against "
-            f"{base['loss']} ({diff:.2%}: {'passes' if entry['passed'] else 'FAILS'} the "
-            f"{plan.LOSS_RTOL:.0%} check)"
-            + (f"; the second run's {entry['pair_loss']}" if pair else "")
+            f"{rate:,.0f} images/s (x{rate / base['images_per_s']:.3f} the baseline's); loss at "
+            f"step {result.get('loss_step')} {entry['loss']} against {base['loss']} ({diff:.2%}: "
+            f"{'passes' if entry['passed'] else 'FAILS'} the {plan.LOSS_RTOL:.0%} check)"
         )
 
     def finish_run(self, task: Task, code: int | None, output: str) -> None:
-        """Each run of the task ended: its state, its final JSON (a seed pair's line holds each
-        run's under ``runs``, in order), its weights cut for the calls to bring back, and the
-        launcher's log in its own folder."""
+        """The task's run ended: its state, its final JSON, its weights cut for the calls to
+        bring back."""
         final = last_json_line(output)
         state = {0: "done", 3: "stopped at its time budget"}.get(code, "failed")
-        for i, name in enumerate(task.runs):
-            run = self.status["runs"][name]
-            self.progress(name)
-            own = final
-            if final and "runs" in final:
-                own = {**{k: v for k, v in final.items() if k != "runs"}, **final["runs"][i]}
-            run.update(
-                state=state, exit=code, wall_s=round(time.time() - run["started_at"]), final=own
-            )
-            run.pop("projected_end_s", None)
-            run.pop("samples", None)
-            if task.log.parent != self.work / name and (self.work / name).is_dir():
-                shutil.copyfile(task.log, self.work / name / task.log.name)
-            if state == "failed":
-                run["why"] = failure_line(output)
-            else:
-                try:
-                    run["weights"] = collect.cut_weights(self.work / name, own)
-                except (OSError, ValueError, KeyError) as e:
-                    run["weights"] = {"failed": str(e)}
-            self.log(
-                f"{name}: {state} (exit {code}) after {run['wall_s']} s: "
-                f"{run.get('why') or json.dumps(own)}; weights "
-                f"{json.dumps(run.get('weights', {}))[:300]}"
-            )
+        name = task.name
+        run = self.status["runs"][name]
+        self.progress(name)
+        run.update(
+            state=state, exit=code, wall_s=round(time.time() - run["started_at"]), final=final
+        )
+        run.pop("projected_end_s", None)
+        run.pop("samples", None)
+        if state == "failed":
+            run["why"] = failure_line(output)
+        else:
+            try:
+                run["weights"] = collect.cut_weights(self.work / name, final)
+            except (OSError, ValueError, KeyError) as e:
+                run["weights"] = {"failed": str(e)}
+        self.log(
+            f"{name}: {state} (exit {code}) after {run['wall_s']} s: "
+            f"{run.get('why') or json.dumps(final)}; weights "
+            f"{json.dumps(run.get('weights', {}))[:300]}"
+        )
         self.draw_curves()
 
     def draw_curves(self) -> None:

@@ -166,18 +166,6 @@ PASSES: dict[str, Pass] = {
             "describe",
         ),
     ),
-    # the paired step: two runs through one compiled JAX step, each its own state back (the
-    # step in one JAX process on a one-layer network: the launcher's pairs take a minute each)
-    "jax_paired": Pass(
-        "resnet_noBN/trainers/jax_paired.py",
-        ("tests/test_jax_paired.py", "-k", "own_update"),
-        functions=(
-            "PairedJaxTrainer._step_fn",
-            "PairedJaxTrainer.start",
-            "PairedJaxTrainer.run_steps",
-            "PairedJaxTrainer._hand_out",
-        ),
-    ),
     # a study's health table: each run's last weight norm, largest gradient norm, spike and
     # |logit| with their steps (results/identity's health rows)
     "arm_health": Pass(

@@ -22,7 +22,6 @@ from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.host.cluster import ClusterError
 from resnet_noBN.trainers import jax_agreed
-from resnet_noBN.trainers.jax_paired import PairedJaxTrainer
 from resnet_noBN.trainers.jax_training import JaxTrainer
 
 
@@ -99,21 +98,6 @@ class JaxBackend(SplitsInMemory):
         when given; JAX compiles every step)."""
         kwargs.pop("jit_compile", None)
         return JaxTrainer(build_model, cfg, model_dir, devices=list(runtime.devices), **kwargs)
-
-    def make_paired_trainer(
-        self, runtime: Runtime, build_model, cfg, model_dirs, seeds, **kwargs
-    ) -> PairedJaxTrainer:
-        """Two runs of ``cfg`` in one compiled step (``trainers.jax_paired``), in ``model_dirs``
-        with ``seeds``: each run's ``JaxTrainer`` built right after the global seed is set to
-        its own (:meth:`reseed`), so its weights are those the run alone starts from."""
-        kwargs.pop("jit_compile", None)
-        members = []
-        for model_dir, seed in zip(model_dirs, seeds):
-            self.reseed(runtime, seed)
-            members.append(
-                JaxTrainer(build_model, cfg, model_dir, devices=list(runtime.devices), **kwargs)
-            )
-        return PairedJaxTrainer(members, list(seeds))
 
     def hardware(self, runtime: Runtime) -> dict:
         return {"devices": [str(d.device_kind) for d in runtime.devices]}

@@ -17,16 +17,12 @@ the run's launcher) and the trainer's schedule and top-5; :func:`start` takes th
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable
 
 from resnet_noBN.backends import registry
 from resnet_noBN.backends.base import Runtime
-from resnet_noBN.configs import experiments
-from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.run_config import RunConfig
-from resnet_noBN.configs.runtime_config import SEED_LIMIT
 from resnet_noBN.models.imagenet_model import build_imagenet_model
 from resnet_noBN.models.networks import build_cifar_model
 from resnet_noBN.runs import folder_lock, record, run_config
@@ -88,17 +84,12 @@ def make_trainer(
     )
 
 
-def begin(
-    config: RunConfig, runtime: Runtime, model_dir: str, label: str, paired_with: dict | None = None
-) -> dict:
+def begin(config: RunConfig, runtime: Runtime, model_dir: str, label: str) -> dict:
     """The chief records the run in ``model_dir`` (refused where the folder holds another:
-    ``run_config.checked_record``), with where it computes (``Backend.report``; ``paired_with``:
-    the seed and folder of the run trained beside it, :func:`start_pair`); every task prints
-    where it runs. Returns the record."""
+    ``run_config.checked_record``), with where it computes (``Backend.report``); every task
+    prints where it runs. Returns the record."""
     backend = registry.current()
     host = backend.report(runtime, config.runtime.strategy)
-    if paired_with:
-        host["paired_with"] = paired_with
     saved = run_config.checked_record(config, model_dir, backend.name, runtime.seed, host)
     if runtime.is_chief:
         record.record_config(model_dir, saved)
@@ -136,91 +127,3 @@ def start(config: RunConfig, model_dir: str, title: str = "", **kwargs) -> Run:
     train_source, eval_source = inputs.sources(config, runtime)
     trainer = make_trainer(config, runtime, model_dir, title, **kwargs)
     return Run(config, model_dir, runtime, trainer, train_source, eval_source, saved)
-
-
-def start_pair(
-    config: RunConfig, model_dirs: tuple[str, str], pair_seed: int, title: str = ""
-) -> Run:
-    """Two runs of ``config`` set up to train in one program (``launch/cifar.py --pair_seed``,
-    ``trainers.jax_paired``): the first in ``model_dirs[0]`` with the config's seed (or the one
-    its folder recorded, or drawn), the second in ``model_dirs[1]`` with ``pair_seed``; each
-    folder locked, checked and recorded as its run alone would be (its ``config.json`` naming
-    the other in ``runtime.paired_with``). InputError, before anything is written, for what a
-    pair cannot do: another backend than JAX, several devices, a divergence's replay, one
-    folder or one seed for both, runs of different recipes. The Run's ``train_source`` is the
-    two runs' training splits; its record, the first run's."""
-    backend = registry.current()
-    if backend.name != "jax":
-        raise InputError(
-            f"--pair_seed trains two runs in one compiled JAX step; the {backend.name} backend "
-            "has none: run with KERAS_BACKEND=jax, or train the runs apart"
-        )
-    if config.runtime.strategy != "default":
-        raise InputError(
-            f"--pair_seed trains on one device; --strategy={config.runtime.strategy} spreads a "
-            "run over several: drop one of them"
-        )
-    if config.recipe.replay_divergence:
-        named = experiments.EXPERIMENTS.get(config.experiment)
-        own = named.recipe.get("replay_divergence") if named else None
-        whose = f"{config.experiment}'s" if own == config.recipe.replay_divergence else "given"
-        raise InputError(
-            f"--pair_seed cannot replay a divergence (--replay_divergence="
-            f"{config.recipe.replay_divergence}, {whose}): give --replay_divergence=0, or train "
-            "the runs apart"
-        )
-    if not 0 <= pair_seed < SEED_LIMIT:
-        raise InputError(f"--pair_seed={pair_seed} is outside 0 to {SEED_LIMIT - 1:,}")
-    if os.path.realpath(model_dirs[0]) == os.path.realpath(model_dirs[1]):
-        raise InputError(
-            f"--pair_model_dir {model_dirs[1]} is --model_dir: each run of a pair needs a "
-            "folder of its own"
-        )
-    configs = [
-        run_config.resumed(config, model_dirs[0]),
-        run_config.resumed(config.changed("runtime", seed=pair_seed), model_dirs[1]),
-    ]
-    if configs[0].recipe != configs[1].recipe:
-        raise InputError(
-            f"{model_dirs[0]} and {model_dirs[1]} hold runs of different lengths (their "
-            "learning-rate drops at other steps): pair two runs of one recipe, or train them apart"
-        )
-    runtime = start_runtime(configs[0], model_dirs[0])
-    seeds = (runtime.seed, pair_seed)
-    if seeds[0] == seeds[1]:
-        raise InputError(
-            f"--pair_seed={pair_seed} is the first run's seed: the pair is two seeds of one run"
-        )
-    inputs = inputs_of(configs[0])
-    inputs.prepare(configs[0], runtime)
-    for c, seed, model_dir in zip(configs, seeds, model_dirs):  # both, before either is written
-        run_config.checked_record(c, model_dir, backend.name, seed)
-    locks = [folder_lock.lock(model_dirs[0])]
-    try:
-        locks.append(folder_lock.lock(model_dirs[1], "--pair_model_dir"))
-        saved = [
-            begin(
-                c,
-                dataclasses.replace(runtime, seed=seed),
-                model_dir,
-                inputs.label(c),
-                {"seed": seeds[1 - i], "model_dir": os.path.abspath(model_dirs[1 - i])},
-            )
-            for i, (c, seed, model_dir) in enumerate(zip(configs, seeds, model_dirs))
-        ]
-    except BaseException:  # refused, or stopped, before it wrote anything
-        for lock in locks:
-            lock.withdraw()
-        raise
-    train_source, eval_source = inputs.sources(configs[0], runtime)
-    sources = [train_source, dataclasses.replace(train_source, seed=pair_seed)]
-    trainer = backend.make_paired_trainer(
-        runtime,
-        build_model(configs[0]),
-        configs[0].recipe,
-        model_dirs,
-        seeds,
-        time_budget_s=configs[0].runtime.time_budget_s,
-        title=title,
-    )
-    return Run(configs[0], model_dirs[0], runtime, trainer, sources, eval_source, saved[0])

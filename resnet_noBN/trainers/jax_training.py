@@ -122,8 +122,8 @@ class JaxTrainer(OneProcessTrainer):
 
     def update(self, state, x, y):
         """One update of ``state`` (trainable, non-trainable and optimizer values) on the batch
-        ``x``, ``y``: (new state, the step's ``health.step_metrics``). Pure: the paired step
-        (``trainers.jax_paired``) maps it over two runs' states and batches."""
+        ``x``, ``y``: (new state, the step's ``health.step_metrics``). Pure: :meth:`_step_fn`
+        makes the batch and calls it."""
         trainable, non_trainable, optimizer = state
         batch = x.shape[0]
         if len(self.devices) > 1:

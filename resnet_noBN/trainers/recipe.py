@@ -136,8 +136,7 @@ LOSSES = {
 }
 # name (recipe_config.OPTIMIZERS) -> fn(cfg, schedule): a Keras optimizer, named as Keras names the
 # first of its class in a process (a second would be "sgd_1"), so that its variables' paths in a
-# checkpoint are the same whatever the process built before it (the second run of a pair,
-# ``trainers.jax_paired``, among them)
+# checkpoint are the same whatever the process built before it
 OPTIMIZERS = {
     "momentum": momentum_sgd,
     "momentum_2016": momentum_2016,
