@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import keras
 import launchers
@@ -583,6 +584,47 @@ def test_an_export_cut_short_keeps_the_file_before_it_and_leaves_no_partial(
     )
     assert (out.read_bytes(), record.read_text()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.keras"]
+
+
+def test_a_saved_model_written_here_serves_uint8_images_and_replaces_the_folder_there(
+    tmp_path, one_line
+):
+    """``model_file.write`` as a SavedModel, in this process: the small network of a
+    mixed_bfloat16 run served in float32 (every layer), its serving signature uint8 images of
+    the network's shape with any batch, its logits the model's; the folder there before and a
+    partial folder a write cut short left are replaced, the record beside it. A .keras file
+    Keras cannot read is refused in one line."""
+    run = run_config.build(
+        "cifar10_paper", "small", "cifar", runtime={"precision": "mixed_bfloat16"}
+    )
+    keras.utils.set_random_seed(2)
+    network = setup.build_model(run)()
+    served = model_file.served_model(run)
+    assert {layer.dtype_policy.name for layer in served.layers[1:]} == {"float32"}
+    model_file.copy_weights(network, served)
+    out = tmp_path / "serving"
+    for folder in (out, tmp_path / "serving.partial"):
+        folder.mkdir()
+        (folder / "old.txt").write_text("before")
+    model_file.write(served, str(out), "tf_saved_model", {"step": 3})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "serving.json"]
+    assert not (out / "old.txt").exists()
+    assert (tmp_path / "serving.json").read_text() == json.dumps({"step": 3}, indent=2) + "\n"
+    serve = tf.saved_model.load(str(out)).signatures["serving_default"]
+    (spec,) = serve.structured_input_signature[1].values()
+    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]
+    pixels = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), np.uint8)
+    (logits,) = serve(tf.constant(pixels)).values()
+    expected = served.predict(pixels, verbose=0)
+    assert np.abs(expected).max() > 1e-3  # the network's weights, not the zeros served starts with
+    np.testing.assert_allclose(logits.numpy(), expected, rtol=0, atol=TOLERANCE)
+    broken = tmp_path / "broken.keras"
+    with zipfile.ZipFile(broken, "w") as archive:
+        for name in model_paths.KERAS_MEMBERS:
+            archive.writestr(name, "not what Keras wrote")
+    with pytest.raises(InputError) as refused:
+        resnet_noBN.load(str(broken))
+    one_line(refused, f"--model {broken} cannot be loaded (")
 
 
 TINY_NETWORK = {  # test_imagenet's TINY: the ImageNet network, 1 block a stage, 32x32 crops

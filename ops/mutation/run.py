@@ -215,7 +215,11 @@ PASSES: dict[str, Pass] = {
     # the launchers' trained runs train three runs first, about a minute a mutant)
     "model_file": Pass(
         "resnet_noBN/trained/model_file.py",
-        ("tests/test_export.py", "-k", "takes_raw_pixels or cut_short or load_refuses"),
+        (
+            "tests/test_export.py",
+            "-k",
+            "takes_raw_pixels or cut_short or load_refuses or written_here",
+        ),
         functions=("served_model", "copy_weights", "write", "remove", "load", "read_keras_file"),
         forkserver=True,
     ),
