@@ -607,9 +607,11 @@ def test_a_saved_model_written_here_serves_uint8_images_and_replaces_the_folder_
         folder.mkdir()
         (folder / "old.txt").write_text("before")
     model_file.write(served, str(out), "tf_saved_model", {"step": 3})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "serving.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "serving.json"]  # first
     assert not (out / "old.txt").exists()
     assert (tmp_path / "serving.json").read_text() == json.dumps({"step": 3}, indent=2) + "\n"
+    model_file.write(served, str(tmp_path / "fresh"), "tf_saved_model", {"step": 3})  # none there
+    assert (tmp_path / "fresh" / "saved_model.pb").is_file()
     serve = tf.saved_model.load(str(out)).signatures["serving_default"]
     (spec,) = serve.structured_input_signature[1].values()
     assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import keras
 
-from resnet_noBN.configs.data_config import IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB
+from resnet_noBN.configs.data_config import (
+    IMAGENET_MEAN_RGB,
+    IMAGENET_NORMALIZATIONS,
+    IMAGENET_STDDEV_RGB,
+)
 from resnet_noBN.datasets import stream
 
 LAYER_NAME = "standardize"  # the exported model's first layer after its input
@@ -34,9 +38,12 @@ class PerImageStandardization(keras.layers.Layer):
         return input_shape
 
 
-def input_normalization(normalization: str = "per_image") -> keras.layers.Layer:
+def input_normalization(normalization: str) -> keras.layers.Layer:
     """The layer that normalises raw pixels as a run's input pipeline did: ``per_image`` (every
-    CIFAR run, ImageNet's default) or ``mean_std`` (ImageNet's other ``--normalization``)."""
+    CIFAR run, ImageNet's default) or ``mean_std`` (ImageNet's other ``--normalization``);
+    ValueError for any other name."""
+    if normalization not in IMAGENET_NORMALIZATIONS:
+        raise ValueError(f"normalization {normalization!r}: one of {IMAGENET_NORMALIZATIONS}")
     if normalization == "mean_std":
         return keras.layers.Normalization(
             mean=IMAGENET_MEAN_RGB,
