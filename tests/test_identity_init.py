@@ -290,17 +290,18 @@ BRANCH_LAYERS = {  # each block's layers in order, the add last (checkpoints nam
 def test_each_blocks_layers_are_named_and_compute_in_the_runs_precision(variant):
     """In mixed_bfloat16 (every GPU run's precision), each block's branch layers, its scalars
     too, compute in bfloat16 under the names the checkpoints hold; the add (the residual
-    stream) in float32, even where Keras' global policy is mixed."""
-    x = keras.Input((8, 8, 4))
+    stream) in float32, whatever Keras' global policy (float32 or mixed)."""
     block = Block.of(ModelConfig(**bf.block_config(variant)), "mixed_bfloat16")
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
-        model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
-    finally:
-        keras.config.set_dtype_policy("float32")
-    layers = [(layer.name, layer.dtype_policy.name) for layer in model.layers[1:]]
     branch = [(name, "mixed_bfloat16") for name in BRANCH_LAYERS[variant]]
-    assert layers == [*branch, ("b_add", "float32")]
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.config.set_dtype_policy(policy)
+        try:
+            x = keras.Input((8, 8, 4))
+            model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
+        finally:
+            keras.config.set_dtype_policy("float32")
+        layers = [(layer.name, layer.dtype_policy.name) for layer in model.layers[1:]]
+        assert layers == [*branch, ("b_add", "float32")], policy
 
 
 @pytest.fixture(scope="module")
