@@ -145,15 +145,11 @@ def main(argv):
         if run.to_train
     ]
     tables = []  # the table after each run
-    ended = (  # no run to train: a stop now comes while the table is written, and says so
-        run_loop.run_all(
-            jobs,
-            lambda: tables.append(write_table()),
-            echo=True,
-            seconds_left=lambda: table2_plan.projected(plan, measured),
-        )
-        if jobs
-        else run_loop.Ended(None, (), ())
+    ended = run_loop.run_all(
+        jobs,
+        lambda: tables.append(write_table()),
+        echo=True,
+        seconds_left=lambda: table2_plan.projected(plan, measured),
     )
     summary = tables[-1] if tables else write_table()  # nothing trained: the runs as they stand
     print(table2_report.markdown_tables(summary), flush=True)

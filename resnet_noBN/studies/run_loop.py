@@ -111,7 +111,11 @@ def run_all(
     finish ...``, the time left from ``seconds_left()`` where given (a plan's projection), else
     at the rate of the runs that ended here (a stopped one is not done: it counts among those
     left, not in the rate). ``alone(n)``: a line said once, the first time ``n`` runs train
-    with fewer than ``parallel`` and none waiting (the launcher's advice; None: nothing)."""
+    with fewer than ``parallel`` and none waiting (the launcher's advice; None: nothing). No
+    jobs: it returns at once and leaves the signals to the caller's handlers (a stop then comes
+    during what the caller does next, and says so)."""
+    if not jobs:
+        return Ended(None, (), ())
     todo, running, stopping, stopped, failed = list(jobs), [], [], [], []
     progress, reported, advised = Progress(len(jobs), every_units=1), 0, alone is None
 
