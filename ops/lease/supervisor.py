@@ -153,7 +153,6 @@ class Supervisor:
         self.status = read_json(self.work / "status.json")
         self.manifest = carry.load_manifest(root) or {"datasets": {}, "parts": {}}
         self.task: Task | None = None
-        self.units: dict[str, plan.LeaseRun] = {}  # what plan_runs scheduled
         self.helpers: list[subprocess.Popen] = []  # the lease's curves, drawn beside the GPU
         self.env = child_env(root)
 
@@ -262,13 +261,12 @@ class Supervisor:
         estimate = self.estimate(rates)
         pending = [self.k.run(n) for n, r in self.status["runs"].items() if r["state"] == "pending"]
         fits, why = plan.schedule(pending, left, estimate, self.k.margin_s)
-        self.units = {run.name: run for run in pending}
         for name in [*why, *fits]:
             self.status["runs"][name]["fits"] = why.get(name) or (
-                f"projected {estimate(self.units[name]):,.0f} s"
+                f"projected {estimate(self.k.run(name)):,.0f} s"
             )
-        self.status["wanted"] = list(dict.fromkeys(self.units[n].dataset for n in fits))
-        slack = left - self.k.margin_s - sum(estimate(self.units[n]) for n in fits)
+        self.status["wanted"] = list(dict.fromkeys(self.k.run(n).dataset for n in fits))
+        slack = left - self.k.margin_s - sum(estimate(self.k.run(n)) for n in fits)
         self.status["slack_s"] = round(slack)
         return rates, fits, why, slack
 
@@ -288,7 +286,7 @@ class Supervisor:
 
     def waiting_for_data(self, fits: list[str]) -> bool:
         data = self.status["data"]
-        return any(data[self.units[n].dataset]["state"] == "travelling" for n in fits)
+        return any(data[self.k.run(n).dataset]["state"] == "travelling" for n in fits)
 
     def next_speed_try(self, slack: float) -> Task | None:
         speed = self.status["speed"]
@@ -355,7 +353,7 @@ class Supervisor:
 
     def next_run(self, fits: list[str], rates: dict) -> Task | None:
         for name in fits:
-            run = self.units[name]
+            run = self.k.run(name)
             data = self.status["data"][run.dataset]
             if data["state"] == "failed":
                 self.status["runs"][name].update(state="failed", why=f"its data: {data['why']}")
