@@ -40,18 +40,19 @@ def block_config(variant: str) -> dict:
     return {"block": variant, **({"init": "he"} if variant in ("fixup", "skipinit") else {})}
 
 
-def build(variant: str, stride: int):
-    """A Keras model of one block ``b`` of ``variant`` (float32), halving the size and doubling
-    the channels at stride 2."""
+def build(variant: str, stride: int, channels: int | None = None, precision: str = "float32"):
+    """A Keras model of one block ``b`` of ``variant`` in ``precision``, halving the size and
+    doubling the channels at stride 2; ``channels``: that many in and out (stride 1) in place of
+    :data:`SHAPES`'."""
     import keras
 
     from resnet_noBN.configs.network_config import ModelConfig
     from resnet_noBN.models.blocks import residual_block
     from resnet_noBN.models.layers import Block
 
-    c_in, c_out = SHAPES[stride]
+    c_in, c_out = (channels, channels) if channels else SHAPES[stride]
     x = keras.Input((*IMAGE[1:], c_in))
-    block = Block.of(ModelConfig(**block_config(variant)))
+    block = Block.of(ModelConfig(**block_config(variant)), precision)
     first = variant == "preactivation_first"
     out = residual_block(x, c_in, c_out, stride, block, "b", activate_before_residual=first)
     return keras.Model(x, out)
@@ -104,6 +105,11 @@ def shortcut(x: np.ndarray, stride: int) -> np.ndarray:
     return np.pad(pooled, [(0, 0)] * 3 + [(before, c_out - c_in - before)])
 
 
+def leaky(y: np.ndarray) -> np.ndarray:
+    """The 2016 code's leaky ReLU: slope :data:`LEAK` below 0."""
+    return np.where(y > 0, y, LEAK * y)
+
+
 def formula(variant: str, values: dict, x: np.ndarray, stride: int) -> np.ndarray:
     """The block's output as its paper writes it, image by image, in float64."""
 
@@ -112,9 +118,8 @@ def formula(variant: str, values: dict, x: np.ndarray, stride: int) -> np.ndarra
 
     v = values
     if variant.startswith("preactivation"):
-        act = lambda y: np.where(y > 0, y, LEAK * y)  # noqa: E731
-        branch = conv(act(conv(act(x), v["b_conv1"], stride)), v["b_conv2"], 1)
-        return shortcut(act(x) if variant == "preactivation_first" else x, stride) + branch
+        branch = conv(leaky(conv(leaky(x), v["b_conv1"], stride)), v["b_conv2"], 1)
+        return shortcut(leaky(x) if variant == "preactivation_first" else x, stride) + branch
     if variant == "fixup":
         y = conv(x + v["b_bias1"], v["b_conv1"], stride) + v["b_bias2"]
         y = conv(np.maximum(y, 0) + v["b_bias3"], v["b_conv2"], 1)

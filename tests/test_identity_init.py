@@ -226,10 +226,8 @@ CONV_SIGMAS = {  # each block's C1 and C2 at init (Fixup's: its own test)
     "hardt_ma": (PAPER_SIGMA, PAPER_SIGMA),
     "zero_last": (PAPER_SIGMA, 0.0),
     "skipinit": (HE_SIGMA, HE_SIGMA),
-    "preactivation": (
-        PAPER_SIGMA,
-        PAPER_SIGMA,
-    ),  # the 2016 unit as cifar100_original_2016 builds it
+    # the 2016 unit as cifar100_original_2016 builds it
+    "preactivation": (PAPER_SIGMA, PAPER_SIGMA),
 }
 
 
@@ -238,9 +236,7 @@ def test_each_blocks_convolutions_start_at_their_papers_sigma(variant):
     """C1 and C2 of one block, 64 channels in and out (36,864 draws each: the sample std within
     3%, over 8 standard errors), drawn at the σ its paper gives; a zero C2 exactly zero."""
     keras.utils.set_random_seed(2)
-    x = keras.Input((8, 8, 64))
-    block = Block.of(ModelConfig(**bf.block_config(variant)))
-    model = keras.Model(x, blocks.residual_block(x, 64, 64, 1, block, "b", False))
+    model = bf.build(variant, 1, channels=64)
     for name, sigma in zip(("b_conv1", "b_conv2"), CONV_SIGMAS[variant]):
         kernel = model.get_layer(name).kernel.numpy()
         if sigma == 0:
@@ -257,9 +253,7 @@ SCALARS_AT_INIT = {  # Fixup's biases at 0 and multiplier at 1; SkipInit's alpha
 
 @pytest.mark.parametrize("variant", sorted(SCALARS_AT_INIT))
 def test_each_blocks_scalars_start_where_its_paper_starts_them(variant):
-    x = keras.Input((8, 8, 4))
-    block = Block.of(ModelConfig(**bf.block_config(variant)))
-    model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
+    model = bf.build(variant, 1)
     found = {
         layer.name: float(layer.weights[0].numpy())
         for layer in model.layers
@@ -291,13 +285,11 @@ def test_each_blocks_layers_are_named_and_compute_in_the_runs_precision(variant)
     """In mixed_bfloat16 (every GPU run's precision), each block's branch layers, its scalars
     too, compute in bfloat16 under the names the checkpoints hold; the add (the residual
     stream) in float32, whatever Keras' global policy (float32 or mixed)."""
-    block = Block.of(ModelConfig(**bf.block_config(variant)), "mixed_bfloat16")
     branch = [(name, "mixed_bfloat16") for name in BRANCH_LAYERS[variant]]
     for policy in ("float32", "mixed_bfloat16"):
         keras.config.set_dtype_policy(policy)
         try:
-            x = keras.Input((8, 8, 4))
-            model = keras.Model(x, blocks.residual_block(x, 4, 4, 1, block, "b", False))
+            model = bf.build(variant, 1, precision="mixed_bfloat16")
         finally:
             keras.config.set_dtype_policy("float32")
         layers = [(layer.name, layer.dtype_policy.name) for layer in model.layers[1:]]
