@@ -198,7 +198,37 @@ _QUICK_TIER_OUT = os.environ.get("QUICK_TIER_OUT")
 _SESSION: dict = {"pid": os.getpid(), "collected": [], "tests": {}}
 
 
+class _LaunchCounts:
+    """How many launches of ``launch/*.py`` the tests started warm and cold
+    (tests/warm_start.py), summed over the xdist workers and printed at the end."""
+
+    def __init__(self):
+        self.counts = {"warm": 0, "cold": 0}
+
+    def pytest_sessionfinish(self, session):
+        import launchers
+
+        if hasattr(session.config, "workeroutput"):
+            session.config.workeroutput["launches"] = dict(launchers.WARM.counts)
+        else:
+            for kind, n in launchers.WARM.counts.items():
+                self.counts[kind] += n
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        for kind, n in getattr(node, "workeroutput", {}).get("launches", {}).items():
+            self.counts[kind] += n
+
+    def pytest_terminal_summary(self, terminalreporter):
+        warm, cold = self.counts["warm"], self.counts["cold"]
+        if warm or cold:
+            terminalreporter.write_line(
+                f"launchers started by the tests: {warm} warm, {cold} cold (tests/warm_start.py)"
+            )
+
+
 def pytest_configure(config):
+    config.pluginmanager.register(_LaunchCounts(), "launch-counts")
     config.addinivalue_line(
         "markers",
         "quick: the quick tier (python -m pytest tests -q -m quick), chosen by measured coverage "

@@ -1,34 +1,83 @@
 """The repository's launchers run as a user runs them: `python launch/NAME.py ...` in a
-subprocess, its output captured, TensorFlow's C++ log quiet. Shared by the tests that drive a
-launcher end to end."""
+process of its own, its output captured, TensorFlow's C++ log quiet. The process forks from a
+warm one where it can (tests/warm_start.py). Shared by the tests that drive a launcher end to
+end."""
 
+import io
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import warm_start
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+WARM = warm_start.WarmProcesses()
+
+
+def start(argv: list, env: dict, stdout, stderr, cwd=None, new_session: bool = False):
+    """``argv`` started as ``subprocess.Popen(..., text=True)`` starts it, forked from a warm
+    process where it can be (tests/warm_start.py: TensorFlow and Keras imported once): the
+    process, or an object that answers as one (pid, poll, wait, returncode, send_signal, kill;
+    ``stdout`` to read where it is ``subprocess.PIPE``). ``stderr`` a file or ``STDOUT``."""
+    path = WARM.path(argv, env)
+    if path is None:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=cwd,
+            start_new_session=new_session,
+            text=True,
+        )
+    read = None
+    with open(os.devnull, "w") as devnull:
+        if stdout is subprocess.PIPE:
+            read, stdout = os.pipe()
+        streams = [stdout, stderr]
+        for i, stream in enumerate(streams):
+            if stream is subprocess.DEVNULL:
+                streams[i] = devnull.fileno()
+            elif stream is subprocess.STDOUT:
+                streams[i] = streams[0]
+            elif not isinstance(stream, int):
+                streams[i] = stream.fileno()
+        proc = warm_start.fork(path, argv, env, *streams, cwd, new_session)
+    if read is not None:
+        os.close(stdout)
+        proc.stdout = open(read)
+    return proc
+
+
 def run(script: str, *args, env=None, timeout: float = 300, cwd=None, log_level: str = "2"):
-    """The finished `python REPO/script args...`; env's entries are added to this process's
-    variables (a None value removes that variable)."""
+    """The finished `python REPO/script args...` (:func:`start`), its output captured as text;
+    env's entries are added to this process's variables (a None value removes that variable)."""
     variables = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=log_level)
     for name, value in (env or {}).items():
         if value is None:
             variables.pop(name, None)
         else:
             variables[name] = value
-    return subprocess.run(
-        [sys.executable, str(REPO / script), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=variables,
-        cwd=cwd,
-    )
+    argv = [sys.executable, str(REPO / script), *map(str, args)]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = start(argv, variables, out, err, cwd=cwd)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        texts = []
+        for stream in (out, err):  # read as subprocess.run(text=True) reads: universal newlines
+            stream.seek(0)
+            texts.append(io.TextIOWrapper(io.BytesIO(stream.read())).read())
+        return subprocess.CompletedProcess(argv, proc.returncode, *texts)
 
 
 # what a launcher that refuses its flags must not have loaded: a backend (seconds of CPU each)

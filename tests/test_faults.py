@@ -274,12 +274,11 @@ def test_a_second_run_is_refused_and_a_killed_runs_folder_resumes(tmp_path, cifa
     claim: the same command resumes there."""
     model_dir = tmp_path / "run"
     args = [f"--data_path={cifar_bin}", f"--model_dir={model_dir}", *SMALL]
-    a = subprocess.Popen(
+    a = launchers.start(
         [sys.executable, str(launchers.REPO / "launch/cifar.py"), *args, "--train_steps=100000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+        {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"},
+        subprocess.PIPE,
+        subprocess.STDOUT,
     )
     try:
         for _ in a.stdout:  # until its checkpoint of step 2 is written
@@ -328,11 +327,11 @@ def test_a_kill_between_checkpoints_leaves_each_steps_record_once(tmp_path, cifa
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     for _ in range(3):
         shutil.rmtree(model_dir, ignore_errors=True)
-        run = subprocess.Popen(
+        run = launchers.start(
             [sys.executable, str(launchers.REPO / "launch/cifar.py"), *args, "--train_steps=12"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
+            env,
+            subprocess.DEVNULL,
+            subprocess.DEVNULL,
         )
         steps = []
         while run.poll() is None and not (steps and steps[-1] >= 7):

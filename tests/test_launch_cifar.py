@@ -443,12 +443,11 @@ def test_an_unwritable_model_dir_is_one_line(cifar_bin):
 
 
 def start(*args):
-    return subprocess.Popen(
+    return launchers.start(
         [sys.executable, str(REPO / "launch/cifar.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        subprocess.PIPE,
+        subprocess.STDOUT,
     )
 
 

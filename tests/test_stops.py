@@ -49,7 +49,8 @@ RUN_DIR = ("runs", "cifar10_paper-seed0")
 
 class Launch:
     """A launcher started as a user starts it (a session of its own, so that a Ctrl-C reaches
-    it and its runs: ``os.killpg``), its output in two files of ``logs``."""
+    it and its runs: ``os.killpg``), warm where it can be (``launchers.start``), its output in
+    two files of ``logs``."""
 
     def __init__(self, argv: list[str], logs, env=None):
         logs.mkdir(parents=True, exist_ok=True)
@@ -57,9 +58,7 @@ class Launch:
         self.out, self.err = logs / f"{n}.out", logs / f"{n}.err"
         variables = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
         with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=err, env=variables, start_new_session=True
-            )
+            self.proc = launchers.start(argv, variables, out, err, new_session=True)
 
     def stdout(self) -> str:
         return self.out.read_text()

@@ -1,0 +1,129 @@
+"""The tests' warm launches (tests/warm_start.py): a launch forked from a process that imported
+Keras once is, to the test, the process a cold ``python launch/NAME.py`` starts: its output, exit
+status, signals, session, folder, environment and arguments. A launch whose environment changes
+what a library reads at import starts cold."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import launchers
+import warm_start
+
+CIFAR = [sys.executable, str(launchers.REPO / "launch" / "cifar.py")]
+PROBE = """
+import json, os, sys
+from resnet_noBN.host import cpu
+print(json.dumps({
+    "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "session": os.getsid(0),
+    "pid": os.getpid(), "x": os.environ.get("WARM_START_X"), "keras": "keras" in sys.modules,
+    "onednn": cpu.default_onednn(),
+}), flush=True)
+if sys.argv[1] == "raise":
+    raise ValueError("probe")
+if sys.argv[1] == "wait":
+    import time; time.sleep(60)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def env() -> dict:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def usual_path() -> str:
+    """The warm process of launchers.run's usual environment, started where it was not."""
+    launchers.WARM.path(CIFAR, env())
+    return launchers.WARM.path(CIFAR, env())
+
+
+def test_a_warm_launch_prints_and_exits_as_a_cold_one(monkeypatch):
+    """launch/cifar.py's config, a flag it does not know, and launch/figures.py refusing a
+    folder after its flags are read: the same output and status warm and cold
+    (``RESNET_NOBN_TESTS_COLD=1``), each counted as it started."""
+    launches = (
+        ("launch/cifar.py", "--print_config", "--model=small"),
+        ("launch/cifar.py", "--x"),
+        ("launch/figures.py", "--model_dir=/nonexistent"),
+    )
+    assert usual_path() is not None
+    before = dict(launchers.WARM.counts)
+    warm = [launchers.run(*launch) for launch in launches]
+    monkeypatch.setenv("RESNET_NOBN_TESTS_COLD", "1")
+    cold = [launchers.run(*launch) for launch in launches]
+    assert [p.returncode for p in warm] == [p.returncode for p in cold] == [0, 2, 2]
+    assert [(p.stdout, p.stderr) for p in warm] == [(p.stdout, p.stderr) for p in cold]
+    assert "Unknown command line flag 'x'" in cold[1].stderr
+    assert cold[2].stderr.startswith("error: /nonexistent")
+    assert launchers.WARM.counts == {"warm": before["warm"] + 3, "cold": before["cold"] + 3}
+
+
+def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path):
+    """A probe forked as a launch: its arguments, ``sys.path[0]``, folder, environment and a
+    session of its own; Keras already imported; the warm process's oneDNN decision; exit
+    statuses 0 and 3, an exception's 1 with its traceback, a signal's minus its number."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    path = usual_path()
+
+    def fork(arg, out, new_session=True):
+        argv = [sys.executable, str(probe), arg]
+        variables = dict(env(), WARM_START_X="x")
+        return warm_start.fork(path, argv, variables, out.fileno(), out.fileno(), "/", new_session)
+
+    for arg, status in (("0", 0), ("3", 3), ("raise", 1)):
+        with open(tmp_path / f"{arg}.out", "w+") as out:
+            proc = fork(arg, out)
+            assert proc.wait(60) == status and proc.poll() == status
+            out.seek(0)
+            lines = out.read().splitlines()
+        seen = json.loads(lines[0])
+        assert seen["argv"] == [str(probe), arg] and seen["path0"] == str(tmp_path)
+        assert seen["cwd"] == "/" and seen["session"] == seen["pid"] == proc.pid
+        assert seen["x"] == "x" and seen["keras"] and seen["onednn"]
+        raised = (
+            lines[1:2] == ["Traceback (most recent call last):"]
+            and lines[-1] == "ValueError: probe"
+        )
+        assert raised == (arg == "raise") == (len(lines) > 1)
+    with open(tmp_path / "wait.out", "w+") as out:
+        proc = fork("wait", out, new_session=False)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "wait.out").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert proc.poll() is None and os.getsid(proc.pid) != proc.pid
+        try:
+            proc.wait(0.05)
+            raise AssertionError("it ended")
+        except subprocess.TimeoutExpired:
+            pass
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == -signal.SIGTERM
+
+
+def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
+    """Always cold: where the tests measure imports or coverage per process, PyTorch, a script
+    outside launch/. A new set of variables read at import: cold the first time, then warm from
+    a warm process of its own, at most MOST of them. TF_CONFIG (read when a strategy starts)
+    differing: the same warm process."""
+    started = []
+    monkeypatch.setattr(warm_start, "start_warm", lambda env: started.append(env) or len(started))
+    warm = warm_start.WarmProcesses()
+    for cold in ({"PYTHONPROFILEIMPORTTIME": "1"}, {"COVERAGE_PROCESS_START": "x"}):
+        assert [warm.path(CIFAR, {**env(), **cold}) for _ in "ab"] == [None, None]
+    assert [warm.path(CIFAR, dict(env(), KERAS_BACKEND="torch")) for _ in "ab"] == [None, None]
+    probe = [sys.executable, str(launchers.REPO / "tests" / "block_probe.py")]
+    assert [warm.path(probe, env()) for _ in "ab"] == [None, None]
+    assert started == [] and warm.counts == {"warm": 0, "cold": 8}
+    assert [warm.path(CIFAR, dict(env(), TF_CONFIG=str(i))) for i in range(3)] == [None, 1, 1]
+    assert started == [dict(env(), TF_CONFIG="1")]
+    for level in "0134":  # a warm process for each log level, to MOST in all
+        assert [warm.path(CIFAR, dict(env(), TF_CPP_MIN_LOG_LEVEL=level)) for _ in "ab"] == (
+            [None, None] if level == "4" else [None, len(started)]
+        )
+    assert len(started) == warm.MOST == 4 and warm.counts == {"warm": 5, "cold": 14}
+    assert warm_start.reads_at_import("XLA_FLAGS") and not warm_start.reads_at_import("PATH")
