@@ -20,13 +20,24 @@ REPO = Path(__file__).resolve().parents[1]
 WARM = warm_start.WarmProcesses()
 
 
-def start(argv: list, env: dict, stdout, stderr, cwd=None, new_session: bool = False):
+def start(
+    argv: list,
+    env: dict,
+    stdout,
+    stderr,
+    cwd=None,
+    new_session: bool = False,
+    unimportable: tuple = (),
+):
     """``argv`` started as ``subprocess.Popen(..., text=True)`` starts it, forked from a warm
-    process where it can be (tests/warm_start.py: TensorFlow and Keras imported once): the
+    process where it can be (tests/warm_start.py: TensorFlow or JAX imported once): the
     process, or an object that answers as one (pid, poll, wait, returncode, send_signal, kill;
-    ``stdout`` to read where it is ``subprocess.PIPE``). ``stderr`` a file or ``STDOUT``."""
-    path = WARM.path(argv, env)
+    ``stdout`` to read where it is ``subprocess.PIPE``). ``stderr`` a file or ``STDOUT``. Each
+    module of ``unimportable`` fails to import in it (``argv[1]`` run by ``python -c`` cold)."""
+    path = WARM.path(argv, env, cwd)
     if path is None:
+        if unimportable:
+            argv = [argv[0], "-c", without(argv[1], unimportable), *argv[2:]]
         return subprocess.Popen(
             argv,
             env=env,
@@ -48,14 +59,32 @@ def start(argv: list, env: dict, stdout, stderr, cwd=None, new_session: bool = F
                 streams[i] = streams[0]
             elif not isinstance(stream, int):
                 streams[i] = stream.fileno()
-        proc = warm_start.fork(path, argv, env, *streams, cwd, new_session)
+        proc = warm_start.fork(path, argv, env, *streams, cwd, new_session, unimportable)
     if read is not None:
         os.close(stdout)
         proc.stdout = open(read)
     return proc
 
 
-def run(script: str, *args, env=None, timeout: float = 300, cwd=None, log_level: str = "2"):
+def without(script: str, modules: tuple) -> str:
+    """``python -c`` code that runs ``script`` as ``python script`` would, in a process where
+    any import of ``modules`` fails."""
+    blocked = "; ".join(f'sys.modules["{name}"] = None' for name in modules)
+    return (
+        f'import runpy, sys; {blocked}; sys.argv[0] = "{script}"; '
+        f'runpy.run_path("{script}", run_name="__main__")'
+    )
+
+
+def run(
+    script: str,
+    *args,
+    env=None,
+    timeout: float = 300,
+    cwd=None,
+    log_level: str = "2",
+    unimportable: tuple = (),
+):
     """The finished `python REPO/script args...` (:func:`start`), its output captured as text;
     env's entries are added to this process's variables (a None value removes that variable)."""
     variables = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=log_level)
@@ -66,7 +95,7 @@ def run(script: str, *args, env=None, timeout: float = 300, cwd=None, log_level:
             variables[name] = value
     argv = [sys.executable, str(REPO / script), *map(str, args)]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = start(argv, variables, out, err, cwd=cwd)
+        proc = start(argv, variables, out, err, cwd=cwd, unimportable=unimportable)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -29,7 +29,7 @@ from launchers import REPO
 from PIL import Image
 from test_imagenet import TINY
 from test_launch_cifar import SMALL, cifar
-from test_tensorflow_free_backends import backend_env, without_tensorflow
+from test_tensorflow_free_backends import backend_env
 
 import resnet_noBN
 from ops.lease.collect import cut_weights
@@ -69,14 +69,7 @@ def split_images(data):
 def without_tensorflow_run(script: str, *args, env: dict) -> subprocess.CompletedProcess:
     """``python script args`` from the repository root, TensorFlow unimportable, ``env``'s
     backend."""
-    return subprocess.run(
-        [sys.executable, "-c", without_tensorflow(script), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    return launchers.run(script, *args, env=env, cwd=REPO, unimportable=("tensorflow",))
 
 
 @pytest.fixture(scope="module")

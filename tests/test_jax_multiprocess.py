@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
+import launchers  # noqa: E402
 from launchers import REPO  # noqa: E402
 from test_distributed import final_lines  # noqa: E402
 from test_tensorflow_free_backends import NO_TF, backend_env, final_json  # noqa: E402
@@ -87,13 +88,8 @@ def shown(out: str) -> str:
 
 
 def one_process(args, devices) -> dict:
-    run = subprocess.run(
-        [sys.executable, "-c", NO_TF, *args],
-        cwd=REPO,
-        env=env(devices),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = launchers.run(
+        "launch/cifar.py", *args, env=env(devices), cwd=REPO, unimportable=("tensorflow",)
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return final_json(run.stdout)

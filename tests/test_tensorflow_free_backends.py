@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import keras
+import launchers
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -35,10 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def without_tensorflow(script: str) -> str:
     """``python -c`` code that runs the repository's ``script`` (from the repository root) as
     ``python script`` would, in a process where any import of TensorFlow fails."""
-    return (
-        f'import runpy, sys; sys.modules["tensorflow"] = None; sys.argv[0] = "{script}"; '
-        f'runpy.run_path("{script}", run_name="__main__")'
-    )
+    return launchers.without(script, ("tensorflow",))
 
 
 NO_TF = without_tensorflow("launch/cifar.py")
@@ -186,13 +184,13 @@ def test_the_networks_count_alike_on_tensorflow_and_its_precision_is_read_back()
 
 def launch(args, backend: str = "jax", **kwargs):
     """launch/cifar.py with ``args`` on ``backend``, TensorFlow unimportable: the process."""
-    return subprocess.Popen(
-        [sys.executable, "-c", NO_TF, *args],
+    return launchers.start(
+        [sys.executable, "launch/cifar.py", *args],
+        backend_env(backend),
+        subprocess.PIPE,
+        subprocess.STDOUT,
         cwd=ROOT,
-        env=backend_env(backend),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        unimportable=("tensorflow",),
         **kwargs,
     )
 

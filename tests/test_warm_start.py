@@ -106,16 +106,16 @@ def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path
 
 
 def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
-    """Always cold: where the tests measure imports or coverage per process, PyTorch, a script
-    outside launch/. A new set of variables read at import: cold the first time, then warm from
-    a warm process of its own, at most MOST of them. TF_CONFIG (read when a strategy starts)
-    differing: the same warm process."""
+    """Always cold: where the tests measure imports or coverage per process, a Keras backend
+    the launchers do not take, a script outside launch/. A new set of variables read at import:
+    cold the first time, then warm from a warm process of its own, at most MOST of them.
+    TF_CONFIG (read when a strategy starts) differing: the same warm process."""
     started = []
     monkeypatch.setattr(warm_start, "start_warm", lambda env: started.append(env) or len(started))
     warm = warm_start.WarmProcesses()
     for cold in ({"PYTHONPROFILEIMPORTTIME": "1"}, {"COVERAGE_PROCESS_START": "x"}):
         assert [warm.path(CIFAR, {**env(), **cold}) for _ in "ab"] == [None, None]
-    assert [warm.path(CIFAR, dict(env(), KERAS_BACKEND="torch")) for _ in "ab"] == [None, None]
+    assert [warm.path(CIFAR, dict(env(), KERAS_BACKEND="numpy")) for _ in "ab"] == [None, None]
     probe = [sys.executable, str(launchers.REPO / "tests" / "block_probe.py")]
     assert [warm.path(probe, env()) for _ in "ab"] == [None, None]
     assert started == [] and warm.counts == {"warm": 0, "cold": 8}
@@ -127,3 +127,26 @@ def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
         )
     assert len(started) == warm.MOST == 4 and warm.counts == {"warm": 5, "cold": 14}
     assert warm_start.reads_at_import("XLA_FLAGS") and not warm_start.reads_at_import("PATH")
+
+
+def test_a_module_made_unimportable_fails_to_import_warm_and_cold(tmp_path, monkeypatch):
+    """``launchers.start(..., unimportable=("tensorflow",))``, as the TensorFlow-free backends'
+    tests launch: warm (the JAX warm process, which never imported it) and cold alike, an
+    import of TensorFlow fails. The probe stands in a folder taken for launch/."""
+    monkeypatch.setattr(warm_start, "LAUNCHERS", tmp_path)
+    script = tmp_path / "probe.py"
+    script.write_text("try:\n    import tensorflow\nexcept ImportError as e:\n    print(e)\n")
+    jax = dict(env(), KERAS_BACKEND="jax", JAX_WARM_START_PROBE="1")  # a set of its own
+    outputs = []
+    for cold in ("0", "1", "0"):  # cold first (a new set of variables), cold, then warm
+        monkeypatch.setenv("RESNET_NOBN_TESTS_COLD", cold)
+        proc = launchers.start(
+            [sys.executable, str(script)],
+            jax,
+            subprocess.PIPE,
+            subprocess.STDOUT,
+            unimportable=("tensorflow",),
+        )
+        outputs.append((proc.stdout.read(), proc.wait(60), type(proc).__name__))
+    blocked = "import of tensorflow halted; None in sys.modules\n"
+    assert outputs == [(blocked, 0, "Popen"), (blocked, 0, "Popen"), (blocked, 0, "WarmProcess")]

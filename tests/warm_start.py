@@ -1,15 +1,18 @@
 """Launches that start warm. A warm process imports what every launch on its Keras backend
-imports: TensorFlow or JAX, and matplotlib (about 4 s of CPU). Then it forks one child per
-launch of ``launch/*.py``. The child is the launch. It has its own pid, session, exit status,
-signals, standard streams, folder and environment, as a cold ``python launch/NAME.py`` has.
+imports: TensorFlow, JAX or PyTorch, and matplotlib (about 4 s of CPU for TensorFlow). Then it
+forks one child per launch of ``launch/*.py``. The child is the launch. It has its own pid,
+session, exit status, signals, standard streams, folder and environment, as a cold
+``python launch/NAME.py`` has.
 
-Only the imports are shared. TensorFlow imports Keras with it; JAX does not, and the JAX warm
-process leaves Keras to the launch. The TensorFlow warm process also lists the devices, once:
-TensorFlow's probe of CUDA writes an error line where there is none. A launcher that refuses its
-flags sees Keras loaded, and may list them too; the line would then stand before its own. So a
-warm launch never writes that line, where a cold one that trains does. Each set of variables read
-at import (:func:`reads_at_import`) has a warm process of its own. A launch starts cold where the
-tests measure a process itself (its imports, its coverage), on PyTorch, or outside ``launch/``.
+Only the imports are shared. TensorFlow imports Keras with it; JAX and PyTorch do not, and
+their warm processes leave Keras to the launch. The TensorFlow warm process also lists the
+devices, once: TensorFlow's probe of CUDA writes an error line where there is none. A launcher
+that refuses its flags sees Keras loaded, and may list them too; the line would then stand
+before its own. So a warm launch never writes that line, where a cold one that trains does.
+
+Each set of variables read at import (:func:`reads_at_import`) has a warm process of its own. A
+launch starts cold where the tests measure a process itself (its imports, its coverage), or
+outside ``launch/``.
 
 The fork is safe here. The warm process runs no TensorFlow or JAX op before it forks: no
 runtime, no thread pool (listing the devices starts neither). It runs no Python thread. Its
@@ -36,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "launch"
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")  # KERAS_BACKEND names, each the module it imports
 # the variables read at import: the prefixes and names below, Python's start-up among them (its
 # locale, its time zone, the temporary folder that ``tempfile`` finds once)
 IMPORT_PREFIXES = (
@@ -165,9 +168,12 @@ def become(request: dict) -> None:
     if decided is not None:
         os.environ[ONEDNN] = decided
     cpu.default_onednn = lambda: reason  # decided in the warm process, before TensorFlow loaded
+    for name in request["unimportable"]:
+        assert sys.modules.get(name) is None, f"the warm process imported {name}"
+        sys.modules[name] = None  # any import of it fails, as in a cold launch made so
     script = request["argv"][1]
     sys.argv = request["argv"][1:]
-    sys.path[0] = os.path.dirname(script)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
     import runpy
 
     runpy.run_path(script, run_name="__main__")
@@ -248,11 +254,11 @@ class WarmProcesses:
         self._lock = threading.Lock()
         self.counts = {"warm": 0, "cold": 0}
 
-    def path(self, argv: list, env: dict) -> str | None:
+    def path(self, argv: list, env: dict, cwd=None) -> str | None:
         """The socket of the warm process to fork ``argv`` (``[sys.executable, launch/NAME.py,
-        ...]``) from, with ``env``; None where it starts cold."""
+        ...]``, from ``cwd``) from, with ``env``; None where it starts cold."""
         found = None
-        if self.may_be_warm(argv, env):
+        if self.may_be_warm(argv, env, cwd):
             key = tuple(sorted(import_variables(env).items()))
             with self._lock:
                 found = self._started.get(key)
@@ -263,11 +269,11 @@ class WarmProcesses:
         return found
 
     @staticmethod
-    def may_be_warm(argv: list, env: dict) -> bool:
+    def may_be_warm(argv: list, env: dict, cwd=None) -> bool:
         """Whether ``argv`` is a launcher whose imports a warm process can hold for it: not
         where the tests measure imports (``PYTHONPROFILEIMPORTTIME``) or coverage per process,
-        not on PyTorch, not where they ask for every launch cold."""
-        script = Path(argv[1]).resolve() if len(argv) > 1 else None
+        not on a backend it does not know, not where they ask for every launch cold."""
+        script = Path(cwd or os.getcwd(), argv[1]).resolve() if len(argv) > 1 else None
         return (
             os.environ.get("RESNET_NOBN_TESTS_COLD") != "1"
             and not any(name in env for name in ALWAYS_COLD)
@@ -298,9 +304,19 @@ def start_warm(env: dict) -> str:
     return path
 
 
-def fork(path: str, argv: list, env: dict, stdout: int, stderr: int, cwd, new_session: bool):
+def fork(
+    path: str,
+    argv: list,
+    env: dict,
+    stdout: int,
+    stderr: int,
+    cwd,
+    new_session: bool,
+    unimportable: tuple = (),
+):
     """A :class:`WarmProcess`: ``argv`` forked from the warm process at ``path``, its standard
-    streams /dev/null and the file descriptors ``stdout`` and ``stderr``."""
+    streams /dev/null and the file descriptors ``stdout`` and ``stderr``, the modules named in
+    ``unimportable`` made so."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(path)
     request = {
@@ -308,6 +324,7 @@ def fork(path: str, argv: list, env: dict, stdout: int, stderr: int, cwd, new_se
         "env": dict(env),
         "cwd": str(cwd or os.getcwd()),
         "new_session": new_session,
+        "unimportable": list(unimportable),
     }
     with open(os.devnull) as stdin:
         connection.sendmsg(
