@@ -35,18 +35,26 @@ def start(
     ``stdout`` to read where it is ``subprocess.PIPE``). ``stderr`` a file or ``STDOUT``. Each
     module of ``unimportable`` fails to import in it (``argv[1]`` run by ``python -c`` cold)."""
     path = WARM.path(argv, env, cwd)
-    if path is None:
-        if unimportable:
-            argv = [argv[0], "-c", without(argv[1], unimportable), *argv[2:]]
-        return subprocess.Popen(
-            argv,
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=cwd,
-            start_new_session=new_session,
-            text=True,
-        )
+    if path is not None:
+        try:
+            return forked(path, argv, env, stdout, stderr, cwd, new_session, unimportable)
+        except warm_start.Gone:
+            pass  # ended since it was found (WarmProcesses.MOST): cold
+    if unimportable:
+        argv = [argv[0], "-c", without(argv[1], unimportable), *argv[2:]]
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        start_new_session=new_session,
+        text=True,
+    )
+
+
+def forked(path, argv, env, stdout, stderr, cwd, new_session, unimportable):
+    """:func:`start`'s warm launch: ``subprocess``'s stream arguments made file descriptors."""
     read = None
     with open(os.devnull, "w") as devnull:
         if stdout is subprocess.PIPE:
@@ -59,9 +67,16 @@ def start(
                 streams[i] = streams[0]
             elif not isinstance(stream, int):
                 streams[i] = stream.fileno()
-        proc = warm_start.fork(path, argv, env, *streams, cwd, new_session, unimportable)
+        try:
+            proc = warm_start.fork(path, argv, env, *streams, cwd, new_session, unimportable)
+        except warm_start.Gone:
+            if read is not None:
+                os.close(read)
+            raise
+        finally:
+            if read is not None:
+                os.close(stdout)
     if read is not None:
-        os.close(stdout)
         proc.stdout = open(read)
     return proc
 

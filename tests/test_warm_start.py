@@ -108,10 +108,26 @@ def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path
 def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
     """Always cold: where the tests measure imports or coverage per process, a Keras backend
     the launchers do not take, a script outside launch/. A new set of variables read at import:
-    cold the first time, then warm from a warm process of its own, at most MOST of them.
+    cold the first time, then warm from a warm process of its own; past MOST of them, the one
+    used longest ago ends.
     TF_CONFIG (read when a strategy starts) differing: the same warm process."""
-    started = []
-    monkeypatch.setattr(warm_start, "start_warm", lambda env: started.append(env) or len(started))
+    started, ended = [], []
+
+    class Started:
+        """A warm process as WarmProcesses holds it: ended by closing its standard input."""
+
+        def __init__(self, n):
+            self.stdin = self
+            self.n = n
+
+        def close(self):
+            ended.append(self.n)
+
+    def start_warm(env):
+        started.append(env)
+        return Started(len(started)), len(started)
+
+    monkeypatch.setattr(warm_start, "start_warm", start_warm)
     warm = warm_start.WarmProcesses()
     for cold in ({"PYTHONPROFILEIMPORTTIME": "1"}, {"COVERAGE_PROCESS_START": "x"}):
         assert [warm.path(CIFAR, {**env(), **cold}) for _ in "ab"] == [None, None]
@@ -121,11 +137,11 @@ def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
     assert started == [] and warm.counts == {"warm": 0, "cold": 8}
     assert [warm.path(CIFAR, dict(env(), TF_CONFIG=str(i))) for i in range(3)] == [None, 1, 1]
     assert started == [dict(env(), TF_CONFIG="1")]
-    for level in "0134":  # a warm process for each log level, to MOST in all
-        assert [warm.path(CIFAR, dict(env(), TF_CPP_MIN_LOG_LEVEL=level)) for _ in "ab"] == (
-            [None, None] if level == "4" else [None, len(started)]
-        )
-    assert len(started) == warm.MOST == 4 and warm.counts == {"warm": 5, "cold": 14}
+    for level in "0134":  # a warm process for each log level; the fifth ends the first
+        levels = [warm.path(CIFAR, dict(env(), TF_CPP_MIN_LOG_LEVEL=level)) for _ in "ab"]
+        assert levels == [None, len(started)] and ended == ([1] if level == "4" else [])
+    assert warm.path(CIFAR, dict(env(), TF_CPP_MIN_LOG_LEVEL="0")) == 2  # used: kept
+    assert warm.counts == {"warm": 7, "cold": 13} and warm.MOST == 4
     assert warm_start.reads_at_import("XLA_FLAGS") and not warm_start.reads_at_import("PATH")
 
 

@@ -104,10 +104,15 @@ def serve(path: str) -> dict | None:
     children: dict[int, socket.socket] = {}  # a child's pid: the connection that asked for it
     owner_gone = False
     while not owner_gone or children:
-        readable, _, _ = select.select([listener, sys.stdin], [], [], 0.01)
-        if sys.stdin in readable and not sys.stdin.buffer.read1(1):
-            owner_gone = True  # its pipe closed: serve no more, reap what runs
-            readable = [r for r in readable if r is not sys.stdin]
+        watched = [sys.stdin] if owner_gone else [listener, sys.stdin]
+        readable, _, _ = select.select(watched, [], [], 0.01)
+        readable = [r for r in readable if r is not sys.stdin or not owner_gone]
+        if sys.stdin in readable and not sys.stdin.buffer.read1(1) and not owner_gone:
+            owner_gone = True  # its pipe closed: serve no more (a launch then starts cold)
+            listener.close()
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))
+            continue
         if listener in readable and not owner_gone:
             connection, _ = listener.accept()
             request, fds = receive(connection)
@@ -134,9 +139,6 @@ def serve(path: str) -> dict | None:
             except OSError:
                 pass  # its asker gone
             connection.close()
-    listener.close()
-    os.unlink(path)
-    os.rmdir(os.path.dirname(path))
     return None
 
 
@@ -180,6 +182,10 @@ def become(request: dict) -> None:
 
 
 # --------------------------------------------------------------------- the pytest worker's side
+class Gone(Exception):
+    """The warm process ended before it forked the launch: start it cold."""
+
+
 class WarmProcess:
     """A warm launch, as ``subprocess.Popen`` shows a process: ``pid``, ``poll``, ``wait``,
     ``returncode`` (minus the signal that ended it), ``communicate``, ``send_signal``, ``kill``,
@@ -202,7 +208,7 @@ class WarmProcess:
             except (TimeoutError, BlockingIOError):
                 return None
             if not chunk:
-                raise RuntimeError(f"the warm process ended during {self.args}")
+                raise Gone(f"the warm process ended during {self.args}")
             self._reply += chunk
         line, self._reply = self._reply.split(b"\n", 1)
         return line.decode()
@@ -242,14 +248,15 @@ class WarmProcess:
 
 class WarmProcesses:
     """This pytest worker's warm processes, one for each set of variables read at import (the
-    Keras backend among them): each started at the second launch that needs it (the first
-    starts cold, so a set used once costs nothing more), at most :attr:`MOST`, all ended with
-    the worker. ``RESNET_NOBN_TESTS_COLD=1`` in the tests' environment starts every launch cold."""
+    Keras backend among them). Each starts at the second launch that needs it: the first
+    starts cold, so a set used once costs nothing more. At most :attr:`MOST` run; a new one
+    ends the one used longest ago. All end with the worker. ``RESNET_NOBN_TESTS_COLD=1`` in the
+    tests' environment starts every launch cold."""
 
-    MOST = 4
+    MOST = 4  # a TensorFlow one holds about 0.7 GB, shared with its children
 
     def __init__(self):
-        self._started: dict[tuple, str] = {}
+        self._started: dict[tuple, tuple[subprocess.Popen, str]] = {}  # by last use, oldest first
         self._seen: set[tuple] = set()
         self._lock = threading.Lock()
         self.counts = {"warm": 0, "cold": 0}
@@ -261,10 +268,15 @@ class WarmProcesses:
         if self.may_be_warm(argv, env, cwd):
             key = tuple(sorted(import_variables(env).items()))
             with self._lock:
-                found = self._started.get(key)
-                if found is None and key in self._seen and len(self._started) < self.MOST:
-                    found = self._started[key] = start_warm(env)
+                if key in self._started:
+                    self._started[key] = self._started.pop(key)  # the newest used
+                elif key in self._seen:
+                    if len(self._started) == self.MOST:
+                        oldest = next(iter(self._started))
+                        self._started.pop(oldest)[0].stdin.close()  # it ends (serve)
+                    self._started[key] = start_warm(env)
                 self._seen.add(key)
+                found = self._started.get(key, (None, None))[1]
         self.counts["cold" if found is None else "warm"] += 1
         return found
 
@@ -284,9 +296,9 @@ class WarmProcesses:
         )
 
 
-def start_warm(env: dict) -> str:
-    """A warm process started with ``env``, ready: the path of its socket. It ends once the
-    process that started it has (its standard input closed) and its children have."""
+def start_warm(env: dict) -> tuple[subprocess.Popen, str]:
+    """A warm process started with ``env``, ready, and the path of its socket. It ends once its
+    standard input is closed (by its owner, or as its owner ends) and its children have."""
     path = os.path.join(tempfile.mkdtemp(prefix="resnet_noBN-warm-"), "socket")
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
@@ -301,7 +313,7 @@ def start_warm(env: dict) -> str:
         log.seek(0)
         raise RuntimeError(f"the warm process failed: {log.read().decode()[-3000:]}")
     STARTED.append(proc)
-    return path
+    return proc, path
 
 
 def fork(
@@ -318,7 +330,11 @@ def fork(
     streams /dev/null and the file descriptors ``stdout`` and ``stderr``, the modules named in
     ``unimportable`` made so."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(path)
+    try:
+        connection.connect(path)
+    except OSError as e:  # it was ended since (WarmProcesses.MOST)
+        connection.close()
+        raise Gone(path) from e
     request = {
         "argv": [str(a) for a in argv],
         "env": dict(env),
