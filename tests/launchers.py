@@ -30,7 +30,7 @@ def start(
     unimportable: tuple = (),
 ):
     """``argv`` started as ``subprocess.Popen(..., text=True)`` starts it, forked from a warm
-    process where it can be (tests/warm_start.py: TensorFlow or JAX imported once): the
+    process where it can be (tests/warm_start.py: the backend's library imported once): the
     process, or an object that answers as one (pid, poll, wait, returncode, send_signal, kill;
     ``stdout`` to read where it is ``subprocess.PIPE``). ``stderr`` a file or ``STDOUT``. Each
     module of ``unimportable`` fails to import in it (``argv[1]`` run by ``python -c`` cold)."""

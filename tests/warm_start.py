@@ -104,16 +104,17 @@ def serve(path: str) -> dict | None:
     children: dict[int, socket.socket] = {}  # a child's pid: the connection that asked for it
     owner_gone = False
     while not owner_gone or children:
-        watched = [sys.stdin] if owner_gone else [listener, sys.stdin]
+        # once its owner has gone, only its children are waited for (stdin at its end would be
+        # readable at every call, a loop that spins)
+        watched = [] if owner_gone else [listener, sys.stdin]
         readable, _, _ = select.select(watched, [], [], 0.01)
-        readable = [r for r in readable if r is not sys.stdin or not owner_gone]
-        if sys.stdin in readable and not sys.stdin.buffer.read1(1) and not owner_gone:
+        if sys.stdin in readable and not sys.stdin.buffer.read1(1):
             owner_gone = True  # its pipe closed: serve no more (a launch then starts cold)
             listener.close()
             os.unlink(path)
             os.rmdir(os.path.dirname(path))
             continue
-        if listener in readable and not owner_gone:
+        if listener in readable:
             connection, _ = listener.accept()
             request, fds = receive(connection)
             sys.stdout.flush()
