@@ -36,7 +36,7 @@ from ops.lease.collect import cut_weights
 from resnet_noBN.configs.errors import CheckpointError, InputError, StorageError
 from resnet_noBN.datasets import cifar_data, imagenet_input, stream
 from resnet_noBN.models.networks import build_cifar_model
-from resnet_noBN.runs import run_config, setup
+from resnet_noBN.runs import record, run_config, setup
 from resnet_noBN.trained import model_file, model_paths, run_folder
 from resnet_noBN.trainers.answers import final_predictions
 from resnet_noBN.trainers.loop import weights_digest
@@ -620,6 +620,82 @@ def test_a_saved_model_written_here_serves_uint8_images_and_replaces_the_folder_
     with pytest.raises(InputError) as refused:
         resnet_noBN.load(str(broken))
     one_line(refused, f"--model {broken} cannot be loaded (")
+
+
+def test_load_reads_a_run_folders_latest_weights(tmp_path):
+    """``resnet_noBN.load`` of a run folder (its config.json, two weights files as a GPU lease
+    brings them back, no trainer): the served model of the run with the weights of its latest
+    step, every array as written."""
+    run = run_config.build("cifar10_paper", "small", "cifar")
+    folder = tmp_path / "run"
+    record.record_config(str(folder), run_config.checked_record(run, str(folder), "tensorflow", 0))
+    digests = {}
+    for step, seed in ((3, 1), (5, 2)):
+        keras.utils.set_random_seed(seed)
+        network = setup.build_model(run)()
+        arrays = {f"model/{v.path}": keras.ops.convert_to_numpy(v) for v in network.weights}
+        np.savez(folder / f"weights-{step}.npz", step=step, **arrays)
+        digests[step] = weights_digest(network.weights)
+    assert digests[3] != digests[5]
+    loaded = resnet_noBN.load(str(folder))
+    assert isinstance(loaded, keras.Model) and loaded.input_shape == (None, 32, 32, 3)
+    assert weights_digest(loaded.weights) == digests[5]
+
+
+def test_a_write_that_cannot_remove_its_partial_is_one_line_and_says_the_first_failure(
+    tmp_path, monkeypatch, one_line
+):
+    """A partial folder a cut-short write left that cannot be removed (``shutil.rmtree`` made to
+    fail): the write is refused in one line naming the reason, the file there before kept. A
+    SavedModel whose export fails (a full disk) and whose partial then cannot be removed either:
+    the line names the full disk, the first failure."""
+    served = model_file.served_model(run_config.build("cifar10_paper", "small", "cifar"))
+    out = tmp_path / "serving"
+    out.mkdir()
+    (out / "saved_model.pb").write_text("before")
+    (tmp_path / "serving.partial").mkdir()
+
+    def refused_rmtree(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(shutil, "rmtree", refused_rmtree)
+    with pytest.raises(StorageError) as refused:
+        model_file.write(served, str(out), "tf_saved_model", {"step": 1})
+    one_line(refused, f"cannot write {out} (Permission denied): free space there or name")
+    assert (out / "saved_model.pb").read_text() == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "serving.partial"]
+
+    monkeypatch.undo()
+    shutil.rmtree(tmp_path / "serving.partial")
+
+    def full_disk(self, path, *args, **kwargs):
+        (tmp_path / "serving.partial" / "variables").mkdir(parents=True)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "rmtree", refused_rmtree)
+    monkeypatch.setattr(type(served), "export", full_disk)
+    with pytest.raises(StorageError) as refused:
+        model_file.write(served, str(out), "tf_saved_model", {"step": 1})
+    one_line(refused, f"cannot write {out} (No space left on device): free space there or name")
+    assert (out / "saved_model.pb").read_text() == "before"
+
+
+def test_a_file_keras_cannot_load_is_one_line_with_keras_first_line(
+    tmp_path, monkeypatch, one_line
+):
+    """Keras' own refusal of a Keras file, its first line in the one line said."""
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in model_paths.KERAS_MEMBERS:
+            archive.writestr(name, "{}")
+
+    def refuse(*args, **kwargs):
+        raise ValueError("no layer named conv9\nthe layers it has: ...")
+
+    monkeypatch.setattr(keras.saving, "load_model", refuse)
+    with pytest.raises(InputError) as refused:
+        resnet_noBN.load(str(path))
+    assert str(refused.value) == f"--model {path} cannot be loaded (no layer named conv9)"
 
 
 TINY_NETWORK = {  # test_imagenet's TINY: the ImageNet network, 1 block a stage, 32x32 crops

@@ -21,6 +21,7 @@ no runtime started. Beside the file goes a short JSON record (:func:`export_run`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -71,7 +72,7 @@ def served_model(run: RunConfig) -> keras.Model:
     model = build()
     for layer in model.layers:
         for name, value in list(vars(layer).items()):
-            if name.endswith("_initializer") and isinstance(value, keras.initializers.Initializer):
+            if isinstance(value, keras.initializers.Initializer):
                 setattr(layer, name, keras.initializers.Zeros())
     return model
 
@@ -210,23 +211,24 @@ def about(model: keras.Model) -> dict:
 def write(model: keras.Model, output: str, format: str, record: dict) -> None:
     """``model`` to ``output`` (``Model.save``, or ``Model.export`` with a serving signature from
     uint8 images to logits), then ``record`` beside it, each under a temporary name first and
-    then renamed: a write that fails (a full disk) leaves what was there, and StorageError (one
-    line)."""
+    then renamed: a write that fails (a full disk, a partial file left that cannot be removed)
+    leaves what was there, and StorageError (one line, the first failure's reason)."""
     output = os.path.normpath(output)
     partial = output + PARTIAL + (model_paths.KERAS_SUFFIX if format == "keras" else "")
-    remove(partial)  # left by a write cut short
     try:
+        remove(partial)  # left by a write cut short
         if format == "keras":
             model.save(partial)
         else:
             spec = keras.InputSpec(shape=(None, *model.input_shape[1:]), dtype="uint8")
             model.export(partial, format="tf_saved_model", input_signature=[spec], verbose=False)
-            shutil.rmtree(output, ignore_errors=True)
+            remove(output)
         os.replace(partial, output)
         text = json.dumps(record, indent=2) + "\n"
         storage.atomic_write(model_paths.record_path(output), lambda f: f.write(text.encode()))
     except OSError as e:
-        remove(partial)
+        with contextlib.suppress(OSError):  # the failure said is the first one
+            remove(partial)
         raise StorageError(
             f"cannot write {output} ({storage.reason(e)}): free space there or name another "
             "--output"
@@ -234,30 +236,30 @@ def write(model: keras.Model, output: str, format: str, record: dict) -> None:
 
 
 def remove(path: str) -> None:
-    """``path`` removed, a file or a folder, where it is."""
+    """``path`` removed, a file or a folder, where it is; OSError where it cannot be."""
     if os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path)
     elif os.path.lexists(path):
         os.remove(path)
 
 
-def load(path: str, flag: str = "--model") -> keras.Model:
+def load(path: str) -> keras.Model:
     """The model in ``path``, on the Keras backend in use: a ``.keras`` file
     (``keras.saving.load_model``), or a run folder (its latest weights, :func:`restored`).
-    InputError (one line, ``flag`` naming the path) for anything else."""
+    InputError (one line, naming the path as ``--model``) for anything else."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG_FILE)):
         return restored(run_folder.kept_weights(path))[0]
-    model_paths.check_keras_file(path, flag)
-    return read_keras_file(path, flag)
+    model_paths.check_keras_file(path)
+    return read_keras_file(path)
 
 
-def read_keras_file(path: str, flag: str = "--model") -> keras.Model:
+def read_keras_file(path: str) -> keras.Model:
     """The model of the Keras file ``path`` (``model_paths.check_keras_file`` checked it);
     InputError (one line) where Keras cannot load it."""
     try:
         return keras.saving.load_model(path)
     except (OSError, ValueError, TypeError, KeyError) as e:
-        raise InputError(f"{flag} {path} cannot be loaded ({first_line(e)})") from None
+        raise InputError(f"--model {path} cannot be loaded ({first_line(e)})") from None
 
 
 class _Evaluated(TrainLoop):

@@ -54,15 +54,15 @@ def check_output(output: str, format: str) -> None:
         )
 
 
-def check_keras_file(path: str, flag: str = "--model") -> None:
-    """InputError (one line, ``flag`` naming the file) unless ``path`` is a Keras file."""
+def check_keras_file(path: str) -> None:
+    """InputError (one line, naming the file as ``--model``) unless ``path`` is a Keras file."""
     if os.path.isdir(path):
         raise InputError(
-            f"{flag} {path} is a folder, not a Keras file (a SavedModel opens with "
+            f"--model {path} is a folder, not a Keras file (a SavedModel opens with "
             "tf.saved_model.load); give a .keras file of launch/export.py"
         )
     if not os.path.isfile(path):
-        raise InputError(f"{flag} {path} does not exist; give a .keras file of launch/export.py")
+        raise InputError(f"--model {path} does not exist; give a .keras file of launch/export.py")
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
@@ -70,7 +70,7 @@ def check_keras_file(path: str, flag: str = "--model") -> None:
         names = set()
     if not set(KERAS_MEMBERS) <= names:
         raise InputError(
-            f"{flag} {path} is not a Keras file (a zip holding {' and '.join(KERAS_MEMBERS)}, "
+            f"--model {path} is not a Keras file (a zip holding {' and '.join(KERAS_MEMBERS)}, "
             "as Model.save writes); give a .keras file of launch/export.py"
         )
 
