@@ -1,6 +1,7 @@
 """Test-session set-up shared by every test module."""
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -203,15 +204,19 @@ class _LaunchCounts:
     (tests/warm_start.py), summed over the xdist workers and printed at the end."""
 
     def __init__(self):
-        self.counts = {"warm": 0, "cold": 0}
+        self.counts = {"warm": 0, "cold": 0, "by launchers": 0}
 
     def pytest_sessionfinish(self, session):
         import launchers
+        import warm_start
 
+        counts = {**launchers.WARM.counts, "by launchers": warm_start.forked_by_launchers()}
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(warm_start.COUNTS)
         if hasattr(session.config, "workeroutput"):
-            session.config.workeroutput["launches"] = dict(launchers.WARM.counts)
+            session.config.workeroutput["launches"] = counts
         else:
-            for kind, n in launchers.WARM.counts.items():
+            for kind, n in counts.items():
                 self.counts[kind] += n
 
     @pytest.hookimpl(optionalhook=True)
@@ -220,10 +225,11 @@ class _LaunchCounts:
             self.counts[kind] += n
 
     def pytest_terminal_summary(self, terminalreporter):
-        warm, cold = self.counts["warm"], self.counts["cold"]
+        warm, cold, theirs = (self.counts[k] for k in ("warm", "cold", "by launchers"))
         if warm or cold:
             terminalreporter.write_line(
-                f"launchers started by the tests: {warm} warm, {cold} cold (tests/warm_start.py)"
+                f"launchers started by the tests: {warm} warm, {cold} cold; by those "
+                f"launchers, {theirs} warm (tests/warm_start.py)"
             )
 
 

@@ -109,8 +109,14 @@ def run(
         else:
             variables[name] = value
     argv = [sys.executable, str(REPO / script), *map(str, args)]
+    return finished(argv, variables, timeout, cwd, unimportable)
+
+
+def finished(argv: list, env: dict, timeout: float = 300, cwd=None, unimportable: tuple = ()):
+    """``subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)``, the
+    process started by :func:`start`."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = start(argv, variables, out, err, cwd=cwd, unimportable=unimportable)
+        proc = start(argv, env, out, err, cwd=cwd, unimportable=unimportable)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:

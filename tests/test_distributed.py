@@ -51,27 +51,15 @@ def cluster_command(cluster_args, launcher_args) -> list[str]:
     ]
 
 
-def local_cluster(tmp_path, cluster_args, launcher_args, **kwargs):
-    """The finished job."""
-    return subprocess.run(
-        cluster_command(cluster_args, launcher_args),
-        capture_output=True,
-        text=True,
-        env=job_env(tmp_path),
-        timeout=300,
-        **kwargs,
-    )
+def local_cluster(tmp_path, cluster_args, launcher_args):
+    """The finished job (started warm where it can be: launchers.start)."""
+    return launchers.finished(cluster_command(cluster_args, launcher_args), job_env(tmp_path))
 
 
 def start_local_cluster(tmp_path, cluster_args, launcher_args):
     """The running job, its output (stderr included) to read line by line."""
-    return subprocess.Popen(
-        cluster_command(cluster_args, launcher_args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=job_env(tmp_path),
-    )
+    command = cluster_command(cluster_args, launcher_args)
+    return launchers.start(command, job_env(tmp_path), subprocess.PIPE, subprocess.STDOUT)
 
 
 def final_lines(stdout: str) -> dict[str, dict]:

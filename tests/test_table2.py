@@ -13,6 +13,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import launchers
@@ -103,12 +104,12 @@ def tiny_table(cifar_slices, tmp_path_factory):
     dry = table2(cifar_slices, out, "--dry_run")
     written_by_dry_run = out.exists()
     args = (*data_flags(cifar_slices), "--seeds=2", f"--output_dir={out}", TINY)
-    first = subprocess.Popen(
+    errors = tempfile.TemporaryFile("w+")
+    first = launchers.start(
         [sys.executable, str(launchers.REPO / "launch" / "table2.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        subprocess.PIPE,
+        errors,
     )
     train_log = out / "runs" / "cifar100_paper-seed0" / "train.jsonl"
     deadline = time.monotonic() + 300
@@ -116,7 +117,10 @@ def tiny_table(cifar_slices, tmp_path_factory):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.1)
     first.send_signal(signal.SIGTERM)
-    first_out, first_err = first.communicate(timeout=300)
+    first_out, _ = first.communicate(timeout=300)
+    errors.seek(0)
+    first_err = errors.read()
+    errors.close()
     stopped = {
         "returncode": first.returncode,
         "stdout": first_out,

@@ -166,3 +166,44 @@ def test_a_module_made_unimportable_fails_to_import_warm_and_cold(tmp_path, monk
         outputs.append((proc.stdout.read(), proc.wait(60), type(proc).__name__))
     blocked = "import of tensorflow halted; None in sys.modules\n"
     assert outputs == [(blocked, 0, "Popen"), (blocked, 0, "Popen"), (blocked, 0, "WarmProcess")]
+
+
+SPAWNER = """
+import json, os, subprocess, sys
+from resnet_noBN.studies import arm_runs
+launch = [sys.executable, sys.argv[1], "--x"]
+found = []
+for env in (None, dict(os.environ, KERAS_BACKEND="jax")):  # the launcher's imports; others
+    proc = subprocess.Popen(
+        launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        preexec_fn=arm_runs.ending_with_this_process(),
+    )
+    with open(f"/proc/{proc.pid}/stat") as f:  # not yet waited for: its parent's
+        parent = int(f.read().rsplit(") ", 1)[1].split()[1])
+    out, _ = proc.communicate()
+    found.append({"parent": parent, "status": proc.returncode, "out": out})
+print(json.dumps({"pid": os.getpid(), "launches": found}))
+"""
+
+
+def test_a_launch_a_launcher_starts_is_forked_warm_as_its_own_child(tmp_path):
+    """A launcher that starts launches of its own (as launch/table2.py, study.py and
+    local_cluster.py do) forked warm: the launch it starts with its own imports is forked warm
+    too, and is its own child, with the output and status of a cold one; one with other
+    imports (another Keras backend) starts cold."""
+    spawner = tmp_path / "spawner.py"
+    spawner.write_text(SPAWNER)
+    argv = [sys.executable, str(spawner), CIFAR[1]]
+    before = warm_start.forked_by_launchers()
+    with open(tmp_path / "out", "w+") as out:
+        proc = warm_start.fork(
+            usual_path(), argv, env(), out.fileno(), out.fileno(), "/", True, spawner=True
+        )
+        assert proc.wait(120) == 0
+        out.seek(0)
+        seen = json.loads(out.read().splitlines()[-1])
+    assert warm_start.forked_by_launchers() == before + 1
+    cold = subprocess.run([*CIFAR, "--x"], capture_output=True, text=True, env=env())
+    for launch in seen["launches"]:
+        assert launch["parent"] == seen["pid"] == proc.pid
+        assert (launch["status"], launch["out"]) == (2, cold.stdout + cold.stderr)

@@ -20,12 +20,25 @@ children start every runtime themselves.
 The entry points' first call, ``host.cpu.default_onednn``, runs in the warm process before
 TensorFlow loads, as in a cold launch; the child keeps that decision and its reason.
 
+A launcher that starts launches of its own (:data:`SPAWNERS`: Table 2's runs, a study's, a
+local cluster's tasks) gets them warm too (:class:`Zygote`). Before the launcher runs, a copy
+of it is forked as it stands then, still warm and clean. Each ``subprocess.Popen`` of
+``[sys.executable, launch/NAME.py, ...]`` the launcher makes is forked from that copy, through
+a middle process that ends at once. So the launch becomes the launcher's own child, as
+``Popen`` made it: the launcher is its "child subreaper" (Linux). It waits for it, signals it
+and reads its pipes as any child's. A launch whose variables read at import differ from the
+launcher's, or that ``Popen`` would start otherwise (a shell, other user ids, descriptors
+passed), starts cold.
+
 Run as ``python tests/warm_start.py SOCKET``. It serves that Unix socket until its owner (the
 pytest worker) ends, then waits for its children.
 """
 
 import array
+import ctypes
 import importlib
+import inspect
+import io
 import json
 import os
 import select
@@ -35,13 +48,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "launch"
 BACKENDS = ("tensorflow", "jax", "torch")  # KERAS_BACKEND names, each the module it imports
 # the variables read at import: the prefixes and names below, Python's start-up among them (its
-# locale, its time zone, the temporary folder that ``tempfile`` finds once)
+# locale, its time zone). The temporary folder (TMPDIR, TEMP, TMP) is not: ``tempfile`` finds it
+# once, and a forked launch has it find it again (become)
 IMPORT_PREFIXES = (
     "PYTHON",
     "KERAS_",
@@ -62,15 +77,23 @@ IMPORT_NAMES = (
     "LANG",
     "LANGUAGE",
     "TZ",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
 )
 RUNTIME_ONLY = ("TF_CONFIG",)  # read when a strategy starts, not at import
 # where the tests measure each process itself: what it imports, the lines it runs
 ALWAYS_COLD = ("PYTHONPROFILEIMPORTTIME", "COVERAGE_PROCESS_START")
 STARTED: list[subprocess.Popen] = []  # the warm processes, kept while this process lives
+# a byte for each launch a launcher of this pytest worker started warm (Zygote)
+COUNTS = os.path.join(tempfile.gettempdir(), f"resnet_noBN-warm-forks-{os.getpid()}")
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+# the launchers that start launches of their own: Table 2's runs, a study's, a cluster's tasks
+SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
+# read at start-up, as the standard streams are made: a fork makes them again (_streams)
+UNBUFFERED = "PYTHONUNBUFFERED"
+PR_SET_CHILD_SUBREAPER = 36
+# Popen._execute_child's descriptors that its parent closes once the child has them
+PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
+PR_SET_PDEATHSIG = 1
+CLONE_NEWNET = 0x40000000
 
 
 def reads_at_import(name: str) -> bool:
@@ -81,7 +104,16 @@ def reads_at_import(name: str) -> bool:
 
 
 def import_variables(env: dict) -> dict:
-    return {k: v for k, v in env.items() if reads_at_import(k)}
+    """The variables of ``env`` read at import, ``KERAS_BACKEND`` given where it is not: a
+    launch without it imports TensorFlow, as one with it set to ``tensorflow``."""
+    found = {k: v for k, v in env.items() if reads_at_import(k)}
+    return {"KERAS_BACKEND": "tensorflow", **found}
+
+
+def fork_key(env: dict) -> dict:
+    """The variables read at import that a forked launch must share with its warm process:
+    all but :data:`UNBUFFERED`, whose streams the launch makes again."""
+    return {k: v for k, v in import_variables(env).items() if k != UNBUFFERED}
 
 
 # ------------------------------------------------------------------------- the warm process
@@ -145,19 +177,29 @@ def serve(path: str) -> dict | None:
 
 def receive(connection: socket.socket) -> tuple[dict, list[int]]:
     """A request: its JSON (argv, env, cwd, new_session) and its three standard streams' fds."""
+    data, fds = _received(connection)
+    return json.loads(data), fds
+
+
+def _received(connection: socket.socket) -> tuple[bytes, list[int]]:
+    """A request's bytes (none: its sender has ended) and the descriptors sent with them (the
+    three standard streams; a network namespace's after them)."""
     fds = array.array("i")
-    data, ancillary, _, _ = connection.recvmsg(1 << 20, socket.CMSG_SPACE(3 * fds.itemsize))
+    data, ancillary, _, _ = connection.recvmsg(1 << 20, socket.CMSG_SPACE(4 * fds.itemsize))
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    return json.loads(data), list(fds)
+    return data, list(fds)
 
 
 def become(request: dict) -> None:
     """The forked child made the launch it was asked for: its session, streams, folder,
-    environment, arguments, then the launcher run as ``__main__``. Python's own exit follows."""
+    environment, arguments, then the launcher run as ``__main__``. Python's own exit follows.
+    A launcher of :data:`SPAWNERS` first forks its :class:`Zygote`."""
     if request["new_session"]:
         os.setsid()
+    elif request.get("process_group", -1) >= 0:
+        os.setpgid(0, request["process_group"])
     for target, fd in enumerate(request["fds"]):
         os.dup2(fd, target)
         os.close(fd)
@@ -166,20 +208,220 @@ def become(request: dict) -> None:
 
     decided = os.environ.get(ONEDNN)
     reason = cpu.ONEDNN_REASON
+    unbuffered = bool(os.environ.get(UNBUFFERED))
     os.environ.clear()
     os.environ.update(request["env"])
     if decided is not None:
         os.environ[ONEDNN] = decided
+    tempfile.tempdir = None  # found again, from this launch's TMPDIR
+    if bool(os.environ.get(UNBUFFERED)) != unbuffered:
+        _streams(not unbuffered)
     cpu.default_onednn = lambda: reason  # decided in the warm process, before TensorFlow loaded
+    if request.get("dies_with"):
+        _dies_with(*request["dies_with"])
+    script = request["argv"][1]
+    if request.get("counts") and (request.get("spawner") or os.path.basename(script) in SPAWNERS):
+        asked = Zygote.fork(request)
+        if asked is not None:  # a launch the launcher started, forked from the zygote
+            become(asked)
+            return
     for name in request["unimportable"]:
         assert sys.modules.get(name) is None, f"the warm process imported {name}"
         sys.modules[name] = None  # any import of it fails, as in a cold launch made so
-    script = request["argv"][1]
     sys.argv = request["argv"][1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     import runpy
 
     runpy.run_path(script, run_name="__main__")
+
+
+def _streams(unbuffered: bool) -> None:
+    """``sys.stdout`` and ``sys.stderr`` made again, as Python makes them at start-up with
+    :data:`UNBUFFERED` set or not: text written through at once, or buffered."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        old.flush()
+        raw = io.FileIO(fd, "w", closefd=False)
+        stream = io.TextIOWrapper(
+            raw if unbuffered else io.BufferedWriter(raw),
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=name == "stderr" and not unbuffered,
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+
+
+def namespaces() -> dict:
+    """This process's Linux namespaces, each by its name and inode."""
+    folder = "/proc/self/ns"
+    return {name: os.readlink(os.path.join(folder, name)) for name in sorted(os.listdir(folder))}
+
+
+def _dies_with(parent: int, signum: int) -> None:
+    """``arm_runs.ending_with_this_process``'s ``preexec_fn``, here: ``signum`` once
+    ``parent`` ends, set once the middle process has ended and this one is ``parent``'s."""
+    for _ in range(10_000):
+        if os.getppid() == parent:
+            break
+        time.sleep(0.0005)
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+
+
+class Zygote:
+    """In a launcher of :data:`SPAWNERS`: its copy forked before it runs, warm and clean, from
+    which the launches it starts are forked (``subprocess.Popen._execute_child`` patched in the
+    launcher). The launcher is made a child subreaper, so each launch, forked through a middle
+    process that ends at once, becomes the launcher's child. The zygote ignores the signals a
+    Ctrl-C or a stop sends the launcher's group, and ends with the launcher."""
+
+    _socket: socket.socket | None = None
+    _lock = threading.Lock()
+    _key: dict = {}
+    _counts = ""
+    _namespaces: dict = {}
+
+    @classmethod
+    def fork(cls, request: dict) -> dict | None:
+        """Forks the zygote and patches ``Popen`` in the launcher (None returned there). In a
+        launch forked from the zygote, returns its request."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ours, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.fork() == 0:
+            ours.close()
+            return cls._serve(its, request["counts"])
+        its.close()
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
+        cls._socket, cls._key, cls._counts = ours, fork_key(os.environ), request["counts"]
+        cls._namespaces = namespaces()
+        cold = subprocess.Popen._execute_child
+
+        def execute_child(popen, *args):
+            given = inspect.signature(cold).bind(popen, *args).arguments
+            asked = cls._request(**{k: v for k, v in given.items() if k != "self"})
+            pid = cls._forked(asked) if asked is not None else None
+            if pid is None:
+                return cold(popen, *args)
+            popen.pid, popen._child_created = pid, True
+            popen._close_pipe_fds(*(given[k] for k in PIPE_FDS))
+            return None
+
+        subprocess.Popen._execute_child = execute_child
+        return None
+
+    @classmethod
+    def _request(cls, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, shell, **rest):
+        """The zygote's request for ``Popen._execute_child``'s arguments, with the three
+        standard streams' descriptors; None where the launch starts cold."""
+        if isinstance(args, (str, bytes, os.PathLike)) or len(args) < 2:
+            return None
+        argv = [os.fsdecode(a) for a in args]
+        variables = dict(os.environ if env is None else env)
+        folder = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+        script = Path(folder, argv[1]).resolve()
+        dies_with = None
+        if preexec_fn is not None:
+            if getattr(getattr(preexec_fn, "func", None), "__name__", "") != "_stop_with":
+                return None
+            parent, _, signum = preexec_fn.args  # arm_runs.ending_with_this_process
+            dies_with = [parent, int(signum)]
+        moved = {name for name, ns in namespaces().items() if cls._namespaces.get(name) != ns}
+        if (
+            shell
+            or moved - {"net"}  # local_cluster.py's network namespace: joined (_serve)
+            or not close_fds
+            or executable is not None
+            or pass_fds
+            or (rest["gid"], rest["gids"], rest["uid"]) != (None, None, None)
+            or rest["umask"] >= 0
+            or argv[0] != sys.executable
+            or script.parent != LAUNCHERS
+            or fork_key(variables) != cls._key
+            or any(name in variables for name in ALWAYS_COLD)
+        ):
+            return None
+        streams = [rest[k] for k in ("p2cread", "c2pwrite", "errwrite")]
+        return {
+            "argv": argv,
+            "env": variables,
+            "cwd": folder,
+            "new_session": bool(rest["start_new_session"]),
+            "process_group": rest["process_group"],
+            "unimportable": [],
+            "dies_with": dies_with,
+            "counts": cls._counts,
+            "fds": [fd if fd != -1 else i for i, fd in enumerate(streams)]  # -1: inherited
+            + ([os.open("/proc/self/ns/net", os.O_RDONLY)] if moved else []),
+        }
+
+    @classmethod
+    def _forked(cls, request: dict) -> int | None:
+        """The pid of the launch the zygote forked for ``request``; None where it has ended."""
+        fds = request.pop("fds")
+        with cls._lock:
+            try:
+                cls._socket.sendmsg(
+                    [json.dumps(request).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
+                )
+                for fd in fds[3:]:  # the network namespace's, opened for the request
+                    os.close(fd)
+                reply = b""
+                while not reply.endswith(b"\n"):
+                    chunk = cls._socket.recv(64)
+                    if not chunk:
+                        return None
+                    reply += chunk
+            except OSError:
+                return None
+        return int(reply) if reply.strip().isdigit() else None
+
+    @staticmethod
+    def _serve(connection: socket.socket, counts: str) -> dict:
+        """The zygote: forks a launch for each request, through a middle process that ends at
+        once (the launch becomes the launcher's child); ends with the launcher. In the launch,
+        returns its request."""
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        with open(os.devnull, "r+b") as devnull:
+            for fd in (0, 1, 2):
+                os.dup2(devnull.fileno(), fd)
+        while True:
+            data, fds = _received(connection)
+            if not data:
+                os._exit(0)  # the launcher ended
+            read, write = os.pipe()
+            middle = os.fork()
+            if middle == 0:
+                if len(fds) > 3 and ctypes.CDLL(None).setns(fds[3], CLONE_NEWNET) != 0:
+                    os._exit(1)  # the launch starts cold
+                launch = os.fork()
+                if launch == 0:
+                    os.close(read)
+                    os.close(write)
+                    connection.close()
+                    for fd in fds[3:]:
+                        os.close(fd)
+                    fds = fds[:3]
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    for signum in (signal.SIGTERM, signal.SIGHUP):
+                        signal.signal(signum, signal.SIG_DFL)
+                    return {**json.loads(data), "fds": fds}
+                os.write(write, f"{launch}\n".encode())
+                os._exit(0)
+            os.close(write)
+            os.waitpid(middle, 0)
+            pid = os.read(read, 64)
+            os.close(read)
+            for fd in fds:
+                os.close(fd)
+            if pid:
+                with open(counts, "a") as f:
+                    f.write("1")
+            connection.sendall(pid or b"\n")  # an empty line: the launch starts cold
 
 
 # --------------------------------------------------------------------- the pytest worker's side
@@ -297,6 +539,14 @@ class WarmProcesses:
         )
 
 
+def forked_by_launchers() -> int:
+    """How many launches the launchers this pytest worker started forked warm (:class:`Zygote`)."""
+    try:
+        return os.path.getsize(COUNTS)
+    except OSError:
+        return 0
+
+
 def start_warm(env: dict) -> tuple[subprocess.Popen, str]:
     """A warm process started with ``env``, ready, and the path of its socket. It ends once its
     standard input is closed (by its owner, or as its owner ends) and its children have."""
@@ -326,10 +576,12 @@ def fork(
     cwd,
     new_session: bool,
     unimportable: tuple = (),
+    spawner: bool = False,
 ):
     """A :class:`WarmProcess`: ``argv`` forked from the warm process at ``path``, its standard
     streams /dev/null and the file descriptors ``stdout`` and ``stderr``, the modules named in
-    ``unimportable`` made so."""
+    ``unimportable`` made so; with ``spawner``, its own launches forked warm as those of
+    :data:`SPAWNERS` are."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(path)
@@ -342,6 +594,8 @@ def fork(
         "cwd": str(cwd or os.getcwd()),
         "new_session": new_session,
         "unimportable": list(unimportable),
+        "counts": COUNTS,
+        "spawner": spawner,
     }
     with open(os.devnull) as stdin:
         connection.sendmsg(
