@@ -316,6 +316,37 @@ def test_the_records_past_the_checkpoint_are_dropped_and_older_ones_read_as_they
     assert not (tmp_path / "test_error.png").exists()
 
 
+SWALLOWED = """
+import gc, os, signal, time
+from resnet_noBN.host import stops
+stops.install("while testing")
+fired = []
+def callback(phase, info):  # as JAX's: a callback at each collection
+    if not fired:
+        fired.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in the callback
+gc.callbacks.append(callback)
+try:
+    gc.collect()
+    time.sleep(5)
+    print("not stopped")
+finally:
+    print("its finally ran")
+"""
+
+
+def test_a_stop_that_lands_in_a_garbage_collectors_callback_still_stops():
+    """A SIGTERM handled inside a garbage collector's callback (JAX's, in a launcher that
+    imported it), where Python prints the SystemExit raised and goes on: the stop is delivered
+    again once the callback has returned. One line, exit 3, the finally blocks run (before:
+    the stop lost, the launcher ran to its end with exit 0)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (3, "its finally ran\n"), proc.stderr
+    assert proc.stderr == "stopped by SIGTERM while testing; rerun the same command to resume\n"
+
+
 def test_run_flags_take_spaces_and_commas():
     """--run_flags as its help shows it ("--model=small --train_steps=400") or split by absl at
     commas: the same flags; a quote left open is one line."""

@@ -7,7 +7,9 @@ it wrote.
 line on stderr, ``stopped by SIGTERM <when>; <then>`` (what the launcher is doing and what to do
 next: :func:`doing`), and raises ``SystemExit(3)`` where the program is: its ``finally`` blocks
 and ``atexit`` handlers run (a folder's lock withdrawn, a temporary file removed, a child of
-``subprocess.run`` killed), and no traceback is printed. A later signal is ignored, so that the
+``subprocess.run`` killed), and no traceback is printed. Where the signal lands in a finaliser
+or a garbage collector's callback, which cannot raise, it is delivered again once that code has
+returned. A later signal is ignored, so that the
 clean-up finishes; so is one after the launcher's last line (:func:`ended`, which
 ``runs.cli.exit_codes`` calls), so that it ends as it was ending. What a stop may cut short is
 written whole or not at all (``host.storage``).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 from resnet_noBN.configs.errors import PREEMPTED_EXIT
 
@@ -31,6 +34,9 @@ RESUME = "rerun the same command to resume"
 _said = {"when": "as it started: nothing lost", "then": RESUME}
 _received: list[int] = []
 _ended: list[bool] = []  # the program's work is done (:func:`ended`)
+_written: list[bool] = []  # the stop's line is written
+_again: list[int] = []  # a stop swallowed, to deliver again (_swallowed)
+AGAIN_S = 0.001  # a swallowed stop is delivered again this long after (_swallowed)
 
 
 def doing(when: str, then: str = RESUME) -> None:
@@ -62,9 +68,34 @@ def _stop(signum, frame) -> None:
     if _received or _ended:  # a stop under way (its clean-up finishes), or the end
         return
     note(signum)
-    # os.write, not print: the signal may come while the program is inside a print
-    os.write(2, f"stopped by {name(signum)} {_said['when']}; {_said['then']}\n".encode())
+    if not _written:
+        _written.append(True)
+        # os.write, not print: the signal may come while the program is inside a print
+        os.write(2, f"stopped by {name(signum)} {_said['when']}; {_said['then']}\n".encode())
     raise SystemExit(PREEMPTED_EXIT)
+
+
+def _swallowed(unraisable, previous=sys.unraisablehook) -> None:
+    """``sys.unraisablehook``: a stop's SystemExit raised where Python cannot raise it, in a
+    finaliser or a garbage collector's callback (JAX's runs at each collection). Python would
+    print it and go on, the stop lost. So the signal comes again a moment later (SIGALRM),
+    once that code has returned; its line is not written twice. Anything else goes to
+    ``previous``."""
+    stop = unraisable.exc_value
+    if isinstance(stop, SystemExit) and stop.code == PREEMPTED_EXIT and _written and _received:
+        _again.append(_received.pop())
+        signal.signal(signal.SIGALRM, _stop_again)
+        signal.setitimer(signal.ITIMER_REAL, AGAIN_S)
+        return
+    previous(unraisable)
+
+
+def _stop_again(signum, frame) -> None:
+    """The swallowed stop, again (:func:`_swallowed`); later still where it lands in that hook."""
+    if frame is not None and frame.f_code is _swallowed.__code__:
+        signal.setitimer(signal.ITIMER_REAL, AGAIN_S)
+        return
+    _stop(_again.pop(), frame)
 
 
 def install(when: str | None = None, then: str = RESUME) -> None:
@@ -74,3 +105,4 @@ def install(when: str | None = None, then: str = RESUME) -> None:
         doing(when, then)
     for sig in SIGNALS:
         signal.signal(sig, _stop)
+    sys.unraisablehook = _swallowed
