@@ -622,11 +622,13 @@ def test_a_saved_model_written_here_serves_uint8_images_and_replaces_the_folder_
     one_line(refused, f"--model {broken} cannot be loaded (")
 
 
-def test_load_reads_a_run_folders_latest_weights(tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_load_reads_a_run_folders_latest_weights(precision, tmp_path):
     """``resnet_noBN.load`` of a run folder (its config.json, two weights files as a GPU lease
     brings them back, no trainer): the served model of the run with the weights of its latest
-    step, every array as written."""
-    run = run_config.build("cifar10_paper", "small", "cifar")
+    step, every array as written. A lease's run computes in mixed_bfloat16: its model is
+    float32 in every layer all the same, and so is the file it is exported to."""
+    run = run_config.build("cifar10_paper", "small", "cifar", runtime={"precision": precision})
     folder = tmp_path / "run"
     record.record_config(str(folder), run_config.checked_record(run, str(folder), "tensorflow", 0))
     digests = {}
@@ -640,6 +642,14 @@ def test_load_reads_a_run_folders_latest_weights(tmp_path):
     loaded = resnet_noBN.load(str(folder))
     assert isinstance(loaded, keras.Model) and loaded.input_shape == (None, 32, 32, 3)
     assert weights_digest(loaded.weights) == digests[5]
+    assert {layer.dtype_policy.name for layer in loaded.layers[1:]} == {"float32"}
+    if precision != "float32":
+        out = tmp_path / "lease.keras"
+        saved = model_file.export_run(run_folder.kept_weights(str(folder)), str(out))
+        assert (saved["step"], saved["trained_precision"]) == (5, precision)
+        exported = resnet_noBN.load(str(out))
+        assert {layer.dtype_policy.name for layer in exported.layers[1:]} == {"float32"}
+        assert weights_digest(exported.weights) == digests[5]
 
 
 def test_a_write_that_cannot_remove_its_partial_is_one_line_and_says_the_first_failure(
