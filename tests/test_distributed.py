@@ -162,6 +162,11 @@ def test_parameter_servers_advance_the_step_by_the_steps_scheduled(tmp_path, cif
     assert results["chief0"]["final_step"] == 15
     assert "1 replica(s) x 2 input pipeline(s)" in proc.stdout
     assert "worker 1: serving the chief" in proc.stdout and "ps 0: serving the chief" in proc.stdout
+    # the job done, the launcher's SIGTERM ends each serving task at once, in its line (a wait
+    # in server.join() handled no signal: the launcher waited 30 s for its SIGKILL)
+    for task in ("worker0", "worker1", "ps0"):
+        line = f"[{task}] stopped by SIGTERM while serving the chief; the chief saves the job's "
+        assert line + "checkpoints\n" in proc.stdout, proc.stdout[-3000:]
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-15")
     reader = tf.train.load_checkpoint(str(model_dir))
     assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 15

@@ -24,11 +24,12 @@ anything: threads, the strategy, the seed.
 from __future__ import annotations
 
 import os
+import signal
 
 import tensorflow as tf
 
 from resnet_noBN.configs.choices import RESOLVERS, STRATEGIES
-from resnet_noBN.host import peers
+from resnet_noBN.host import peers, stops
 from resnet_noBN.host.cluster import ClusterError, check_port_free, parse_tf_config
 
 
@@ -112,7 +113,10 @@ def make_strategy(name: str, resolver: str = "tf_config", peer_timeout_s: float 
 def _serve(cluster_resolver, peer_timeout_s: float) -> None:
     """Run this worker's or parameter server's TF server until the job is stopped, or until
     the chief, once it answered, has not answered for ``peer_timeout_s`` (``host.peers``:
-    one line, exit 5)."""
+    one line, exit 5). A stop (SIGTERM, SIGINT) ends the task at once in one line, exit 3
+    (``host.stops``): it waits in Python, not in ``server.join()``, a wait in C++ that no
+    signal handler interrupts (there a finished job's launcher waited its whole
+    ``--kill_timeout`` for the SIGKILL)."""
     print(f"{cluster_resolver.task_type} {cluster_resolver.task_id}: serving the chief", flush=True)
     server = tf.distribute.Server(
         cluster_resolver.cluster_spec(),
@@ -121,8 +125,10 @@ def _serve(cluster_resolver, peer_timeout_s: float) -> None:
         protocol=cluster_resolver.rpc_layer or "grpc",
         start=True,
     )
+    stops.doing("while serving the chief", "the chief saves the job's checkpoints")
     peers.watch(cluster_resolver, peer_timeout_s)
-    server.join()
+    while True:  # the server runs in its own threads; this frame keeps it referenced
+        signal.pause()
 
 
 def is_chief(cluster_resolver) -> bool:
