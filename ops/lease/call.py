@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ops.lease import carry, collect, plan
-from ops.lease.supervisor import STORE, WORK, child_env, read_json, write_json
+from ops.lease.supervisor import POLL_S, STORE, WORK, child_env, read_json, write_json
 from resnet_noBN.host import processes
 
 CALL_STARTED = time.time()  # the lease's GPU time counts from its first call's start
@@ -205,7 +205,7 @@ def call(knobs: plan.Knobs, root: Path, env=os.environ) -> int:
     pid = int((work / "supervisor.pid").read_text())
     deadline = time.time() + (0 if fresh else knobs.wait_s)
     while True:
-        time.sleep(1 if fresh else 2)
+        time.sleep(1 if fresh else POLL_S)
         status = read_json(work / "status.json")
         wanted = next_part(status, manifest, store)
         if wanted or fresh or news(status, back) or not processes.running(pid):
