@@ -123,8 +123,9 @@ def _serve(cluster_resolver, peer_timeout_s: float) -> None:
         job_name=cluster_resolver.task_type,
         task_index=cluster_resolver.task_id,
         protocol=cluster_resolver.rpc_layer or "grpc",
-        start=True,
+        start=False,
     )
+    server.start()
     stops.doing("while serving the chief", "the chief saves the job's checkpoints")
     peers.watch(cluster_resolver, peer_timeout_s)
     while True:  # the server runs in its own threads; this frame keeps it referenced
