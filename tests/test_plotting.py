@@ -32,6 +32,13 @@ def test_a_plot_is_a_palette_png_of_the_same_picture_in_fewer_bytes(tmp_path):
     with Image.open(path) as saved, Image.open(rendered) as reference:
         assert saved.format == "PNG" and saved.mode == "P"
         assert saved.size == reference.size == (660, 480)  # 5.5 x 4 inches at 120 dpi
+        # drawn from the canvas: savefig's picture, quantized, pixel for pixel
+        quantized = reference.convert("RGB").quantize(
+            plotting.PALETTE_COLOURS, method=Image.Quantize.FASTOCTREE
+        )
+        assert np.array_equal(
+            np.asarray(saved.convert("RGB")), np.asarray(quantized.convert("RGB"))
+        )
         pixels = (np.asarray(i.convert("RGB"), np.int16) for i in (saved, reference))
         difference = np.abs(next(pixels) - next(pixels)).max(axis=2)  # per pixel, 0..255
     # antialiased edges move to the nearest palette colour and white to 254: 99% of pixels within
