@@ -523,6 +523,8 @@ def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp
     out = tmp_path / "table"
     env = {"PATH": f"{tool.parent}{os.pathsep}{os.environ['PATH']}", "KERAS_BACKEND": None}
     flags = TINY.replace("--train_steps=40,--eval_every=20", "--train_steps=20,--eval_every=20")
+    # batch 8: its timing run takes a GPU's 300 steps, here on the CPU
+    flags = flags.replace("--batch_size=32", "--batch_size=8")
     proc = table2(data, out, seeds=1, run_flags=flags, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
