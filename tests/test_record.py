@@ -200,6 +200,7 @@ def test_what_a_resumed_run_may_change_is_declared_on_the_fields():
         "checkpoint_every",
         "log_every",
         "log_every_s",
+        "redraw_every_s",
         "max_checkpoints",
         "replay_divergence",
         "eval_batch_size",

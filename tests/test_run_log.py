@@ -5,6 +5,7 @@ what it wrote; nothing at all from a worker that is not the chief."""
 
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -54,17 +55,27 @@ def plots(monkeypatch):
     return drawn
 
 
-def test_each_record_is_written_once_where_a_reader_finds_it(tmp_path, plots):
+@pytest.fixture
+def clock(monkeypatch):
+    """The run log's clock (``time.monotonic``), set by the test: ``clock[0]`` seconds."""
+    now = [100.0]
+    monkeypatch.setattr(run_log, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    return now
+
+
+def test_each_record_is_written_once_where_a_reader_finds_it(tmp_path, plots, clock):
     """A progress record: its scalars in train.jsonl and TensorBoard's train/; an evaluation:
     metrics.jsonl whole, its two errors in eval/, its answers (the predicted classes where
-    final), the plot of every evaluation so far with the run's title; the best test error and
-    the record of a step read back; the later of two records of a step wins."""
+    final), the plot of every evaluation so far with the run's title (at the final one, then
+    10 s later); the best test error and the record of a step read back; the later of two
+    records of a step wins."""
     log = RunLog(str(tmp_path), "a title")
     assert log.best_test_error() is None and log.evaluation_at(5) is None
     log.train(5, {"loss": 2.5, "learning_rate": 0.1}, {"progress": 0.5})
     first = {"step": 5, "test_error": 0.4, "test_precision": 0.6, "test_examples": 3}
     log.evaluation(first, ANSWERS)
     log.evaluation({**first, "step": 10, "test_error": 0.3, "test_precision": 0.7}, ANSWERS, True)
+    clock[0] += 10  # the default redraw_every_s
     log.evaluation({**first, "step": 15, "test_error": 0.35, "test_precision": 0.65})
     assert lines(tmp_path / "train.jsonl") == [
         {"step": 5, "loss": 2.5, "learning_rate": 0.1, "progress": 0.5}
@@ -79,16 +90,49 @@ def test_each_record_is_written_once_where_a_reader_finds_it(tmp_path, plots):
         s: {"test_error", "test_precision"} for s in (5, 10, 15)
     }
     path = str(tmp_path / "test_error.png")
-    assert plots == [
-        ([5], path, "a title"),
-        ([5, 10], path, "a title"),
-        ([5, 10, 15], path, "a title"),
-    ]
+    assert plots == [([5, 10], path, "a title"), ([5, 10, 15], path, "a title")]
     assert log.best_test_error() == 0.3 and log.evaluation_at(10)["test_error"] == 0.3
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write("\n" + json.dumps({**first, "step": 10, "test_error": 0.2}) + "\n")
     assert [r["test_error"] for r in run_log.read_metrics(str(tmp_path))] == [0.4, 0.2, 0.35]
     assert log.best_test_error() == 0.2
+
+
+def test_the_plot_is_redrawn_at_most_every_10_s_at_the_last_evaluation_and_at_a_stop(
+    tmp_path, plots, clock
+):
+    """An evaluation redraws the plot once redraw_every_s (10 s by default) have passed since
+    the last redraw or the log's opening, and at the final evaluation; else the redraw is owed,
+    and draw() (as a run stops) makes it once; 0 redraws at every evaluation; a log that is not
+    the chief's draws nothing."""
+    log, path = RunLog(str(tmp_path), "t"), str(tmp_path / "test_error.png")
+    assert log.redraw_every_s == 10.0
+    log.draw()  # nothing evaluated: nothing owed
+    clock[0] += 9.9
+    log.evaluation({"step": 5, "test_error": 0.5})
+    assert plots == []
+    clock[0] += 0.1  # 10 s since the log was opened
+    log.evaluation({"step": 10, "test_error": 0.4})
+    assert plots == [([5, 10], path, "t")]
+    clock[0] += 9.9
+    log.evaluation({"step": 15, "test_error": 0.3})
+    log.evaluation({"step": 20, "test_error": 0.2})
+    assert len(plots) == 1
+    log.draw()
+    log.draw()  # owed once
+    assert plots[1:] == [([5, 10, 15, 20], path, "t")]
+    clock[0] += 9.9  # 9.9 s after that redraw: owed, but the final evaluation draws
+    log.evaluation({"step": 25, "test_error": 0.1}, final=True)
+    assert plots[2:] == [([5, 10, 15, 20, 25], path, "t")]
+    each = RunLog(str(tmp_path), "t", redraw_every_s=0)
+    each.evaluation({"step": 30, "test_error": 0.1})
+    assert plots[3:] == [([5, 10, 15, 20, 25, 30], path, "t")]
+    (tmp_path / "worker").mkdir()
+    worker = RunLog(str(tmp_path / "worker"), "t", enabled=False)
+    clock[0] += 60
+    worker.evaluation({"step": 5, "test_error": 0.5}, final=True)
+    worker.draw()
+    assert len(plots) == 4 and os.listdir(tmp_path / "worker") == []
 
 
 def test_a_resumed_run_drops_the_records_past_its_checkpoint(tmp_path, plots):

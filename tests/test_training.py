@@ -19,7 +19,7 @@ from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.models.networks import build_cifar_model
-from resnet_noBN.trainers import health
+from resnet_noBN.trainers import health, run_log
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
@@ -207,10 +207,16 @@ def test_a_truncated_latest_checkpoint_is_named_and_the_one_before_restored(tmp_
         make_trainer(tmp_path).restore(lambda _: None)
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    """The run stops at the first non-finite loss, its last good checkpoint kept, its plot
+    drawn by then with every evaluation written (step 10's: owed where 10 s had not passed
+    since the log was opened, and drawn as the run stops)."""
+    drawn = []
+    monkeypatch.setattr(run_log, "plot_error_curve", lambda r, p, t: drawn.append(r[-1]["step"]))
     trainer = make_trainer(tmp_path, train_steps=30)
     with pytest.raises(TrainingDiverged, match=r"loss is nan at step 15: .*ckpt-10"):
         trainer.train(*input_fns(32, nan_after=11), print_fn=lambda _: None)
+    assert drawn == [10]
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-10")
     assert make_trainer(tmp_path).restore() == 10
     good = make_trainer(tmp_path)

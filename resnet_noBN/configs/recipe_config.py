@@ -150,6 +150,15 @@ class TrainConfig:
             "machine shows life within a minute (0: only every --log_every steps).",
         },
     )
+    redraw_every_s: float = dataclasses.field(
+        default=10.0,
+        metadata={
+            "may_change": True,
+            "help": "Redraw <model_dir>/test_error.png after an evaluation at most every this "
+            "many seconds (a redraw costs about 0.1 s of CPU), and always after the last one "
+            "and as the run stops (0: after every evaluation).",
+        },
+    )
     max_checkpoints: int = dataclasses.field(
         default=5, metadata={"may_change": True, "help": "Checkpoints kept."}
     )
@@ -182,8 +191,9 @@ class TrainConfig:
         check_at_least(self, counts, 1, "positive")
         if self.replay_divergence < 0:
             raise ValueError(f"--replay_divergence must be >= 0, got {self.replay_divergence}")
-        if self.log_every_s < 0:
-            raise ValueError(f"--log_every_s must be >= 0, got {self.log_every_s:g}")
+        for name in ("log_every_s", "redraw_every_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name):g}")
         if self.schedule_steps < 0:
             raise ValueError(f"--schedule_steps must be >= 0, got {self.schedule_steps}")
         if not self.learning_rate > 0:

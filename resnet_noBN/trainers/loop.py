@@ -15,6 +15,7 @@ devices or a job's). No TensorFlow here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -222,7 +223,7 @@ class TrainLoop:
         throughput = _Throughput()
         last_eval, calls = None, 0
         steps_per_call = 1  # the first call also traces and compiles
-        with self.guard(print_fn) as handler:
+        with self.guard(print_fn) as handler, self._plot_drawn_as_it_stops():
             while step < cfg.train_steps:
                 num_steps = self._call_length(step, steps_per_call)
                 t0 = time.perf_counter()
@@ -270,6 +271,16 @@ class TrainLoop:
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn, final=True)
         return self._summary(last_eval, time.perf_counter() - run_start, throughput)
+
+    @contextlib.contextmanager
+    def _plot_drawn_as_it_stops(self):
+        """The plot's owed redraw (``RunLog.draw``) made as the run stops, runs out of time or
+        diverges: its PNG then shows every evaluation written."""
+        try:
+            yield
+        except (Preempted, TrainingDiverged):  # TimeBudgetReached is a Preempted
+            self.log.draw()
+            raise
 
     def _resume_records(self, step: int) -> None:
         """The run log's records past ``step`` dropped (``RunLog.resume_at``): the steps

@@ -65,7 +65,7 @@ class OneProcessTrainer(TrainLoop):
         self.optimizer.build(self.model.trainable_variables)
         # in a job of several processes (JAX's) the chief alone writes the log and checkpoints
         self.is_chief = chief
-        self.log = RunLog(model_dir, title, enabled=chief)
+        self.log = RunLog(model_dir, title, enabled=chief, redraw_every_s=cfg.redraw_every_s)
         self._step = 0
 
     def place(self, source) -> dict:

@@ -9,7 +9,10 @@
 * ``<model_dir>/answers.jsonl``: which test images each evaluation got right, and the final
   evaluation's predicted classes (``trainers.answers``).
 * ``<model_dir>/test_error.png``: test (and train) error against step, like the paper's Figure 1,
-  redrawn from ``metrics.jsonl`` after every evaluation, so a resumed run shows its whole curve.
+  redrawn from ``metrics.jsonl``: after an evaluation at most every ``redraw_every_s`` seconds
+  (``--redraw_every_s``, default 10: a redraw costs about 0.1 s of CPU, so drawing stays under
+  1% of a run whose evaluations come fast), after the last one, and as a run stops, so it
+  shows every evaluation written; a resumed run's shows its whole curve.
 * ``<model_dir>/divergence/``, where a run diverged with ``--replay_divergence``: its last steps
   replayed one at a time (``trainers.loop.TrainLoop.replay``), ``train.jsonl`` a record per step
   (TensorBoard's ``train/`` beside it) and ``health.png`` drawn from it (``runs.cli``).
@@ -28,6 +31,7 @@ import json
 import os
 import shutil
 import threading
+import time
 
 from tensorboard.summary import Writer
 
@@ -164,8 +168,12 @@ class RunLog:
     disk, any OSError) raises StorageError, one line naming the folder; a line of the .jsonl
     files is written whole or not at all (``storage.append_line``)."""
 
-    def __init__(self, model_dir: str, title: str, enabled: bool = True):
+    def __init__(
+        self, model_dir: str, title: str, enabled: bool = True, redraw_every_s: float = 10.0
+    ):
         self.model_dir, self.title, self.enabled = model_dir, title, enabled
+        self.redraw_every_s = redraw_every_s
+        self._drawn_at, self._owed = time.monotonic(), False  # the plot's last redraw; one owed
 
     # opened at the first scalar: a trainer that only restores and evaluates writes nothing
     @functools.cached_property
@@ -226,7 +234,7 @@ class RunLog:
             with self._writing(f"the replay's folder {folder}"):
                 shutil.rmtree(folder, ignore_errors=True)
                 os.makedirs(folder)
-        return RunLog(folder, self.title, self.enabled)
+        return RunLog(folder, self.title, self.enabled, self.redraw_every_s)
 
     def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
@@ -243,7 +251,8 @@ class RunLog:
     def evaluation(self, record: dict, answers: Answers | None = None, final: bool = False) -> None:
         """One evaluation: TensorBoard, a line of ``metrics.jsonl`` and of ``answers.jsonl``
         (where the evaluation numbered its images; the predicted classes too where ``final``),
-        the redrawn PNG."""
+        and the PNG redrawn where ``final`` or ``redraw_every_s`` have passed since the last
+        redraw (or since the log was opened); else the redraw is owed (:meth:`draw`)."""
         if not self.enabled:
             return
         with self._writing(f"the evaluation of step {record['step']} ({METRICS_FILE}, eval/)"):
@@ -257,9 +266,20 @@ class RunLog:
                     os.path.join(self.model_dir, ANSWERS_FILE), answers.line(record["step"], final)
                 )
             storage.append_line(os.path.join(self.model_dir, METRICS_FILE), json.dumps(record))
+        self._owed = True
+        if final or time.monotonic() - self._drawn_at >= self.redraw_every_s:
+            self.draw()
+
+    def draw(self) -> None:
+        """Redraw the PNG from ``metrics.jsonl`` where an evaluation since the last redraw owes
+        it (a run stopping calls it: its plot then shows every evaluation written)."""
+        if not (self.enabled and self._owed):
+            return
+        with self._writing(f"the plot {PLOT_FILE}"):
             plot_error_curve(
                 read_metrics(self.model_dir), os.path.join(self.model_dir, PLOT_FILE), self.title
             )
+        self._drawn_at, self._owed = time.monotonic(), False
 
     def best_test_error(self) -> float | None:
         """The lowest test error over the evaluations in ``metrics.jsonl`` (None if none).

@@ -77,7 +77,7 @@ class Trainer(TrainLoop):
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self._checkpoint_dir, max_to_keep=cfg.max_checkpoints
         )
-        self.log = RunLog(model_dir, title, enabled=is_chief)
+        self.log = RunLog(model_dir, title, enabled=is_chief, redraw_every_s=cfg.redraw_every_s)
         if peers.watching():  # its line names the checkpoint a rerun resumes from
             peers.watching().set_model_dir(model_dir)
         self._loss_and_grads = (
