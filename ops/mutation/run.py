@@ -178,8 +178,8 @@ PASSES: dict[str, Pass] = {
         "resnet_noBN/runs/record.py",
         ("tests/test_record.py",),
     ),
-    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl, TensorBoard's), read back, and
-    # what a resumed run drops from them
+    # a run's logs (train.jsonl, metrics.jsonl, answers.jsonl, TensorBoard's), read back, what
+    # a resumed run drops from them, and when its plot is redrawn
     "run_log": Pass(
         "resnet_noBN/trainers/run_log.py",
         ("tests/test_run_log.py", "tests/test_progress.py"),
@@ -193,6 +193,7 @@ PASSES: dict[str, Pass] = {
             "RunLog.divergence",
             "RunLog.train",
             "RunLog.evaluation",
+            "RunLog.draw",
             "RunLog.best_test_error",
         ),
     ),

@@ -234,7 +234,7 @@ class RunLog:
             with self._writing(f"the replay's folder {folder}"):
                 shutil.rmtree(folder, ignore_errors=True)
                 os.makedirs(folder)
-        return RunLog(folder, self.title, self.enabled, self.redraw_every_s)
+        return RunLog(folder, self.title, self.enabled)  # its records, no evaluation
 
     def train(self, step: int, scalars: dict[str, float], more: dict | None = None) -> None:
         """TensorBoard scalars of the training run at ``step``, and a line of ``train.jsonl``
