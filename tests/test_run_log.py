@@ -266,3 +266,11 @@ def test_a_failed_write_is_one_line_naming_what_it_wrote(tmp_path):
         f"cannot write the replay's folder {tmp_path / 'file' / 'divergence'} into "
         f"{tmp_path / 'file'} (Not a directory): {end}"
     )
+    (tmp_path / "metrics.jsonl").unlink()
+    (tmp_path / "test_error.png").mkdir()  # where the plot goes
+    with pytest.raises(StorageError) as plot:
+        log.evaluation({"step": 15, "test_error": 0.3}, final=True)
+    assert str(plot.value) == (
+        f"cannot write the plot test_error.png into {tmp_path} (Is a directory): {end}"
+    )
+    assert run_log.read_metrics(str(tmp_path)) == [{"step": 15, "test_error": 0.3}]
