@@ -174,18 +174,26 @@ def write_image_tree():
 # Under pytest-xdist (the README's ``-n 2 --dist loadfile``: each file runs whole on one worker,
 # its module fixtures once), the files are handed out longest first, by their seconds in
 # ops/ci/suite_times.json (a file not there last): the last file to start is a short one, so
-# neither worker waits long on the other at the end. Each worker orders its collection alike.
+# neither worker waits long on the other at the end. Each worker orders its collection alike,
+# and xdist keeps that order: its own (``loadscopereorder``, xdist 3.6 on) hands out the files
+# with the most tests first, whatever their time, and is switched off (pytest_configure).
 _SUITE_TIMES = Path(__file__).resolve().parents[1] / "ops" / "ci" / "suite_times.json"
 
 
-def _longest_files_first(items) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not _SUITE_TIMES.is_file():
-        return
+def file_seconds() -> dict[str, float]:
+    """Each test file's seconds in ops/ci/suite_times.json ({} without it)."""
     seconds: dict[str, float] = {}
-    for test in json.loads(_SUITE_TIMES.read_text())["tests"]:
-        file = test["test"].split("::")[0]
-        seconds[file] = seconds.get(file, 0.0) + test["seconds"]
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+    if _SUITE_TIMES.is_file():
+        for test in json.loads(_SUITE_TIMES.read_text())["tests"]:
+            file = test["test"].split("::")[0]
+            seconds[file] = seconds.get(file, 0.0) + test["seconds"]
+    return seconds
+
+
+def _longest_files_first(items) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        seconds = file_seconds()
+        items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 # The quick tier (docs/testing.md, "The quick tier"): the tests of tests/quick_tier.json, chosen
@@ -235,6 +243,8 @@ class _LaunchCounts:
 
 def pytest_configure(config):
     config.pluginmanager.register(_LaunchCounts(), "launch-counts")
+    if hasattr(config.option, "loadscopereorder"):  # the files' order is ours (above)
+        config.option.loadscopereorder = False
     config.addinivalue_line(
         "markers",
         "quick: the quick tier (python -m pytest tests -q -m quick), chosen by measured coverage "

@@ -2,8 +2,12 @@
 summed by file and by kind for docs/testing.md."""
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
+from conftest import file_seconds
 
 from ops.ci import suite_times
 
@@ -48,3 +52,14 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
     assert "| in-process | 1 | 6 | 20% |" in lines and "| containers | 1 | 0 | 1% |" in lines
     assert "| tests/test_stops.py | 2 | 24 | 80% |" in lines
     assert lines[lines.index("slowest ten:") + 1] == "   20.2 s  tests/test_stops.py::test_a"
+
+
+def test_the_files_go_out_longest_first_under_xdist(request):
+    """Under pytest-xdist the worker's collection is ordered by each file's seconds in
+    ops/ci/suite_times.json, longest first, and xdist is told to keep that order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("runs in a pytest-xdist worker (the README's -n 2 --dist loadfile)")
+    assert request.config.option.loadscopereorder is False
+    seconds = file_seconds()
+    order = [seconds.get(item.nodeid.split("::")[0], 0.0) for item in request.session.items]
+    assert len(seconds) > 30 and order == sorted(order, reverse=True)
