@@ -35,6 +35,7 @@ import time
 
 from tensorboard.summary import Writer
 
+from resnet_noBN.configs.recipe_config import TrainConfig
 from resnet_noBN.host import storage
 from resnet_noBN.trainers.answers import ANSWERS_FILE, Answers
 
@@ -169,7 +170,11 @@ class RunLog:
     files is written whole or not at all (``storage.append_line``)."""
 
     def __init__(
-        self, model_dir: str, title: str, enabled: bool = True, redraw_every_s: float = 10.0
+        self,
+        model_dir: str,
+        title: str,
+        enabled: bool = True,
+        redraw_every_s: float = TrainConfig.redraw_every_s,  # --redraw_every_s's default
     ):
         self.model_dir, self.title, self.enabled = model_dir, title, enabled
         self.redraw_every_s = redraw_every_s
