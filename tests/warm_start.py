@@ -1,5 +1,7 @@
 """Launches that start warm. A warm process imports what every launch on its Keras backend
-imports: TensorFlow, JAX or PyTorch, and matplotlib (about 4 s of CPU for TensorFlow). Then it
+imports: TensorFlow, JAX or PyTorch, and matplotlib (about 4 s of CPU for TensorFlow). The
+TensorFlow one also imports the project's modules that a training launch of ``launch/cifar.py``
+imports, ``tensorflow_datasets`` among them (:data:`TENSORFLOW_LAUNCH_MODULES`). Then it
 forks one child per launch of ``launch/*.py``. The child is the launch. It has its own pid,
 session, exit status, signals, standard streams, folder and environment, as a cold
 ``python launch/NAME.py`` has.
@@ -90,6 +92,17 @@ SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
 # read at start-up, as the standard streams are made: a fork makes them again (_streams)
 UNBUFFERED = "PYTHONUNBUFFERED"
 PR_SET_CHILD_SUBREAPER = 36
+# what a TensorFlow training launch of launch/cifar.py imports beyond TensorFlow and matplotlib
+# (about 0.3 s of CPU a launch): none of them reads a variable or starts a thread at import
+TENSORFLOW_LAUNCH_MODULES = (
+    "resnet_noBN.runs.cli",
+    "resnet_noBN.runs.preflight",
+    "resnet_noBN.runs.setup",
+    "resnet_noBN.models.networks",
+    "resnet_noBN.backends.tensorflow_backend",
+    "resnet_noBN.trainers.tensorflow_training",
+    "resnet_noBN.datasets.cifar_input",
+)
 # Popen._execute_child's descriptors that its parent closes once the child has them
 PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
 CLONE_NEWNET = 0x40000000
@@ -126,6 +139,8 @@ def serve(path: str) -> dict | None:
     backend = importlib.import_module(os.environ.get("KERAS_BACKEND", "tensorflow"))
     if backend.__name__ == "tensorflow":  # its probe of CUDA, an error line where none is
         backend.config.list_physical_devices()
+        for name in TENSORFLOW_LAUNCH_MODULES:
+            importlib.import_module(name)
     import resnet_noBN.plotting  # noqa: F401  (matplotlib, its backend chosen)
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
