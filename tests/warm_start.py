@@ -93,7 +93,8 @@ SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
 UNBUFFERED = "PYTHONUNBUFFERED"
 PR_SET_CHILD_SUBREAPER = 36
 # what a TensorFlow training launch of launch/cifar.py imports beyond TensorFlow and matplotlib
-# (about 0.3 s of CPU a launch): none of them reads a variable or starts a thread at import
+# (0.2 to 0.4 s of CPU a launch, measured): none of them reads a variable or starts a thread
+# at import
 TENSORFLOW_LAUNCH_MODULES = (
     "resnet_noBN.runs.cli",
     "resnet_noBN.runs.preflight",
