@@ -23,7 +23,7 @@ cpu.default_onednn()  # first, before anything loads TensorFlow: oneDNN on x86 (
 from resnet_noBN.backends import registry
 
 # ImageNet's input is tf.data over TFRecords: a backend without TensorFlow is refused here, with
-# one line and exit 2, before anything of TensorFlow is imported or anything is written
+# one line and exit 2, before Keras or its backend is imported and before anything is written
 registry.serving("imagenet")
 
 from absl import flags

@@ -1,5 +1,5 @@
 """backends: one object per Keras backend, chosen once; what each refuses, and ImageNet refused
-on JAX and PyTorch with one line before anything of TensorFlow is imported or anything
+on JAX and PyTorch with one line before Keras or its backend is imported or anything
 written."""
 
 import json
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from resnet_noBN.backends import registry
-from resnet_noBN.backends.base import LAUNCHERS
 from resnet_noBN.backends.jax_backend import JaxBackend
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.runtime_config import RuntimeConfig
@@ -23,14 +22,19 @@ def test_the_backend_is_chosen_once_from_keras():
     backend = registry.current()
     assert backend.name == "tensorflow" and registry.current() is backend
     assert set(registry.BACKENDS) == {"tensorflow", "jax", "torch"}
-    for launcher in LAUNCHERS:
-        backend.serve(launcher)
+    assert registry.LAUNCHERS == {
+        "cifar": ("tensorflow", "jax", "torch"),
+        "evaluate": ("tensorflow", "jax", "torch"),
+        "imagenet": ("tensorflow",),
+    }
+    for launcher in registry.LAUNCHERS:
+        registry.check_serves(launcher, backend.name)
 
 
 def test_jax_refuses_what_only_tensorflow_runs():
     jax = JaxBackend()
     with pytest.raises(InputError) as e:
-        jax.serve("imagenet")
+        registry.check_serves("imagenet", jax.name)
     assert str(e.value) == (
         "launch/imagenet.py needs TensorFlow (its input is tf.data, which the jax backend "
         "cannot run); run it with KERAS_BACKEND=tensorflow"
@@ -56,9 +60,9 @@ def test_torch_refuses_what_only_tensorflow_or_jax_runs():
 
     torch_backend = TorchBackend()
     with pytest.raises(InputError, match="^launch/imagenet.py needs TensorFlow"):
-        torch_backend.serve("imagenet")
+        registry.check_serves("imagenet", torch_backend.name)
     for launcher in ("cifar", "evaluate"):
-        torch_backend.serve(launcher)
+        registry.check_serves(launcher, torch_backend.name)
     with pytest.raises(InputError) as e:
         torch_backend.refuse(RuntimeConfig(strategy="mirrored"), {})
     assert str(e.value) == (
@@ -81,14 +85,19 @@ def test_the_runtime_carries_the_seed():
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_imagenet_without_tensorflow_is_one_line_and_exit_2(backend, tmp_path):
+    """Refused before Keras or the backend's library is imported: nothing of either loaded."""
     pytest.importorskip(backend)
-    # any import of TensorFlow fails; a look-up (torch's importlib.util.find_spec of the
-    # libraries it skips) finds none
+    loaded = tmp_path / "loaded.txt"
+    # any import of TensorFlow fails; at the end, which of Keras and the backend were imported
     block_tensorflow = (
         "import runpy, sys\n"
         "sys.modules['tensorflow'] = None\n"
         f"sys.argv = ['launch/imagenet.py', '--model_dir={tmp_path / 'run'}']\n"
-        "runpy.run_path('launch/imagenet.py', run_name='__main__')\n"
+        "try:\n"
+        "    runpy.run_path('launch/imagenet.py', run_name='__main__')\n"
+        "finally:\n"
+        f"    open({str(loaded)!r}, 'w').write(' '.join(\n"
+        f"        m for m in ('keras', {backend!r}) if m in sys.modules))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", block_tensorflow],
@@ -104,6 +113,7 @@ def test_imagenet_without_tensorflow_is_one_line_and_exit_2(backend, tmp_path):
         "backend cannot run); run it with KERAS_BACKEND=tensorflow"
     ]
     assert proc.stdout == "" and not (tmp_path / "run").exists()
+    assert loaded.read_text() == ""
 
 
 def test_the_time_budget_is_refused_where_workers_would_not_stop_together():

@@ -6,8 +6,8 @@ devices or ``tf.distribute`` strategy, the batches checked against them, the glo
 builds the trainer (:meth:`Backend.make_trainer`) and the CIFAR sources
 (:meth:`Backend.prepare_data`, :meth:`Backend.cifar_sources`,
 :meth:`Backend.evaluation_source`), reports where it computes (:meth:`Backend.report`:
-``config.json``'s ``runtime``) and says which launchers it serves (:meth:`Backend.serve`).
-``registry.current()`` picks the one of ``KERAS_BACKEND``.
+``config.json``'s ``runtime``). ``registry.current()`` picks the one of ``KERAS_BACKEND``;
+``registry.LAUNCHERS`` says which launchers each serves.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.datasets import cifar_data
 from resnet_noBN.host import cpu
 
-LAUNCHERS = ("cifar", "evaluate", "imagenet")  # launch/<name>.py that train or evaluate
-
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
@@ -43,26 +41,16 @@ class Runtime:
 
 class Backend:
     """One Keras backend's way of running the launchers (subclasses: ``tensorflow_backend``,
-    ``jax_backend``). A subclass sets :attr:`name`, :attr:`launchers` and :attr:`replicas_are`
-    and implements :meth:`open`, :meth:`has_gpu`, :meth:`set_float32_math`,
-    :meth:`float32_math`, :meth:`make_trainer`, :meth:`prepare_tfds`,
-    :meth:`cifar_sources`, :meth:`evaluation_source`, :meth:`hardware`, :meth:`versions` and
-    :meth:`where`; :meth:`refuse` and :meth:`agree_seed` where it has something to refuse or
-    agree on."""
+    ``jax_backend``). A subclass sets :attr:`name` and :attr:`replicas_are` and implements
+    :meth:`open`, :meth:`has_gpu`, :meth:`set_float32_math`, :meth:`float32_math`,
+    :meth:`make_trainer`, :meth:`prepare_tfds`, :meth:`cifar_sources`,
+    :meth:`evaluation_source`, :meth:`hardware`, :meth:`versions` and :meth:`where`;
+    :meth:`refuse` and :meth:`agree_seed` where it has something to refuse or agree on."""
 
     name = ""
-    launchers: tuple[str, ...] = LAUNCHERS
     replicas_are = "replicas"  # what the batch is split over, in the error naming them
 
     # ------------------------------------------------------------ the one way to start
-    def serve(self, launcher: str) -> None:
-        """InputError where this backend cannot run ``launch/<launcher>.py``."""
-        if launcher not in self.launchers:
-            raise InputError(
-                f"launch/{launcher}.py needs TensorFlow (its input is tf.data, which the "
-                f"{self.name} backend cannot run); run it with KERAS_BACKEND=tensorflow"
-            )
-
     def start(
         self, cfg: RuntimeConfig, batch_sizes: dict[str, int], seed: int | None = None
     ) -> Runtime:

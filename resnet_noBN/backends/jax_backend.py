@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from resnet_noBN.backends import jax_job
-from resnet_noBN.backends.base import LAUNCHERS, Runtime
+from resnet_noBN.backends.base import Runtime
 from resnet_noBN.backends.splits_in_memory import SplitsInMemory
 from resnet_noBN.configs.choices import JAX_STRATEGIES
 from resnet_noBN.configs.errors import InputError
@@ -27,7 +27,6 @@ from resnet_noBN.trainers.jax_training import JaxTrainer
 
 class JaxBackend(SplitsInMemory):
     name = "jax"
-    launchers = tuple(launcher for launcher in LAUNCHERS if launcher != "imagenet")
     replicas_are = "devices"
 
     def refuse(self, cfg: RuntimeConfig, also: dict[str, object]) -> None:

@@ -43,6 +43,9 @@ def _torch() -> Backend:
 
 # keras.backend.backend() -> the function building its Backend
 BACKENDS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
+# launch/<name>.py that train or evaluate -> the backends that run it. ImageNet's input is tf.data
+# over TFRecords, which only TensorFlow runs.
+LAUNCHERS = {"cifar": tuple(BACKENDS), "evaluate": tuple(BACKENDS), "imagenet": ("tensorflow",)}
 
 
 # the framework each backend needs installed (Keras imports it at its own import), and how
@@ -100,15 +103,22 @@ def current() -> Backend:
     return BACKENDS[name()]()
 
 
+def check_serves(launcher: str, backend: str) -> None:
+    """InputError where ``backend`` cannot run ``launch/<launcher>.py``."""
+    if backend not in LAUNCHERS[launcher]:
+        raise InputError(
+            f"launch/{launcher}.py needs TensorFlow (its input is tf.data, which the "
+            f"{backend} backend cannot run); run it with KERAS_BACKEND=tensorflow"
+        )
+
+
 def serving(launcher: str) -> Backend:
-    """:func:`current`, checked to serve ``launch/<launcher>.py``: otherwise one line
-    ``error: ...`` on stderr and exit 2, for a launcher to call before it imports what the
-    backend cannot load (nothing is written before)."""
+    """:func:`current`, the backend chosen checked first to serve ``launch/<launcher>.py``
+    (:func:`check_chosen`, :func:`check_serves`): otherwise one line ``error: ...`` on stderr and
+    exit 2, before Keras or the backend's library is imported and before anything is written."""
     try:
-        check_chosen()
-        backend = current()
-        backend.serve(launcher)
+        check_serves(launcher, check_chosen())
+        return current()
     except InputError as e:
         say(f"error: {e}")
         sys.exit(2)
-    return backend

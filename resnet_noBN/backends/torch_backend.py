@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from keras import ops
 
-from resnet_noBN.backends.base import LAUNCHERS, Runtime
+from resnet_noBN.backends.base import Runtime
 from resnet_noBN.backends.splits_in_memory import SplitsInMemory
 from resnet_noBN.configs.runtime_config import RuntimeConfig
 from resnet_noBN.trainers.torch_training import TorchTrainer
@@ -19,7 +19,6 @@ STRATEGIES = ("default",)  # one device: torch.distributed is not wired in
 
 class TorchBackend(SplitsInMemory):
     name = "torch"
-    launchers = tuple(launcher for launcher in LAUNCHERS if launcher != "imagenet")
     replicas_are = "devices"
 
     def refuse(self, cfg: RuntimeConfig, also: dict[str, object]) -> None:
