@@ -1,13 +1,11 @@
 """Launches that start warm. A warm process imports what every launch on its Keras backend
-imports: TensorFlow, JAX or PyTorch, and matplotlib (about 4 s of CPU for TensorFlow). The
-TensorFlow one also imports the project's modules that a training launch of ``launch/cifar.py``
-imports, ``tensorflow_datasets`` among them (:data:`TENSORFLOW_LAUNCH_MODULES`). Then it
-forks one child per launch of ``launch/*.py``. The child is the launch. It has its own pid,
-session, exit status, signals, standard streams, folder and environment, as a cold
-``python launch/NAME.py`` has.
+imports: TensorFlow, JAX or PyTorch, Keras, matplotlib (about 4 s of CPU for TensorFlow), and
+the project's modules that a training launch of ``launch/cifar.py`` imports on that backend
+(:data:`LAUNCH_MODULES`, :data:`BACKEND_MODULES`). Then it forks one child per launch of
+``launch/*.py``. The child is the launch. It has its own pid, session, exit status, signals,
+standard streams, folder and environment, as a cold ``python launch/NAME.py`` has.
 
-Only the imports are shared. TensorFlow imports Keras with it; JAX and PyTorch do not, and
-their warm processes leave Keras to the launch. The TensorFlow warm process also lists the
+Only the imports are shared. The TensorFlow warm process also lists the
 devices, once: TensorFlow's probe of CUDA writes an error line where there is none. A launcher
 that refuses its flags sees Keras loaded, and may list them too; the line would then stand
 before its own. So a warm launch never writes that line, where a cold one that trains does.
@@ -16,9 +14,10 @@ Each set of variables read at import (:func:`reads_at_import`) has a warm proces
 launch starts cold where the tests measure a process itself (its imports, its coverage), or
 outside ``launch/``.
 
-The fork is safe here. The warm process runs no TensorFlow or JAX op before it forks: no
-runtime, no thread pool (listing the devices starts neither). It runs no Python thread. Its
-children start every runtime themselves.
+The fork is safe here. The warm process runs no TensorFlow, JAX or PyTorch op before it forks:
+no runtime, no thread pool (listing the devices starts neither). It runs no Python thread. Its
+children start every runtime themselves. Keras on JAX loads SciPy, whose OpenBLAS starts a
+native thread; OpenBLAS stops its threads before a fork, as NumPy's does in every warm process.
 The entry points' first call, ``host.cpu.default_onednn``, runs in the warm process before
 TensorFlow loads, as in a cold launch; the child keeps that decision and its reason.
 
@@ -92,18 +91,26 @@ SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
 # read at start-up, as the standard streams are made: a fork makes them again (_streams)
 UNBUFFERED = "PYTHONUNBUFFERED"
 PR_SET_CHILD_SUBREAPER = 36
-# what a TensorFlow training launch of launch/cifar.py imports beyond TensorFlow and matplotlib
-# (0.2 to 0.4 s of CPU a launch, measured): none of them reads a variable or starts a thread
-# at import
-TENSORFLOW_LAUNCH_MODULES = (
+# what a training launch of launch/cifar.py imports beyond its backend's library and matplotlib,
+# on every backend, then on each (tensorflow_datasets with TensorFlow's): 0.2 to 0.4 s of CPU a
+# TensorFlow launch, measured; Keras is 0.9 s on JAX and 2.7 s on PyTorch. None reads a variable
+# outside the warm process's key or starts a Python thread at import
+LAUNCH_MODULES = (
+    "keras",
     "resnet_noBN.runs.cli",
     "resnet_noBN.runs.preflight",
     "resnet_noBN.runs.setup",
     "resnet_noBN.models.networks",
-    "resnet_noBN.backends.tensorflow_backend",
-    "resnet_noBN.trainers.tensorflow_training",
-    "resnet_noBN.datasets.cifar_input",
 )
+BACKEND_MODULES = {
+    "tensorflow": (
+        "resnet_noBN.backends.tensorflow_backend",
+        "resnet_noBN.trainers.tensorflow_training",
+        "resnet_noBN.datasets.cifar_input",
+    ),
+    "jax": ("resnet_noBN.backends.jax_backend", "resnet_noBN.trainers.jax_training"),
+    "torch": ("resnet_noBN.backends.torch_backend", "resnet_noBN.trainers.torch_training"),
+}
 # Popen._execute_child's descriptors that its parent closes once the child has them
 PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
 CLONE_NEWNET = 0x40000000
@@ -140,8 +147,8 @@ def serve(path: str) -> dict | None:
     backend = importlib.import_module(os.environ.get("KERAS_BACKEND", "tensorflow"))
     if backend.__name__ == "tensorflow":  # its probe of CUDA, an error line where none is
         backend.config.list_physical_devices()
-        for name in TENSORFLOW_LAUNCH_MODULES:
-            importlib.import_module(name)
+    for name in (*LAUNCH_MODULES, *BACKEND_MODULES[backend.__name__]):
+        importlib.import_module(name)
     import resnet_noBN.plotting  # noqa: F401  (matplotlib, its backend chosen)
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
