@@ -41,7 +41,7 @@ def start(
         except warm_start.Gone:
             pass  # ended since it was found (WarmProcesses.MOST): cold
     if unimportable:
-        argv = [argv[0], "-c", without(argv[1], unimportable), *argv[2:]]
+        argv = [argv[0], "-c", warm_start.blocked(argv[1], unimportable), *argv[2:]]
     return subprocess.Popen(
         argv,
         env=env,
@@ -79,16 +79,6 @@ def forked(path, argv, env, stdout, stderr, cwd, new_session, unimportable):
     if read is not None:
         proc.stdout = open(read)
     return proc
-
-
-def without(script: str, modules: tuple) -> str:
-    """``python -c`` code that runs ``script`` as ``python script`` would, in a process where
-    any import of ``modules`` fails."""
-    blocked = "; ".join(f'sys.modules["{name}"] = None' for name in modules)
-    return (
-        f'import runpy, sys; {blocked}; sys.argv[0] = "{script}"; '
-        f'runpy.run_path("{script}", run_name="__main__")'
-    )
 
 
 def run(

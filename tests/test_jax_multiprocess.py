@@ -52,26 +52,21 @@ def flags(data, model_dir, **more) -> list[str]:
 
 
 def job(args, workers=2, devices=2) -> subprocess.Popen:
-    """``launch/local_cluster.py --workers=2`` of TensorFlow-free launch/cifar.py processes."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "launch/local_cluster.py",
-            f"--workers={workers}",
-            "--kill_timeout=20",
-            "--",
-            sys.executable,
-            "-c",
-            NO_TF,
-            "--strategy=multi_worker",
-            *args,
-        ],
-        cwd=REPO,
-        env=env(devices),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """``launch/local_cluster.py --workers=2`` of TensorFlow-free launch/cifar.py processes,
+    warm where they can be (``launchers.start``: the launcher and, through it, its tasks)."""
+    argv = [
+        sys.executable,
+        str(REPO / "launch" / "local_cluster.py"),
+        f"--workers={workers}",
+        "--kill_timeout=20",
+        "--",
+        sys.executable,
+        "-c",
+        NO_TF,
+        "--strategy=multi_worker",
+        *args,
+    ]
+    return launchers.start(argv, env(devices), subprocess.PIPE, subprocess.STDOUT, cwd=REPO)
 
 
 def shown(out: str) -> str:
@@ -231,19 +226,19 @@ def start_processes(data, model_dir, free_port, **more) -> list[subprocess.Popen
     }
     args = flags(data / "data", model_dir, **values)
     return [
-        subprocess.Popen(
-            [sys.executable, "-c", NO_TF, "--strategy=multi_worker", *args],
-            cwd=REPO,
-            env={
+        launchers.start(
+            [sys.executable, str(REPO / "launch" / "cifar.py"), "--strategy=multi_worker", *args],
+            {
                 **env(2),
                 "TF_CONFIG": json.dumps(
                     {"cluster": cluster, "task": {"type": "worker", "index": i}}
                 ),
             },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
+            subprocess.PIPE,
+            subprocess.STDOUT,
+            cwd=REPO,
+            new_session=True,
+            unimportable=("tensorflow",),
         )
         for i in range(2)
     ]

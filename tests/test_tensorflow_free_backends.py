@@ -19,6 +19,7 @@ import launchers
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_start
 
 from resnet_noBN.backends import registry
 from resnet_noBN.configs.network_config import ModelConfig
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def without_tensorflow(script: str) -> str:
     """``python -c`` code that runs the repository's ``script`` (from the repository root) as
     ``python script`` would, in a process where any import of TensorFlow fails."""
-    return launchers.without(script, ("tensorflow",))
+    return warm_start.blocked(script, ("tensorflow",))
 
 
 NO_TF = without_tensorflow("launch/cifar.py")

@@ -172,8 +172,11 @@ SPAWNER = """
 import json, os, subprocess, sys
 from resnet_noBN.studies import arm_runs
 launch = [sys.executable, sys.argv[1], "--x"]
+blocked = [sys.executable, "-c", sys.argv[2], "--x"]  # the same launch, a module blocked
+jax = dict(os.environ, KERAS_BACKEND="jax")
 found = []
-for env in (None, dict(os.environ, KERAS_BACKEND="jax")):  # the launcher's imports; others
+# the launcher's imports; others; the launcher's, as python -c with a module blocked
+for launch, env in ((launch, None), (launch, jax), (blocked, None)):
     proc = subprocess.Popen(
         launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         preexec_fn=arm_runs.ending_with_this_process(),
@@ -189,11 +192,18 @@ print(json.dumps({"pid": os.getpid(), "launches": found}))
 def test_a_launch_a_launcher_starts_is_forked_warm_as_its_own_child(tmp_path):
     """A launcher that starts launches of its own (as launch/table2.py, study.py and
     local_cluster.py do) forked warm: the launch it starts with its own imports is forked warm
-    too, and is its own child, with the output and status of a cold one; one with other
-    imports (another Keras backend) starts cold."""
+    too, and so is that launch made ``python -c`` with a module blocked; each is its own child,
+    with the output and status of a cold one. One with other imports (another Keras backend)
+    starts cold."""
     spawner = tmp_path / "spawner.py"
     spawner.write_text(SPAWNER)
-    argv = [sys.executable, str(spawner), CIFAR[1]]
+    blocked = warm_start.blocked(CIFAR[1], ("torch",))
+    assert warm_start.unblocked([sys.executable, "-c", blocked, "--x"]) == (
+        [sys.executable, CIFAR[1], "--x"],
+        ["torch"],
+    )
+    assert warm_start.unblocked([sys.executable, "-c", blocked + ";", "--x"]) is None
+    argv = [sys.executable, str(spawner), CIFAR[1], blocked]
     before = warm_start.forked_by_launchers()
     with open(tmp_path / "out", "w+") as out:
         proc = warm_start.fork(
@@ -202,8 +212,9 @@ def test_a_launch_a_launcher_starts_is_forked_warm_as_its_own_child(tmp_path):
         assert proc.wait(120) == 0
         out.seek(0)
         seen = json.loads(out.read().splitlines()[-1])
-    assert warm_start.forked_by_launchers() == before + 1
+    assert warm_start.forked_by_launchers() == before + 2
     cold = subprocess.run([*CIFAR, "--x"], capture_output=True, text=True, env=env())
+    assert len(seen["launches"]) == 3
     for launch in seen["launches"]:
         assert launch["parent"] == seen["pid"] == proc.pid
         assert (launch["status"], launch["out"]) == (2, cold.stdout + cold.stderr)

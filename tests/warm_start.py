@@ -27,8 +27,10 @@ of it is forked as it stands then, still warm and clean. Each ``subprocess.Popen
 ``[sys.executable, launch/NAME.py, ...]`` the launcher makes is forked from that copy, through
 a middle process that ends at once. So the launch becomes the launcher's own child, as
 ``Popen`` made it: the launcher is its "child subreaper" (Linux). It waits for it, signals it
-and reads its pipes as any child's. A launch whose variables read at import differ from the
-launcher's, or that ``Popen`` would start otherwise (a shell, other user ids, descriptors
+and reads its pipes as any child's. A ``python -c`` launch of a script with modules blocked
+(:func:`blocked`, as a cold launch with TensorFlow unimportable is made) is forked as the
+script's launch, the same modules blocked. A launch whose variables read at import differ from
+the launcher's, or that ``Popen`` would start otherwise (a shell, other user ids, descriptors
 passed), starts cold.
 
 Run as ``python tests/warm_start.py SOCKET``. It serves that Unix socket until its owner (the
@@ -42,6 +44,7 @@ import inspect
 import io
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -111,9 +114,39 @@ BACKEND_MODULES = {
     "jax": ("resnet_noBN.backends.jax_backend", "resnet_noBN.trainers.jax_training"),
     "torch": ("resnet_noBN.backends.torch_backend", "resnet_noBN.trainers.torch_training"),
 }
+# blocked()'s code, read back (unblocked)
+BLOCKED = re.compile(
+    r'import runpy, sys; (?P<names>.*); sys\.argv\[0\] = "(?P<script>[^"]+)"; '
+    r'runpy\.run_path\("(?P=script)", run_name="__main__"\)'
+)
+BLOCKED_MODULE = re.compile(r'sys\.modules\["([\w.]+)"\] = None')
 # Popen._execute_child's descriptors that its parent closes once the child has them
 PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
 CLONE_NEWNET = 0x40000000
+
+
+def blocked(script: str, modules) -> str:
+    """``python -c`` code that runs ``script`` as ``python script`` would, in a process where
+    any import of ``modules`` fails: a cold launch so made."""
+    names = "; ".join(f'sys.modules["{name}"] = None' for name in modules)
+    return (
+        f'import runpy, sys; {names}; sys.argv[0] = "{script}"; '
+        f'runpy.run_path("{script}", run_name="__main__")'
+    )
+
+
+def unblocked(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """``[python, "-c", blocked(script, modules), *args]`` as the launch ``[python, script,
+    *args]`` and ``modules``; None for any other command."""
+    if len(argv) < 3 or argv[1] != "-c":
+        return None
+    found = BLOCKED.fullmatch(argv[2])
+    if found is None:
+        return None
+    modules = BLOCKED_MODULE.findall(found["names"])
+    if argv[2] != blocked(found["script"], modules):
+        return None
+    return [argv[0], found["script"], *argv[3:]], modules
 
 
 def reads_at_import(name: str) -> bool:
@@ -341,7 +374,11 @@ class Zygote:
         standard streams' descriptors; None where the launch starts cold."""
         if isinstance(args, (str, bytes, os.PathLike)) or len(args) < 2:
             return None
-        argv = [os.fsdecode(a) for a in args]
+        argv, unimportable = [os.fsdecode(a) for a in args], []
+        if (launch := unblocked(argv)) is not None:  # its modules blocked, as cold
+            argv, unimportable = launch
+            if any(sys.modules.get(name) is not None for name in unimportable):
+                return None
         variables = dict(os.environ if env is None else env)
         folder = os.fsdecode(cwd) if cwd is not None else os.getcwd()
         script = Path(folder, argv[1]).resolve()
@@ -375,7 +412,7 @@ class Zygote:
             "cwd": folder,
             "new_session": bool(rest["start_new_session"]),
             "process_group": rest["process_group"],
-            "unimportable": [],
+            "unimportable": unimportable,
             "dies_with": dies_with,
             "counts": cls._counts,
             "fds": [fd if fd != -1 else i for i, fd in enumerate(streams)]  # -1: inherited
@@ -499,13 +536,25 @@ class WarmProcess:
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str | None, None]:
-        out = self.stdout.read() if self.stdout is not None else None
+        """Its output to the end and its exit, as ``Popen.communicate``: TimeoutExpired where
+        it has not ended within ``timeout``."""
+        out = []
+        if self.stdout is not None:
+            reader = threading.Thread(target=lambda: out.append(self.stdout.read()), daemon=True)
+            reader.start()
+            reader.join(timeout)
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
         self.wait(timeout)
-        return out, None
+        return (out[0] if out else None), None
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, signum)
+        """As ``Popen.send_signal``: nothing where it has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass  # ended since the poll
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
