@@ -237,7 +237,7 @@ def dockerfile() -> Dockerfile:
 @pytest.fixture(scope="module")
 def launcher_flags() -> dict[str, list[str] | None]:
     """Flags that launch/cifar.py defines (its --helpfull): name -> enum choices or None."""
-    proc = launchers.run("launch/cifar.py", "--helpfull", cwd=REPO, log_level="3")
+    proc = launchers.run("launch/cifar.py", "--helpfull", cwd=REPO)
     flags = {}
     for m in re.finditer(r"^\s+--(?:\[no\])?(\w+):(?:\s+<([^>]*)>:)?", proc.stdout, re.M):
         flags[m.group(1)] = m.group(2).split("|") if m.group(2) else None

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from launchers import REPO
 from layer_kinds import assert_all_convolutional
 
 from resnet_noBN.configs.data_config import IMAGENET_TRAIN_EXAMPLES
@@ -451,10 +450,9 @@ def test_training_steps_through_trainer(shards, tmp_path, mirrored_strategy):
 
 # ----------------------------------------------------------------------------- the launcher
 def _launch(*args, cwd, timeout=120):
-    env = {"PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
-    return launchers.run(
-        "launch/imagenet.py", *args, env=env, timeout=timeout, cwd=cwd, log_level="3"
-    )
+    """launch/imagenet.py run from ``cwd``, in the environment most launches share: warm from
+    the tests' usual warm process (tests/warm_start.py)."""
+    return launchers.run("launch/imagenet.py", *args, timeout=timeout, cwd=cwd)
 
 
 def test_launcher_summary_only(tmp_path):
