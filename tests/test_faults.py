@@ -45,10 +45,10 @@ BACKENDS = (
 
 
 def cifar(backend: str, *args):
-    """launch/cifar.py on ``backend`` (JAX on the CPU)."""
-    return launchers.run(
-        "launch/cifar.py", *args, env={"KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
-    )
+    """launch/cifar.py on ``backend`` (JAX on the CPU); TensorFlow's in the usual environment,
+    so that it forks from the usual warm process (tests/warm_start.py)."""
+    cpu = {"JAX_PLATFORMS": "cpu"} if backend == "jax" else {}
+    return launchers.run("launch/cifar.py", *args, env={"KERAS_BACKEND": backend, **cpu})
 
 
 def last_line(proc) -> str:
