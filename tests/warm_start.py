@@ -5,10 +5,10 @@ the project's modules that a training launch of ``launch/cifar.py`` imports on t
 ``launch/*.py``. The child is the launch. It has its own pid, session, exit status, signals,
 standard streams, folder and environment, as a cold ``python launch/NAME.py`` has.
 
-Only the imports are shared. The TensorFlow warm process also lists the
-devices, once: TensorFlow's probe of CUDA writes an error line where there is none. A launcher
-that refuses its flags sees Keras loaded, and may list them too; the line would then stand
-before its own. So a warm launch never writes that line, where a cold one that trains does.
+Only the imports are shared. The TensorFlow warm process also lists the devices, once:
+TensorFlow's probe of CUDA writes an error line where there is none. A launcher that refuses its
+flags sees Keras loaded, and may list them too; the line would then stand before its own. So a
+warm launch never writes that line, where a cold one that trains does.
 
 Each set of variables read at import (:func:`reads_at_import`) has a warm process of its own. A
 launch starts cold where the tests measure a process itself (its imports, its coverage), or
