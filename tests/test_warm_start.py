@@ -171,12 +171,12 @@ def test_a_module_made_unimportable_fails_to_import_warm_and_cold(tmp_path, monk
 SPAWNER = """
 import json, os, subprocess, sys
 from resnet_noBN.studies import arm_runs
-launch = [sys.executable, sys.argv[1], "--x"]
+plain = [sys.executable, sys.argv[1], "--x"]
 blocked = [sys.executable, "-c", sys.argv[2], "--x"]  # the same launch, a module blocked
 jax = dict(os.environ, KERAS_BACKEND="jax")
 found = []
 # the launcher's imports; others; the launcher's, as python -c with a module blocked
-for launch, env in ((launch, None), (launch, jax), (blocked, None)):
+for launch, env in ((plain, None), (plain, jax), (blocked, None)):
     proc = subprocess.Popen(
         launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         preexec_fn=arm_runs.ending_with_this_process(),
