@@ -109,7 +109,7 @@ def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
     """Always cold: where the tests measure imports or coverage per process, a Keras backend
     the launchers do not take, a script outside launch/. A new set of variables read at import:
     cold the first time, then warm from a warm process of its own; past MOST of them, the one
-    used longest ago ends.
+    used longest ago ends. A launcher that starts launches of its own: warm at its first.
     TF_CONFIG (read when a strategy starts) differing: the same warm process."""
     started, ended = [], []
 
@@ -142,6 +142,11 @@ def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
         assert levels == [None, len(started)] and ended == ([1] if level == "4" else [])
     assert warm.path(CIFAR, dict(env(), TF_CPP_MIN_LOG_LEVEL="0")) == 2  # used: kept
     assert warm.counts == {"warm": 7, "cold": 13} and warm.MOST == 4
+    # a launcher that starts launches of its own (SPAWNERS), on a new set: warm at once
+    spawner = dict(env(), TF_CPP_MIN_LOG_LEVEL="5")
+    table2 = [sys.executable, str(launchers.REPO / "launch" / "table2.py")]
+    assert warm.path(table2, spawner) == len(started) == 6 and started[-1] == spawner
+    assert warm.counts == {"warm": 8, "cold": 13}
     assert warm_start.reads_at_import("XLA_FLAGS") and not warm_start.reads_at_import("PATH")
 
 

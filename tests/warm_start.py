@@ -566,9 +566,10 @@ class WarmProcess:
 class WarmProcesses:
     """This pytest worker's warm processes, one for each set of variables read at import (the
     Keras backend among them). Each starts at the second launch that needs it: the first
-    starts cold, so a set used once costs nothing more. At most :attr:`MOST` run; a new one
-    ends the one used longest ago. All end with the worker. ``RESNET_NOBN_TESTS_COLD=1`` in the
-    tests' environment starts every launch cold."""
+    starts cold, so a set used once costs nothing more. A launcher of :data:`SPAWNERS` uses its
+    set for each of its own launches, so its first launch starts the warm process. At most
+    :attr:`MOST` run; a new one ends the one used longest ago. All end with the worker.
+    ``RESNET_NOBN_TESTS_COLD=1`` in the tests' environment starts every launch cold."""
 
     MOST = 4  # a TensorFlow one holds about 0.7 GB, shared with its children
 
@@ -587,7 +588,7 @@ class WarmProcesses:
             with self._lock:
                 if key in self._started:
                     self._started[key] = self._started.pop(key)  # the newest used
-                elif key in self._seen:
+                elif key in self._seen or Path(argv[1]).name in SPAWNERS:
                     if len(self._started) == self.MOST:
                         oldest = next(iter(self._started))
                         self._started.pop(oldest)[0].stdin.close()  # it ends (serve)
