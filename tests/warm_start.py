@@ -125,6 +125,11 @@ PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
 CLONE_NEWNET = 0x40000000
 
 
+def spawns(script: str) -> bool:
+    """Whether the launcher ``script`` starts launches of its own (:data:`SPAWNERS`)."""
+    return os.path.basename(script) in SPAWNERS
+
+
 def blocked(script: str, modules) -> str:
     """``python -c`` code that runs ``script`` as ``python script`` would, in a process where
     any import of ``modules`` fails: a cold launch so made."""
@@ -275,7 +280,7 @@ def become(request: dict) -> None:
     if request.get("dies_with"):
         _dies_with(*request["dies_with"])
     script = request["argv"][1]
-    if request.get("counts") and (request.get("spawner") or os.path.basename(script) in SPAWNERS):
+    if request.get("counts") and (request.get("spawner") or spawns(script)):
         asked = Zygote.fork(request)
         if asked is not None:  # a launch the launcher started, forked from the zygote
             become(asked)
@@ -588,7 +593,7 @@ class WarmProcesses:
             with self._lock:
                 if key in self._started:
                     self._started[key] = self._started.pop(key)  # the newest used
-                elif key in self._seen or Path(argv[1]).name in SPAWNERS:
+                elif key in self._seen or spawns(argv[1]):
                     if len(self._started) == self.MOST:
                         oldest = next(iter(self._started))
                         self._started.pop(oldest)[0].stdin.close()  # it ends (serve)
