@@ -56,6 +56,28 @@ def test_one_tap_kernel_has_its_matrix_norm(stride):
     assert theory.circular_spectral_norm(kernel, (16, 16)) == pytest.approx(exact, rel=1e-12)
 
 
+def test_power_iteration_holds_blas_to_one_thread_and_gives_the_pool_back(monkeypatch):
+    """Its products are small (an image's pixels by a tap's [in, out]): a second BLAS thread
+    only spins. Each iteration runs on one; the pool is as it was once it returns."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    seen, convolve = [], theory.convolve
+
+    def watched(*args):
+        seen.append(blas_threads())
+        return convolve(*args)
+
+    monkeypatch.setattr(theory, "convolve", watched)
+    with threadpool_limits(2, user_api="blas"):
+        assert blas_threads() == {2}
+        norm = theory.spectral_norm(np.ones((3, 3, 2, 2)), (8, 8))
+        assert blas_threads() == {2}
+    assert len(seen) == norm["iterations"] > 1 and all(s == {1} for s in seen)
+
+
 @pytest.mark.parametrize("size", [8, 32])
 def test_box_kernel_has_its_closed_form_norm(size):
     """The 3x3 box (all ones, one channel): zero-padded on n x n it is T ⊗ T, T tridiagonal of

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 # Power iteration: stop when the estimate changes by less than this, relatively, or after
 # MAX_ITERATIONS (the last relative change is recorded either way)
@@ -103,17 +104,18 @@ def spectral_norm(
     v = np.random.default_rng(seed).standard_normal((*size, kernel.shape[2]))
     v /= np.linalg.norm(v)
     value, change, iterations = 0.0, math.inf, 0
-    while iterations < max_iterations:
-        iterations += 1
-        u = convolve(v, kernel, stride)
-        estimate = float(np.linalg.norm(u))
-        change = abs(estimate - value) / estimate if estimate else 0.0
-        value = estimate
-        w = convolve_transpose(u, kernel, size, stride)
-        norm = np.linalg.norm(w)
-        if norm == 0 or change < tolerance:
-            break
-        v = w / norm
+    with threadpool_limits(1, user_api="blas"):
+        while iterations < max_iterations:
+            iterations += 1
+            u = convolve(v, kernel, stride)
+            estimate = float(np.linalg.norm(u))
+            change = abs(estimate - value) / estimate if estimate else 0.0
+            value = estimate
+            w = convolve_transpose(u, kernel, size, stride)
+            norm = np.linalg.norm(w)
+            if norm == 0 or change < tolerance:
+                break
+            v = w / norm
     return {"value": value, "iterations": iterations, "last_change": change}
 
 
