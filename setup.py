@@ -25,8 +25,8 @@ setup(
         "matplotlib",
         # Decodes image-folder data sets (resnet_noBN/datasets/image_folder.py), without TensorFlow.
         "pillow",
-        # Holds numpy's BLAS to one thread in the power iteration (theory/near_identity.py):
-        # numpy has no call of its own to size its BLAS pool at run time.
+        # Holds numpy's BLAS to one thread in resnet_noBN/theory/near_identity.py's power
+        # iteration: numpy has no call of its own to size its BLAS pool at run time.
         "threadpoolctl",
     ],
     # pyyaml: the tests parse the compose file and Kubernetes manifests.
