@@ -24,20 +24,81 @@ from resnet_noBN.trained import near_identity
 CIFAR_RECORDS = 40  # a file: 200 training images, 40 test
 
 
-@pytest.mark.parametrize("size, k, stride", [(32, 3, 1), (32, 3, 2), (31, 3, 2), (8, 1, 2)])
+@pytest.mark.parametrize(
+    "size, k, stride",
+    [
+        ((32, 32), (3, 3), 1),
+        ((32, 32), (3, 3), 2),
+        ((31, 31), (3, 3), 2),
+        ((8, 8), (1, 1), 2),
+        ((7, 12), (3, 1), 1),  # rows and columns apart: an axis taken for the other shows
+        ((9, 6), (1, 3), 2),
+    ],
+)
 def test_convolution_is_tensorflows_and_its_transpose_its_adjoint(size, k, stride):
     """convolve is tf.nn.conv2d with SAME padding (the network's, odd zero after), and
-    convolve_transpose its adjoint: <A x, y> = <x, A^T y>."""
-    rng = np.random.default_rng(size + k + stride)
-    x, kernel = rng.standard_normal((size, size, 3)), rng.standard_normal((k, k, 3, 5))
+    convolve_transpose its adjoint: <A x, y> = <x, A^T y>; their default stride is 1."""
+    rng = np.random.default_rng(sum(size) + sum(k) + stride)
+    x, kernel = rng.standard_normal((*size, 3)), rng.standard_normal((*k, 3, 5))
     y = theory.convolve(x, kernel, stride)
     expected = tf.nn.conv2d(x[None], kernel, stride, "SAME").numpy()[0]
-    assert y.shape == expected.shape == (-(-size // stride), -(-size // stride), 5)
+    assert y.shape == expected.shape == (-(-size[0] // stride), -(-size[1] // stride), 5)
     np.testing.assert_allclose(y, expected, atol=1e-12)
     probe = rng.standard_normal(y.shape)
-    back = theory.convolve_transpose(probe, kernel, (size, size), stride)
+    back = theory.convolve_transpose(probe, kernel, size, stride)
     assert back.shape == x.shape
     assert np.sum(y * probe) == pytest.approx(np.sum(x * back), rel=1e-12)
+    if stride == 1:
+        np.testing.assert_array_equal(theory.convolve(x, kernel), y)
+        np.testing.assert_array_equal(theory.convolve_transpose(probe, kernel, size), back)
+
+
+def test_the_iteration_stops_at_its_cap_or_below_its_tolerance_and_a_zero_kernel_at_once():
+    """The identity (a 1x1 kernel) gives its norm, 1, at every iteration: a relative change of
+    exactly 0 is not below a tolerance of 0, so it runs to its cap; a tolerance above rounding
+    stops it at the second. A zero kernel gives 0 without iterating."""
+    identity = np.eye(3)[None, None]
+    capped = theory.spectral_norm(identity, (4, 5), tolerance=0.0, max_iterations=5)
+    assert capped == {"value": pytest.approx(1.0, rel=1e-15), "iterations": 5, "last_change": 0.0}
+    assert theory.spectral_norm(identity, (4, 5), tolerance=1e-12)["iterations"] == 2
+    zero = theory.spectral_norm(np.zeros((3, 3, 2, 2)), (4, 4))
+    assert zero == {"value": 0.0, "iterations": 0, "last_change": 0.0}
+
+
+def test_a_float32_kernel_is_measured_in_float64():
+    """Every measure computes in float64 whatever it is given: a float32 kernel or output gives
+    the float64 value of the same numbers, to the last bits; the circular norm is the one of
+    its grid, not of the kernel's 3 x 3."""
+    rng = np.random.default_rng(7)
+    kernel = rng.standard_normal((3, 3, 4, 4)).astype(np.float32)
+    wide = kernel.astype(np.float64)
+    assert theory.spectral_norm(kernel, (6, 9)) == theory.spectral_norm(wide, (6, 9))
+    assert theory.circular_spectral_norm(kernel, (6, 9)) == pytest.approx(
+        theory.circular_spectral_norm(wide, (6, 9)), rel=1e-13
+    )
+    # the circular convolution on 5 x 7 as a matrix, its largest singular value
+    # signs alternating from tap to tap: the peak is near the grid's highest frequency, which
+    # the kernel's own 3 x 3 grid lacks
+    checker = (-1.0) ** np.add.outer(np.arange(3), np.arange(3))
+    two = np.abs(wide[:, :, :2, :2]) * checker[:, :, None, None]
+    matrix = np.zeros((70, 70))
+    for i in range(70):
+        pulse = np.zeros((5, 7, 2))
+        pulse.flat[i] = 1.0
+        out = sum(
+            np.roll(pulse, (1 - a, 1 - b), axis=(0, 1)) @ two[a, b]
+            for a in range(3)
+            for b in range(3)
+        )
+        matrix[:, i] = out.ravel()
+    assert theory.circular_spectral_norm(two, (5, 7)) == pytest.approx(
+        np.linalg.norm(matrix, 2), rel=1e-12
+    )
+    branch, stream = rng.standard_normal((2, 3, 3, 2)), rng.standard_normal((2, 3, 3, 2))
+    assert np.array_equal(
+        theory.ratios(branch.astype(np.float32), stream.astype(np.float32)),
+        theory.ratios(branch.astype(np.float32).astype(np.float64), stream.astype(np.float32)),
+    )
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -85,7 +146,10 @@ def test_box_kernel_has_its_closed_form_norm(size):
     its transform peaks at frequency 0, at 9."""
     kernel = np.ones((3, 3, 1, 1))
     exact = (1 + 2 * math.cos(math.pi / (size + 1))) ** 2
-    assert theory.spectral_norm(kernel, (size, size))["value"] == pytest.approx(exact, rel=1e-4)
+    norm = theory.spectral_norm(kernel, (size, size))
+    assert norm["value"] == pytest.approx(exact, rel=1e-4) and norm["value"] <= exact
+    # the iterations docs/theory.md gives, from the seeded start (seed 0)
+    assert norm["iterations"] == {8: 35, 32: 278}[size] and norm["last_change"] < theory.TOLERANCE
     assert theory.circular_spectral_norm(kernel, (size, size)) == pytest.approx(9.0, rel=1e-12)
 
 
@@ -177,9 +241,20 @@ def test_slope_of_a_power_law_and_its_interval():
     depths = [3, 6, 12, 24]
     exact = theory.fitted_slope(depths, [5.0 / d for d in depths])
     assert exact["slope"] == pytest.approx(-1.0, abs=1e-12) and exact["points"] == 4
+    assert exact["intercept"] == pytest.approx(math.log(5.0), abs=1e-12)
     assert exact["high"] - exact["low"] == pytest.approx(0.0, abs=1e-9)
     noisy = theory.fitted_slope(depths, [5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))])
     assert noisy["low"] < -1 < noisy["high"]
+    # the interval against scipy's fit: its slope's standard error times t(0.975, 2 dof)
+    from scipy import stats
+
+    fit = stats.linregress(
+        np.log(depths), np.log([5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))])
+    )
+    half = stats.t.ppf(0.975, 2) * fit.stderr
+    assert noisy["slope"] == pytest.approx(fit.slope, rel=1e-12)
+    assert noisy["high"] - noisy["slope"] == pytest.approx(half, rel=1e-4)
+    assert noisy["slope"] - noisy["low"] == pytest.approx(half, rel=1e-4)
     assert theory.fitted_slope(depths, [0.0, 0.0, 0.0, 1.0]) is None
     assert "low" not in theory.fitted_slope([3, 6], [1.0, 0.5])
 

@@ -211,6 +211,14 @@ PASSES: dict[str, Pass] = {
         ),
         forkserver=True,
     ),
+    # how near each block is to the identity (results/near_identity's figures): the SAME
+    # convolution and its adjoint, the power iteration, the circular norm, the branch ratios,
+    # the slope against depth (the end-to-end launch aside: a training run a mutant)
+    "near_identity": Pass(
+        "resnet_noBN/theory/near_identity.py",
+        ("tests/test_near_identity.py", "-k", "not end_to_end"),
+        forkserver=True,
+    ),
     # the trained model in one file (launch/export.py): the served network, its weights copied,
     # the write that keeps what was there, the load (the tests in this process: those that read
     # the launchers' trained runs train three runs first, about a minute a mutant)
