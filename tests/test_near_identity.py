@@ -76,9 +76,9 @@ def test_a_float32_kernel_is_measured_in_float64():
     assert theory.circular_spectral_norm(kernel, (6, 9)) == pytest.approx(
         theory.circular_spectral_norm(wide, (6, 9)), rel=1e-13
     )
-    # the circular convolution on 5 x 7 as a matrix, its largest singular value
-    # signs alternating from tap to tap: the peak is near the grid's highest frequency, which
-    # the kernel's own 3 x 3 grid lacks
+    # the circular convolution on 5 x 7 as a matrix, its largest singular value; the taps'
+    # signs alternate, so the peak is near the grid's highest frequency, which the kernel's
+    # own 3 x 3 grid lacks
     checker = (-1.0) ** np.add.outer(np.arange(3), np.arange(3))
     two = np.abs(wide[:, :, :2, :2]) * checker[:, :, None, None]
     matrix = np.zeros((70, 70))
@@ -243,14 +243,13 @@ def test_slope_of_a_power_law_and_its_interval():
     assert exact["slope"] == pytest.approx(-1.0, abs=1e-12) and exact["points"] == 4
     assert exact["intercept"] == pytest.approx(math.log(5.0), abs=1e-12)
     assert exact["high"] - exact["low"] == pytest.approx(0.0, abs=1e-9)
-    noisy = theory.fitted_slope(depths, [5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))])
+    values = [5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))]
+    noisy = theory.fitted_slope(depths, values)
     assert noisy["low"] < -1 < noisy["high"]
     # the interval against scipy's fit: its slope's standard error times t(0.975, 2 dof)
     from scipy import stats
 
-    fit = stats.linregress(
-        np.log(depths), np.log([5.0 / d * f for d, f in zip(depths, (1.1, 0.9, 1.05, 1))])
-    )
+    fit = stats.linregress(np.log(depths), np.log(values))
     half = stats.t.ppf(0.975, 2) * fit.stderr
     assert noisy["slope"] == pytest.approx(fit.slope, rel=1e-12)
     assert noisy["high"] - noisy["slope"] == pytest.approx(half, rel=1e-4)
