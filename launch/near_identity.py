@@ -84,7 +84,7 @@ def main(argv):
         record = near_identity.measure_run(FLAGS.model_dir, FLAGS.step, FLAGS.data_path, print_fn)
     else:
         record = near_identity.measure_file(FLAGS.model, FLAGS.data_path, print_fn)
-    path = near_identity.result_path(FLAGS.model_dir, FLAGS.model)
+    path = model_paths.near_identity_path(FLAGS.model_dir, FLAGS.model)
     stops.doing("while writing the record: it is replaced whole")
     near_identity.write(record, path)
     print(near_identity.table(record), flush=True)

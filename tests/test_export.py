@@ -451,8 +451,8 @@ def test_near_identity_measures_a_lease_on_jax_and_its_file_alike(
     )
     assert lease_proc.returncode == 0, lease_proc.stderr[-3000:]
     assert file_proc.returncode == 0, file_proc.stderr[-3000:]
-    lease = json.loads((folder / near_identity.RESULT_FILE).read_text())
-    from_file = json.loads((tmp_path / f"lease.{near_identity.RESULT_FILE}").read_text())
+    lease = json.loads((folder / model_paths.NEAR_IDENTITY_FILE).read_text())
+    from_file = json.loads((tmp_path / f"lease.{model_paths.NEAR_IDENTITY_FILE}").read_text())
     assert lease["backend"] == "jax" and lease["step"] == from_file["step"] == 4
     assert lease["weights_sha256"] == from_file["weights_sha256"]
     assert from_file["initialisation"] is None and len(lease["initialisation"]["blocks"]) == 3

@@ -6,20 +6,25 @@ linear network, a zero branch), then a run measured end to end and its bad input
 
 import json
 import math
+import re
+import types
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from launchers import IMPORT_TIMES, imported, run
+from launchers import IMPORT_TIMES, REPO, imported, run
 
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.configs.network_config import ModelConfig
+from resnet_noBN.models.layers import Scalar
 from resnet_noBN.models.networks import build_cifar_model
+from resnet_noBN.runs import run_config
 from resnet_noBN.studies import near_identity_study
 from resnet_noBN.theory import linear
 from resnet_noBN.theory import near_identity as theory
-from resnet_noBN.trained import near_identity
+from resnet_noBN.trained import evaluation, model_file, model_paths, near_identity, run_folder
+from resnet_noBN.trainers.loop import weights_digest
 
 CIFAR_RECORDS = 40  # a file: 200 training images, 40 test
 
@@ -167,11 +172,12 @@ def _linear_residual_network(layers: np.ndarray, size: int = 2) -> keras.Model:
     return keras.Model(inputs, x)
 
 
-def test_theorem_2_1_network_gives_back_its_layer_norms():
+def test_theorem_2_1_network_gives_back_its_layer_norms(monkeypatch):
     """Theorem 2.1's construction (theory.linear.residual_factorization) for a rotation and
     stretch R, as a network of 1x1 convolutions: the bound of each block is ‖A_i‖₂ within 1e-4,
     its largest no more than the theorem's (4π + 3γ)/ℓ; and on the images, no branch is larger
-    against its input than that norm (a linear branch's ratio is at most ‖A_i‖)."""
+    against its input than that norm (a linear branch's ratio is at most ‖A_i‖). The first
+    block's ratios are each image's ‖x A_1ᵀ‖ / ‖x‖, its 16 images in batches of 5."""
     rng = np.random.default_rng(0)
     U, _, Vt = np.linalg.svd(rng.standard_normal((4, 4)))
     U[:, 0] *= np.sign(np.linalg.det(U @ Vt))  # det R > 0: a rotation and a stretch
@@ -183,8 +189,12 @@ def test_theorem_2_1_network_gives_back_its_layer_norms():
     model = _linear_residual_network(factors)
     images = rng.standard_normal((16, 2, 2, 4)).astype("float32")
     np.testing.assert_allclose(model(images), images @ R.T, atol=1e-4)  # R on each pixel
+    monkeypatch.setattr(near_identity, "BATCH", 5)
     result = near_identity.measured(model, images, "the linear network", print_fn=lambda *a, **k: 0)
     norms = [np.linalg.norm(A, 2) for A in factors]
+    first = [np.linalg.norm(x @ factors[0].T) / np.linalg.norm(x) for x in images.astype(float)]
+    assert result["blocks"][0]["ratio_mean"] == pytest.approx(np.mean(first), rel=1e-5)
+    assert result["blocks"][0]["ratio_max"] == pytest.approx(max(first), rel=1e-5)
     assert len(result["blocks"]) == depth
     for row, norm in zip(result["blocks"], norms):
         assert row["lipschitz"] == pytest.approx(norm, abs=1e-4)
@@ -218,7 +228,10 @@ def test_network_of_another_kind_is_refused(one_line):
     other = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(4, 3)])
     with pytest.raises(InputError) as excinfo:
         near_identity.measured(other, np.zeros((2, 32, 32, 3)), "other.keras")
-    one_line(excinfo, "other.keras holds no residual block", "stageS_unitU_add")
+    assert str(excinfo.value) == (
+        "other.keras holds no residual block of this project's networks (layers "
+        "stageS_unitU_add); give a run of launch/cifar.py or a file of launch/export.py"
+    )
     model = build_cifar_model(ModelConfig.preset("small"), "float32")
     with pytest.raises(InputError) as excinfo:
         near_identity.measured(model, np.zeros((2, 64, 64, 3)), "the run")
@@ -258,11 +271,256 @@ def test_slope_of_a_power_law_and_its_interval():
     assert "low" not in theory.fitted_slope([3, 6], [1.0, 0.5])
 
 
+COMMITTED_RUN = REPO / "results" / "near_identity" / "runs" / "near_identity_paper_u1-seed0"
+
+
+def _saved_arrays(model: keras.Model, path) -> None:
+    """``model``'s variables as a GPU lease's weights file holds them (``model/<path>``)."""
+    variables = [*model.trainable_variables, *model.non_trainable_variables]
+    np.savez(path, **{f"model/{v.path}": keras.ops.convert_to_numpy(v) for v in variables})
+
+
+def test_a_run_folder_and_its_file_measured_in_this_process(
+    tmp_path, cifar_bin, write_cifar, monkeypatch
+):
+    """measure_run on a folder holding a committed run's config.json (seed 5, this data) and two
+    GPU lease's weights files: weights-3.npz the network that config and seed draw (a stand-in
+    for the run's trainer: the end-to-end test below checks the real one), weights-7.npz the
+    same with every residual convolution doubled. At step 7 each spectral norm is twice the one
+    at initialisation and each bound four times, to the last bit (doubling is exact in floating
+    point); the first block's ratio four times. The record names the folder, the step, seed,
+    backend, digest, network and data (the run's own; with --data_path, that copy's test
+    images; a run of JAX read there); without a seed or backend recorded, 0 and TensorFlow.
+    Every line is flushed.
+    measure_file on the .keras file of step 7: the same trained figures, no initialisation; a
+    file of 7 classes refused in one line. table: a row a block, "-" where there is no
+    initialisation. write: the record whole, one space indented."""
+    saved = json.loads((COMMITTED_RUN / "config.json").read_text())
+    saved["data"]["data_path"], saved["seed"] = str(cifar_bin), 5
+    del saved["backend"]  # a run of before backends were recorded: TensorFlow's
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    recorded = run_config.from_record(saved)
+
+    def reading(record, run, model_dir):  # the run's trainer (its runtime would start here)
+        assert (run, model_dir) == (recorded, "run")
+        keras.utils.set_random_seed(record.get("seed", 0))
+        return types.SimpleNamespace(model=build_cifar_model(run.network, "float32"))
+
+    monkeypatch.setattr(evaluation, "reading_trainer", reading)
+    served = model_file.served_model(recorded)
+    model_file.copy_weights(reading(saved, recorded, "run").model, served)
+    _saved_arrays(served, tmp_path / "run" / "weights-3.npz")
+    initial_digest = weights_digest(served.weights)
+    for v in served.trainable_variables:
+        if re.fullmatch(r"stage\d_unit\d_conv[12]/kernel", v.path):  # a branch's convolutions
+            v.assign(v * 2.0)
+    _saved_arrays(served, tmp_path / "run" / "weights-7.npz")
+    monkeypatch.chdir(tmp_path)
+    lines = []
+
+    def say(line, **flushed):
+        assert flushed == {"flush": True}, line
+        lines.append(line)
+
+    record = near_identity.measure_run("run", None, None, say)
+    assert {k: record[k] for k in ("model_dir", "experiment", "backend", "seed", "step")} == {
+        "model_dir": str(tmp_path / "run"),
+        "experiment": "near_identity_paper_u1",
+        "backend": "tensorflow",
+        "seed": 5,
+        "step": 7,
+    }
+    assert record["weights_sha256"] == weights_digest(served.weights) != initial_digest
+    assert json.loads(json.dumps(record["network"])) == saved["network"]
+    assert record["residual_blocks"] == 3
+    assert record["data"] == {"dataset": "cifar10", "data_path": str(cifar_bin)}
+    assert record["power_iteration"] == {
+        "tolerance": theory.TOLERANCE,
+        "max_iterations": theory.MAX_ITERATIONS,
+        "padding": "SAME (zeros), as the network's",
+    }
+    trained, initial = record["trained"]["blocks"], record["initialisation"]["blocks"]
+    assert [(r["block"], r["stage"], r["unit"]) for r in initial] == [
+        ("stage1_unit0", 1, 0),
+        ("stage2_unit0", 2, 0),
+        ("stage3_unit0", 3, 0),
+    ]
+    for now, then in zip(trained, initial, strict=True):
+        assert (now["block"], now["stage"], now["unit"]) == (
+            then["block"],
+            then["stage"],
+            then["unit"],
+        )
+        assert now["lipschitz"] == 4 * then["lipschitz"] > 0
+        for a, b in zip(now["convs"], then["convs"], strict=True):
+            assert a["spectral_norm"] == 2 * b["spectral_norm"]
+            assert (a["iterations"], a["input"], a["stride"]) == (
+                b["iterations"],
+                b["input"],
+                b["stride"],
+            )
+    assert trained[0]["ratio_mean"] == pytest.approx(4 * initial[0]["ratio_mean"], rel=1e-5)
+    for key, rows in (("ratio", "ratio_mean"), ("lipschitz", "lipschitz")):
+        values = [r[rows] for r in trained]
+        assert record["trained"][f"largest_{key}"] == max(values)
+        assert record["trained"][f"mean_{key}"] == pytest.approx(sum(values) / 3, rel=1e-15)
+    assert lines[0] == "step 7: 3 blocks, on 40 test images"
+    assert lines[4] == "initialisation: 3 blocks, on 40 test images" and len(lines) == 8
+
+    other = tmp_path / "other" / "cifar-10-batches-bin"
+    written = write_cifar(other, "cifar10", 24)
+    unseeded = {**{k: v for k, v in saved.items() if k != "seed"}, "backend": "jax"}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(unseeded))
+    handed = []  # measured's images, what it names and the weights, its figures checked above
+
+    def measured(model, images, what, print_fn):
+        handed.append((images, what, weights_digest(model.weights)))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(near_identity, "measured", measured)
+        patched.setattr(run_folder.registry, "check_chosen", lambda: "jax")  # read where it ran
+        elsewhere = near_identity.measure_run("run", 3, str(other), say)
+    assert (elsewhere["step"], elsewhere["seed"], elsewhere["backend"]) == (3, 0, "jax")
+    assert elsewhere["data"]["data_path"] == str(other)
+    assert [what for _, what, _ in handed] == ["step 3", "initialisation"]
+    trained_at_3, drawn = (digest for _, _, digest in handed)
+    assert trained_at_3 == initial_digest != drawn  # weights-3 read; the init of seed 0 drawn
+    assert all(np.array_equal(images, written["test"][0]) for images, _, _ in handed)
+
+    beside = {"experiment": "e", "step": 7, "weights_sha256": "abc"}
+    model_file.write(served, "run.keras", "keras", beside)
+    lines.clear()
+    from_file = near_identity.measure_file("run.keras", str(cifar_bin), say)
+    assert {k: from_file[k] for k in ("model", "experiment", "step", "weights_sha256")} == {
+        "model": str(tmp_path / "run.keras"),
+        **beside,
+    }
+    assert from_file["initialisation"] is None
+    assert from_file["data"] == record["data"]
+    assert from_file["power_iteration"] == record["power_iteration"]
+    for a, b in zip(from_file["trained"]["blocks"], trained, strict=True):
+        assert (a["lipschitz"], a["ratio_max"]) == (b["lipschitz"], pytest.approx(b["ratio_max"]))
+    assert lines[:2] == [
+        "a .keras file holds no seed: its trained weights only",
+        "run.keras: 3 blocks, on 40 test images",
+    ]
+    seven = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Dense(7)])
+    seven.save("seven.keras")
+    with pytest.raises(InputError) as refused:
+        near_identity.measure_file("seven.keras", str(cifar_bin), say)
+    assert str(refused.value) == (
+        "--model seven.keras gives 7 classes: no CIFAR data set has as many; evaluate it on its "
+        "own data"
+    )
+
+    table = near_identity.table(record).splitlines()
+    assert table[:2] == [
+        "| block | ratio mean | ratio max | Lipschitz bound | at init: ratio mean | bound |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    first, at_init = trained[0], initial[0]
+    assert len(table) == 2 + 3 and table[2] == (
+        f"| stage1_unit0 | {first['ratio_mean']:.4g} | {first['ratio_max']:.4g} | "
+        f"{first['lipschitz']:.4g} | {at_init['ratio_mean']:.4g} | {at_init['lipschitz']:.4g} |"
+    )
+    assert near_identity.table(from_file).splitlines()[4].endswith(" | - | - |")
+    near_identity.write(record, "record.json")
+    assert (tmp_path / "record.json").read_text() == json.dumps(record, indent=1) + "\n"
+
+
+def _two_blocks(data_format: str = "channels_last", norm: bool = False) -> keras.Model:
+    """Two blocks of this project's names on 7 x 9 images of 2 channels: stage1_unit0, a 3 x 1
+    convolution to 4 channels then a 1 x 3 back to 2, a bias and a multiplier -3 (``norm``: a
+    batch norm between); stage2_unit1, a 3 x 3 convolution of stride 2 to 3 channels then a
+    1 x 1, beside a projection shortcut."""
+    first = data_format == "channels_first"
+
+    def conv(name, filters, k, stride=1):
+        return keras.layers.Conv2D(
+            filters, k, stride, "same", data_format=data_format, use_bias=False, name=name
+        )
+
+    x = inputs = keras.Input((2, 7, 9) if first else (7, 9, 2))
+    h = conv("stage1_unit0_conv1", 4, (3, 1))(x)
+    if norm:
+        h = keras.layers.BatchNormalization(axis=1 if first else -1, name="stage1_unit0_bn")(h)
+    h = conv("stage1_unit0_conv2", 2, (1, 3))(keras.layers.ReLU(name="stage1_unit0_relu")(h))
+    h = Scalar("add", 0.5, name="stage1_unit0_bias")(h)
+    h = Scalar("multiply", -3.0, name="stage1_unit0_scale")(h)
+    x = keras.layers.Add(name="stage1_unit0_add")([x, h])
+    h = conv("stage2_unit1_conv2", 2, 1)(conv("stage2_unit1_conv1", 3, 3, 2)(x))
+    shortcut = conv("stage2_unit1_projection", 2, 1, 2)(x)
+    x = keras.layers.Add(name="stage2_unit1_add")([shortcut, h])
+    return keras.Model(inputs, x)
+
+
+def test_each_convolution_is_measured_on_its_input_with_its_stride_and_its_multipliers():
+    """lipschitz: each branch convolution (not the projection shortcut) on its own input, rows,
+    columns and channels apart, with its stride, against theory.spectral_norm; the circular
+    norm on the grid padded by the kernel (n + k - 1 along each axis), none at stride 2; the
+    bound the norms' product times |multiplier| (the bias left out); its line flushed. A
+    network in channels_first gives the same. A batch norm in a branch is refused in one
+    line."""
+    keras.utils.set_random_seed(0)
+    model = _two_blocks()
+    found = near_identity.blocks(model, "two blocks")
+    assert [(b.name, b.stage, b.unit, [c.name for c in b.convs]) for b in found] == [
+        ("stage1_unit0", 1, 0, ["stage1_unit0_conv1", "stage1_unit0_conv2"]),
+        ("stage2_unit1", 2, 1, ["stage2_unit1_conv1", "stage2_unit1_conv2"]),
+    ]
+    lines = []
+    rows = [near_identity.lipschitz(b, lambda *a, **k: lines.append((a, k))) for b in found]
+    expected = (  # each convolution: its input (rows, columns, channels), stride, padded grid
+        (((7, 9, 2), 1, (9, 9)), ((7, 9, 4), 1, (7, 11))),
+        (((7, 9, 2), 2, None), ((4, 5, 3), 1, (4, 5))),
+    )
+    for block, row, convs in zip(found, rows, expected, strict=True):
+        bound = 1.0
+        for layer, measured, (shape, stride, grid) in zip(block.convs, row["convs"], convs):
+            kernel, size = np.asarray(layer.kernel, np.float64), shape[:2]
+            norm = theory.spectral_norm(kernel, size, stride)
+            assert measured == {
+                "layer": layer.name,
+                "input": list(shape),
+                "stride": stride,
+                "spectral_norm": norm["value"],
+                "iterations": norm["iterations"],
+                "last_change": norm["last_change"],
+                "circular": grid and theory.circular_spectral_norm(kernel, grid),
+            }
+            bound *= norm["value"]
+        assert set(row) == {"lipschitz", "multipliers", "convs"}
+    assert rows[0]["multipliers"] == [-3.0] and rows[1]["multipliers"] == []
+    assert rows[0]["lipschitz"] == 3.0 * (
+        rows[0]["convs"][0]["spectral_norm"] * rows[0]["convs"][1]["spectral_norm"]
+    )
+    assert (
+        rows[1]["lipschitz"]
+        == rows[1]["convs"][0]["spectral_norm"] * rows[1]["convs"][1]["spectral_norm"]
+    )
+    assert lines == [
+        ((f"  {b.name}: Lipschitz bound {r['lipschitz']:.4g}",), {"flush": True})
+        for b, r in zip(found, rows)
+    ]
+    other = _two_blocks("channels_first")
+    other.set_weights(model.get_weights())
+    quiet = lambda *a, **k: None  # noqa: E731
+    assert [near_identity.lipschitz(b, quiet) for b in near_identity.blocks(other, "cf")] == rows
+    with pytest.raises(InputError) as excinfo:
+        near_identity.blocks(_two_blocks(norm=True), "two blocks")
+    assert str(excinfo.value) == (
+        "two blocks: block stage1_unit0 normalises its branch (batch norm); the bound covers "
+        "convolutions, ReLU and scalars only: measure a network without --norm=batch"
+    )
+
+
 def test_run_measured_end_to_end_then_summarised(tmp_path, cifar_bin, one_line):
     """A run of one step at learning rate 1e-30 keeps its initial weights: launch/near_identity.py
     measures it, trained and at initialisation rebuilt from config.json and the seed, and the
     two agree block by block to the last bit; near_identity.json is written, the table printed
-    a row a block, one line of JSON last. --summarize writes the study's summary and plot."""
+    a row a block, one line of JSON last. --summarize writes the study's summary and plot,
+    without Keras or TensorFlow."""
     run_dir = tmp_path / "runs" / "near_identity_paper_u1-seed0"
     trained = run(
         "launch/cifar.py",
@@ -278,7 +536,7 @@ def test_run_measured_end_to_end_then_summarised(tmp_path, cifar_bin, one_line):
     assert trained.returncode == 0, trained.stderr[-2000:]
     proc = run("launch/near_identity.py", f"--model_dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    record = json.loads((run_dir / near_identity.RESULT_FILE).read_text())
+    record = json.loads((run_dir / model_paths.NEAR_IDENTITY_FILE).read_text())
     assert record["step"] == 1 and record["residual_blocks"] == 3 and record["seed"] == 3
     at_init, now = record["initialisation"], record["trained"]
     assert [r["block"] for r in now["blocks"]] == ["stage1_unit0", "stage2_unit0", "stage3_unit0"]
@@ -292,8 +550,9 @@ def test_run_measured_end_to_end_then_summarised(tmp_path, cifar_bin, one_line):
     assert sum(line.startswith("| stage") for line in lines) == 3
     assert json.loads(lines[-1])["trained"]["largest_ratio"] == now["largest_ratio"]
 
-    proc = run("launch/near_identity.py", f"--summarize={tmp_path}")
+    proc = run("launch/near_identity.py", f"--summarize={tmp_path}", env=IMPORT_TIMES)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not imported(proc) & {"keras", "tensorflow"}  # plain files
     summary = json.loads((tmp_path / near_identity_study.SUMMARY).read_text())
     (paper,) = summary["paper"]["runs"]
     assert (paper["blocks"], paper["layers"], paper["step"]) == (3, 8, 1)
@@ -311,24 +570,18 @@ def test_run_measured_end_to_end_then_summarised(tmp_path, cifar_bin, one_line):
         "is not a Keras file": (f"--model={run_dir / 'config.json'}", f"--data_path={cifar_bin}"),
         "give --data_path": (f"--model={_saved_other(tmp_path)}",),
     }
-    before = (run_dir / near_identity.RESULT_FILE).read_bytes()
+    before = (run_dir / model_paths.NEAR_IDENTITY_FILE).read_bytes()
     for fragment, args in refusals.items():
         proc = run("launch/near_identity.py", *args, env=IMPORT_TIMES)
         assert proc.returncode == 2, (args, proc.stderr[-1500:])
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and fragment in errors[0], (fragment, errors)
         assert not imported(proc) & {"keras", "tensorflow"}, args
-    assert not (empty / near_identity.RESULT_FILE).exists()
-    assert (run_dir / near_identity.RESULT_FILE).read_bytes() == before
+    assert not (empty / model_paths.NEAR_IDENTITY_FILE).exists()
+    assert (run_dir / model_paths.NEAR_IDENTITY_FILE).read_bytes() == before
 
 
 def _saved_other(folder) -> str:
     path = str(folder / "other.keras")
     keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(4, 3)]).save(path)
     return path
-
-
-def test_summary_refuses_a_study_with_nothing_measured(tmp_path, one_line):
-    with pytest.raises(InputError) as excinfo:
-        near_identity_study.summarize(str(tmp_path))
-    one_line(excinfo, "no run there holds near_identity.json", "launch/near_identity.py")

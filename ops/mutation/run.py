@@ -219,6 +219,20 @@ PASSES: dict[str, Pass] = {
         ("tests/test_near_identity.py", "-k", "not end_to_end"),
         forkserver=True,
     ),
+    # each block of a trained network against the identity (each run's near_identity.json,
+    # whose figures results/near_identity's summary holds): the blocks found, each bound, the
+    # ratios, a run folder and a .keras file measured, the table (the end-to-end launch aside)
+    "trained_near_identity": Pass(
+        "resnet_noBN/trained/near_identity.py",
+        ("tests/test_near_identity.py", "-k", "not end_to_end"),
+        forkserver=True,
+    ),
+    # the study near_identity by depth (results/near_identity's summary.json, the figures its
+    # README quotes, its picture): the rows by depth and seed, the slopes, the lines drawn
+    "near_identity_study": Pass(
+        "resnet_noBN/studies/near_identity_study.py",
+        ("tests/test_near_identity_study.py",),
+    ),
     # the trained model in one file (launch/export.py): the served network, its weights copied,
     # the write that keeps what was there, the load (the tests in this process: those that read
     # the launchers' trained runs train three runs first, about a minute a mutant)

@@ -22,7 +22,7 @@ from resnet_noBN import plotting
 from resnet_noBN.configs.errors import InputError
 from resnet_noBN.host import storage
 from resnet_noBN.theory.near_identity import fitted_slope
-from resnet_noBN.trained.near_identity import RESULT_FILE
+from resnet_noBN.trained.model_paths import NEAR_IDENTITY_FILE
 from resnet_noBN.trainers.run_log import read_metrics
 
 SUMMARY = "summary.json"
@@ -37,13 +37,13 @@ def runs(study_dir: str) -> list[tuple[str, dict]]:
     """(run folder, its near_identity.json) of every run of the study measured; InputError
     where none is."""
     found = []
-    for path in sorted(glob.glob(os.path.join(study_dir, "runs", "*", RESULT_FILE))):
+    for path in sorted(glob.glob(os.path.join(study_dir, "runs", "*", NEAR_IDENTITY_FILE))):
         with open(path, encoding="utf-8") as f:
             found.append((os.path.dirname(path), json.load(f)))
     if not found:
         raise InputError(
-            f"--summarize {study_dir}: no run there holds {RESULT_FILE}; measure each run first "
-            "(python launch/near_identity.py --model_dir=RUN)"
+            f"--summarize {study_dir}: no run there holds {NEAR_IDENTITY_FILE}; measure each run "
+            "first (python launch/near_identity.py --model_dir=RUN)"
         )
     return found
 

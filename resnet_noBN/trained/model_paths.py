@@ -1,8 +1,9 @@
 """Where an exported model goes and what lies beside it, checked without Keras (a launcher
 answers bad input before its backend loads): the ``--output`` of ``launch/export.py`` (its folder,
-its suffix), the short JSON record written beside the model (:func:`record_path`), and whether a
-file is a Keras file at all (``Model.save``'s ``.keras``: a zip of ``config.json``,
-``metadata.json`` and the weights)."""
+its suffix), the short JSON record written beside the model (:func:`record_path`), where
+``launch/near_identity.py`` writes its record (:func:`near_identity_path`), and whether a file is
+a Keras file at all (``Model.save``'s ``.keras``: a zip of ``config.json``, ``metadata.json`` and
+the weights)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from resnet_noBN.configs.errors import InputError
 
 KERAS_SUFFIX = ".keras"
 KERAS_MEMBERS = ("config.json", "metadata.json")  # what every file of Model.save holds
+NEAR_IDENTITY_FILE = "near_identity.json"  # a run's record of trained.near_identity
 
 
 def record_path(output: str) -> str:
@@ -25,6 +27,14 @@ def record_path(output: str) -> str:
     return (output.removesuffix(KERAS_SUFFIX) if output.endswith(KERAS_SUFFIX) else output) + (
         ".json"
     )
+
+
+def near_identity_path(model_dir: str | None, model: str | None) -> str:
+    """Where ``launch/near_identity.py``'s record goes: the run folder's ``near_identity.json``;
+    beside a ``.keras`` file, ``FILE.near_identity.json``."""
+    if model_dir:
+        return os.path.join(model_dir, NEAR_IDENTITY_FILE)
+    return model.removesuffix(KERAS_SUFFIX) + "." + NEAR_IDENTITY_FILE
 
 
 def check_output(output: str, format: str) -> None:

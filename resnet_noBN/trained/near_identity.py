@@ -17,7 +17,8 @@ branch, two measures (``theory.near_identity``):
 
 Measured on the trained weights and on the network at initialisation, rebuilt from the run's
 ``config.json`` and seed as the run drew it. Written to ``near_identity.json`` in the run folder
-(beside a ``.keras`` file: ``FILE.near_identity.json``); the study's summary across depths:
+(beside a ``.keras`` file: ``FILE.near_identity.json``; ``model_paths.near_identity_path``); the
+study's summary across depths:
 ``studies.near_identity_study``.
 """
 
@@ -42,7 +43,6 @@ from resnet_noBN.theory import near_identity as theory
 from resnet_noBN.trained import evaluation, model_file, model_paths, run_folder
 from resnet_noBN.trainers.loop import weights_digest
 
-RESULT_FILE = "near_identity.json"
 BLOCK = re.compile(r"(stage(\d+)_unit(\d+))_add")  # a residual block's join (models.blocks)
 BATCH = 250  # test images a forward pass
 
@@ -238,14 +238,6 @@ def power_iteration() -> dict:
             "padding": "SAME (zeros), as the network's",
         }
     }
-
-
-def result_path(model_dir: str | None, model: str | None) -> str:
-    """Where the record goes: the run folder's ``near_identity.json``; beside a ``.keras`` file,
-    ``FILE.near_identity.json``."""
-    if model_dir:
-        return os.path.join(model_dir, RESULT_FILE)
-    return model.removesuffix(model_paths.KERAS_SUFFIX) + "." + RESULT_FILE
 
 
 def write(record: dict, path: str) -> None:
