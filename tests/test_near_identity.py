@@ -284,20 +284,20 @@ def test_a_run_folder_and_its_file_measured_in_this_process(
     tmp_path, cifar_bin, write_cifar, monkeypatch
 ):
     """measure_run on a folder holding a committed run's config.json (seed 5, this data) and two
-    GPU lease's weights files: weights-3.npz the network that config and seed draw (a stand-in
-    for the run's trainer: the end-to-end test below checks the real one), weights-7.npz the
-    same with every residual convolution doubled. At step 7 each spectral norm is twice the one
-    at initialisation and each bound four times, to the last bit (doubling is exact in floating
-    point); the first block's ratio four times. The record names the folder, the step, seed,
-    backend, digest, network and data (the run's own; with --data_path, that copy's test
-    images; a run of JAX read there); without a seed or backend recorded, 0 and TensorFlow.
-    Every line is flushed.
+    weights files as a GPU lease brings them: weights-3.npz the network that config and seed
+    draw (a stand-in for the run's trainer: the end-to-end test below checks the real one),
+    weights-7.npz the same with every residual convolution doubled. At step 7 each spectral norm
+    is twice the one at initialisation and each bound four times, to the last bit (doubling is
+    exact in floating point); the first block's ratio four times. The record names the folder,
+    the step, seed, backend, digest, network and data (the run's own; with --data_path, that
+    copy's test images; a run of JAX read there); without a seed or backend recorded, 0 and
+    TensorFlow. Every line is flushed.
     measure_file on the .keras file of step 7: the same trained figures, no initialisation; a
     file of 7 classes refused in one line. table: a row a block, "-" where there is no
     initialisation. write: the record whole, one space indented."""
     saved = json.loads((COMMITTED_RUN / "config.json").read_text())
     saved["data"]["data_path"], saved["seed"] = str(cifar_bin), 5
-    del saved["backend"]  # a run of before backends were recorded: TensorFlow's
+    del saved["backend"]  # a run from before backends were recorded: TensorFlow's
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
     recorded = run_config.from_record(saved)
@@ -361,8 +361,8 @@ def test_a_run_folder_and_its_file_measured_in_this_process(
                 b["stride"],
             )
     assert trained[0]["ratio_mean"] == pytest.approx(4 * initial[0]["ratio_mean"], rel=1e-5)
-    for key, rows in (("ratio", "ratio_mean"), ("lipschitz", "lipschitz")):
-        values = [r[rows] for r in trained]
+    for key, field in (("ratio", "ratio_mean"), ("lipschitz", "lipschitz")):
+        values = [r[field] for r in trained]
         assert record["trained"][f"largest_{key}"] == max(values)
         assert record["trained"][f"mean_{key}"] == pytest.approx(sum(values) / 3, rel=1e-15)
     assert lines[0] == "step 7: 3 blocks, on 40 test images"
