@@ -24,6 +24,13 @@ native thread; OpenBLAS stops its threads before a fork, as NumPy's does in ever
 The entry points' first call, ``host.cpu.default_onednn``, runs in the warm process before
 TensorFlow loads, as in a cold launch; the child keeps that decision and its reason.
 
+Each fork holds the stop signals (SIGINT, SIGTERM, SIGHUP) until it returns
+(:func:`fork_holding_stops`). The child runs Python's at-fork hooks inside ``os.fork`` (filelock
+4 registers one), and a KeyboardInterrupt raised in a hook is printed as "Exception ignored"
+and lost. Held, a stop reaches a launch once its fork returns, as a stop reaches a cold launch
+as it starts. The zygote ignores the stops before it lets them in: a Ctrl-C to the launcher's
+group while it is forked is dropped there, as every later one is.
+
 A launcher that starts launches of its own (:data:`SPAWNERS`: Table 2's runs, a study's, a
 local cluster's tasks) gets them warm too (:class:`Zygote`). Before the launcher runs, a copy
 of it is forked as it stands then, still warm and clean. Each ``subprocess.Popen`` of
@@ -98,6 +105,14 @@ SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
 # read at start-up, as the standard streams are made: a fork makes them again (_streams)
 UNBUFFERED = "PYTHONUNBUFFERED"
 PR_SET_CHILD_SUBREAPER = 36
+# the signals a stop sends: held through each fork (fork_holding_stops)
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# a launch's, as Python starts: KeyboardInterrupt at SIGINT, the others' defaults
+LAUNCH_HANDLERS = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+}
 # what a training launch of launch/cifar.py imports beyond its backend's library and matplotlib,
 # on every backend, then on each (tensorflow_datasets with TensorFlow's): 0.2 to 0.4 s of CPU a
 # TensorFlow launch, measured; Keras is 0.9 s on JAX and 2.7 s on PyTorch. None reads a variable
@@ -220,7 +235,7 @@ def serve(path: str) -> dict | None:
             request, fds = receive(connection)
             sys.stdout.flush()
             sys.stderr.flush()
-            pid = os.fork()
+            pid = fork_holding_stops()
             if pid == 0:
                 listener.close()
                 connection.close()
@@ -242,6 +257,22 @@ def serve(path: str) -> dict | None:
                 pass  # its asker gone
             connection.close()
     return None
+
+
+def fork_holding_stops(handlers: dict | None = None) -> int:
+    """``os.fork()`` with :data:`STOPS` held until it returns, in parent and child: a stop that
+    comes while the child runs Python's at-fork hooks waits, and is not raised in a hook, where
+    Python prints it as "Exception ignored" and drops it. The child sets ``handlers`` (a signal:
+    its handler) before it lets the stops in: one ignored there is dropped."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            for signum, handler in (handlers or {}).items():
+                signal.signal(signum, handler)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pid
 
 
 def receive(connection: socket.socket) -> tuple[dict, list[int]]:
@@ -360,7 +391,7 @@ class Zygote:
         sys.stdout.flush()
         sys.stderr.flush()
         ours, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.fork() == 0:
+        if fork_holding_stops(dict.fromkeys(STOPS, signal.SIG_IGN)) == 0:
             ours.close()
             return cls._serve(its, request["counts"])
         its.close()
@@ -459,9 +490,7 @@ class Zygote:
     def _serve(connection: socket.socket, counts: str) -> dict:
         """The zygote: forks a launch for each request, through a middle process that ends at
         once (the launch becomes the launcher's child); ends with the launcher. In the launch,
-        returns its request."""
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
+        returns its request. It ignores the stops (:func:`fork_holding_stops`)."""
         with open(os.devnull, "r+b") as devnull:
             for fd in (0, 1, 2):
                 os.dup2(devnull.fileno(), fd)
@@ -474,7 +503,7 @@ class Zygote:
             if middle == 0:
                 if len(fds) > 3 and ctypes.CDLL(None).setns(fds[3], CLONE_NEWNET) != 0:
                     os._exit(1)  # the launch starts cold
-                launch = os.fork()
+                launch = fork_holding_stops(LAUNCH_HANDLERS)
                 if launch == 0:
                     os.close(read)
                     os.close(write)
@@ -482,9 +511,6 @@ class Zygote:
                     for fd in fds[3:]:
                         os.close(fd)
                     fds = fds[:3]
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
-                    for signum in (signal.SIGTERM, signal.SIGHUP):
-                        signal.signal(signum, signal.SIG_DFL)
                     return {**json.loads(data), "fds": fds}
                 os.write(write, f"{launch}\n".encode())
                 os._exit(0)
