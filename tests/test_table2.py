@@ -407,6 +407,39 @@ def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
     assert log.read_text() == "training\nstopped by SIGTERM\n"
 
 
+# a launcher whose Ctrl-C (or hang-up) reaches a run as Python's at-fork hooks run in it; the
+# run prints its SIGHUP handler; then this launcher's handler calls and blocked signals
+HOOKED_START = """
+import os, signal, subprocess, sys
+from resnet_noBN.studies import arm_runs
+handled = []
+signal.signal(signal.SIGINT, lambda *_: handled.append(os.getpid()))
+sent = []
+os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), sent[-1]))
+run = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGHUP))"]
+for signum in (signal.SIGINT, signal.SIGHUP):
+    sent.append(signum)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup's
+    proc = arm_runs.popen(run, stdout=subprocess.PIPE, text=True)
+    print(proc.communicate()[0].strip() or "-", proc.returncode)
+print(handled, sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+"""
+
+
+def test_a_stop_that_reaches_a_run_as_it_is_forked_ends_it_there():
+    """A Ctrl-C that reaches a run between its fork and its program (Python runs at-fork hooks
+    there, filelock 4's among them, and the ``preexec_fn``): held through the fork, then let in
+    at its default, it ends the run there. It never runs the launcher's handler in the run,
+    nor is it printed as "Exception ignored" and lost. A stop the launcher ignores stays ignored
+    in the run; the launcher's blocked signals are as before."""
+    proc = subprocess.run(
+        [sys.executable, "-c", HOOKED_START], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == "- -2\n1 0\n[] []\n"  # 1: SIG_IGN
+
+
 def test_a_killed_launchers_timing_folder_is_removed_by_the_next_timing_run(tmp_path, monkeypatch):
     """The timing run's folder is named by its launcher's process id: the folders of launchers
     that ended (a ``kill -9`` skips the ``finally`` that removes them) go at the next timing

@@ -182,9 +182,8 @@ jax = dict(os.environ, KERAS_BACKEND="jax")
 found = []
 # the launcher's imports; others; the launcher's, as python -c with a module blocked
 for launch, env in ((plain, None), (plain, jax), (blocked, None)):
-    proc = subprocess.Popen(
-        launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        preexec_fn=arm_runs.ending_with_this_process(),
+    proc = arm_runs.popen(
+        launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     with open(f"/proc/{proc.pid}/stat") as f:  # not yet waited for: its parent's
         parent = int(f.read().rsplit(") ", 1)[1].split()[1])

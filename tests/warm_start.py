@@ -359,16 +359,16 @@ def namespaces() -> dict:
 
 
 def _dies_with(parent: int, signum: int) -> None:
-    """``arm_runs.ending_with_this_process``'s ``preexec_fn`` (``arm_runs._stop_with``), run
-    here once the middle process has ended and this one is ``parent``'s: set before, its
-    signal would come as the middle process ends."""
+    """What ``arm_runs.popen``'s ``preexec_fn`` (``arm_runs._stop_with``) sets, run here once
+    the middle process has ended and this one is ``parent``'s: set before, its signal would
+    come as the middle process ends. The stops were let in as the launch was forked."""
     from resnet_noBN.studies import arm_runs
 
     for _ in range(10_000):
         if os.getppid() == parent:
             break
         time.sleep(0.0005)
-    arm_runs._stop_with(parent, ctypes.CDLL(None).prctl, signum)
+    arm_runs._signalled_at_parents_end(parent, ctypes.CDLL(None).prctl, signum)
 
 
 class Zygote:
@@ -433,7 +433,7 @@ class Zygote:
 
             if getattr(preexec_fn, "func", None) is not arm_runs._stop_with:
                 return None
-            parent, _, signum = preexec_fn.args  # arm_runs.ending_with_this_process
+            parent, _, signum, _ = preexec_fn.args  # arm_runs.popen's
             dies_with = [parent, int(signum)]
         moved = {name for name, ns in namespaces().items() if cls._namespaces.get(name) != ns}
         if (

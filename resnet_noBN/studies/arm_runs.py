@@ -27,6 +27,8 @@ from resnet_noBN.runs.record import read_config, section
 RESULT_FILE = "result.json"
 LOG_FILE = "launch.log"  # a run's output, stdout and stderr, every invocation's appended
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
+# what stops a run: a terminal's Ctrl-C, a scheduler's or a user's kill, a hang-up
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # the divergence's line (trainers.loop): the step of the call that met the non-finite loss, and
 # the step the replay met it at, one step a call (--replay_divergence), where it did
 DIVERGED = re.compile(r"^error: loss is \S+ at step (\d+): training diverged")
@@ -127,21 +129,41 @@ def check(commands: dict[str, list[str]], env: dict | None = None, print_fn=prin
             print_fn(f"checked {progress.done:,} of {progress.total:,} runs; {progress.text()}")
 
 
-def _stop_with(parent: int, prctl, signum: int) -> None:
-    """In a child process, before its program starts: ``signum`` when ``parent`` ends, however
-    it ends (``kill -9`` too): Linux's ``prctl(PR_SET_PDEATHSIG)`` (looked up in the parent:
-    nothing loads between fork and exec); at once where it has ended already."""
+def _signalled_at_parents_end(parent: int, prctl, signum: int) -> None:
+    """``signum`` when ``parent`` ends, however it ends (``kill -9`` too): Linux's
+    ``prctl(PR_SET_PDEATHSIG)`` (looked up in the parent: nothing loads between fork and exec);
+    at once where it has ended already."""
     prctl(PR_SET_PDEATHSIG, signum)
     if os.getppid() != parent:
         os.kill(os.getpid(), signum)
 
 
-def ending_with_this_process(signum: int = signal.SIGTERM):
-    """The ``preexec_fn`` of a child process that gets ``signum`` when this process ends,
-    however it ends (:func:`_stop_with`); None where that cannot be (not Linux)."""
+def _stop_with(parent: int, prctl, signum: int, mask: set) -> None:
+    """In a child process, before its program starts: ``signum`` when ``parent`` ends
+    (:func:`_signalled_at_parents_end`). Then the stops the parent held through the fork
+    (:func:`popen`) are let in at their defaults, as the program's start finds them: one sent
+    meanwhile ends the child here."""
+    _signalled_at_parents_end(parent, prctl, signum)
+    for stop in STOPS:
+        if signal.getsignal(stop) is not signal.SIG_IGN:  # an ignored one stays so past exec
+            signal.signal(stop, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def popen(command: list[str], signum: int = signal.SIGTERM, **options) -> subprocess.Popen:
+    """``subprocess.Popen(command, **options)``, the child getting ``signum`` when this process
+    ends, however it ends (Linux: :func:`_stop_with`). The stops (:data:`STOPS`) are held
+    through the fork. Python runs its at-fork hooks and the ``preexec_fn`` in the child, and a
+    Ctrl-C that came then would run this process's handler there, or be printed as "Exception
+    ignored" and lost."""
     if sys.platform != "linux":
-        return None
-    return functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl, signum)
+        return subprocess.Popen(command, **options)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        ending = functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl, signum, mask)
+        return subprocess.Popen(command, preexec_fn=ending, **options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def start(folder: str, command: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -150,9 +172,7 @@ def start(folder: str, command: list[str], env: dict | None = None) -> subproces
     ends: a launcher killed leaves no run training on unwatched, holding its folder."""
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, LOG_FILE), "a") as log:
-        return subprocess.Popen(
-            command, stdout=log, stderr=log, env=env, preexec_fn=ending_with_this_process()
-        )
+        return popen(command, stdout=log, stderr=log, env=env)
 
 
 def diverged_at(lines: list[str]) -> int | None:

@@ -382,10 +382,7 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
     began, first_s, records = time.monotonic(), None, []
     try:
         with open(os.path.join(folder, "launch.log"), "w") as log:  # killed with this process
-            ending = arm_runs.ending_with_this_process(signal.SIGKILL)
-            proc = subprocess.Popen(
-                command, stdout=log, stderr=log, env=plan.env(), preexec_fn=ending
-            )
+            proc = arm_runs.popen(command, signal.SIGKILL, stdout=log, stderr=log, env=plan.env())
         try:
             while len(records) < PROBE_RECORDS and proc.poll() is None:
                 time.sleep(0.2)
