@@ -27,7 +27,7 @@ TRAIN = [
     "--log_every=1",
     "--checkpoint_every=1000",
     "--eval_every=1000",
-    "--train_steps=300",
+    "--train_steps=150",
     "--seed=1",
 ]
 
@@ -130,7 +130,7 @@ def test_the_sbatch_script_trains_two_workers_to_the_same_weights(uninterrupted)
     assert state == "COMPLETED", log.read_text()[-3000:]
     finals = results(log)
     assert len(finals) == 2, log.read_text()[-3000:]
-    assert finals[0]["final_step"] == finals[1]["final_step"] == 300
+    assert finals[0]["final_step"] == finals[1]["final_step"] == 150
     assert finals[0]["weights_sha256"] == finals[1]["weights_sha256"]
     assert "2 replica(s) x 2 input pipeline(s)" in log.read_text()
 
@@ -148,7 +148,7 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(
     saved = set(re.findall(r"preempted at step (\d+):", log.read_text()))
     assert len(saved) == 1, log.read_text()[-3000:]  # both workers: the same step
     saved = int(saved.pop())
-    assert 30 < saved < 300
+    assert 30 < saved < 150
     model_dir = pathlib.Path(env["RUNS_DIR"]) / "requeued"
     assert (model_dir / f"ckpt-{saved}.index").exists()
 
@@ -164,7 +164,7 @@ def test_scontrol_requeue_checkpoints_requeues_and_resumes_with_no_step_lost(
     assert f"run 0 of job {job}" in text and f"run 1 of job {job}" in text
     assert text.count(f"resumed from {model_dir}/ckpt-{saved} at step {saved}") == 2
     finals = results(log)
-    assert [r["final_step"] for r in finals] == [300, 300]
+    assert [r["final_step"] for r in finals] == [150, 150]
     assert (
         finals[0]["weights_sha256"]
         == finals[1]["weights_sha256"]
