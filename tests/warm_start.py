@@ -66,6 +66,8 @@ import threading
 import time
 from pathlib import Path
 
+from resnet_noBN.studies.arm_runs import STOPS
+
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "launch"
 BACKENDS = ("tensorflow", "jax", "torch")  # KERAS_BACKEND names, each the module it imports
@@ -105,8 +107,6 @@ SPAWNERS = frozenset({"table2.py", "study.py", "local_cluster.py"})
 # read at start-up, as the standard streams are made: a fork makes them again (_streams)
 UNBUFFERED = "PYTHONUNBUFFERED"
 PR_SET_CHILD_SUBREAPER = 36
-# the signals a stop sends: held through each fork (fork_holding_stops)
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # a launch's, as Python starts: KeyboardInterrupt at SIGINT, the others' defaults
 LAUNCH_HANDLERS = {
     signal.SIGINT: signal.default_int_handler,
