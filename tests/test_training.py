@@ -1,5 +1,6 @@
 """The custom training loop: recipe, learning, fixed head, resume, divergence, replicas."""
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -18,8 +19,9 @@ import tensorflow as tf
 from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
 from resnet_noBN.configs.network_config import ModelConfig
 from resnet_noBN.configs.recipe_config import TrainConfig
+from resnet_noBN.host import stops
 from resnet_noBN.models.networks import build_cifar_model
-from resnet_noBN.trainers import health, run_log
+from resnet_noBN.trainers import health, loop, run_log
 from resnet_noBN.trainers.recipe import (
     LOSSES,
     OPTIMIZERS,
@@ -100,6 +102,27 @@ def make_trainer(model_dir, strategy=None, **overrides):
 )
 def test_learning_rate_schedule(step, lr):
     assert float(learning_rate_schedule(TrainConfig())(step)) == pytest.approx(lr, rel=1e-6)
+
+
+def test_a_stop_as_training_gives_the_signals_back_says_the_run_has_ended(tmp_path, monkeypatch):
+    """The training guard gives SIGTERM and SIGINT back to the launcher's handler
+    (``host.stops``) with what a stop interrupts already said: the run's last step, written. A
+    quiet whole run's every-stop test (2026-12-06) sent SIGINT as the checkpoint of step 40 was
+    named, and the run said "stopped by SIGINT before training": the phase was set a line after
+    the guard's end."""
+    monkeypatch.setitem(stops._said, "when", "before training: nothing lost")
+    trainer = make_trainer(tmp_path, train_steps=3, eval_every=3, checkpoint_every=3, log_every=3)
+    guard, said = trainer.guard, []
+
+    @contextlib.contextmanager
+    def watched(print_fn):
+        with guard(print_fn) as handler:
+            yield handler
+        said.append(stops._said["when"])  # the signals are the launcher's again here
+
+    monkeypatch.setattr(trainer, "guard", watched)
+    assert trainer.train(*input_fns(32), print_fn=lambda _: None)["final_step"] == 3
+    assert said == [loop.AFTER_THE_END]
 
 
 def test_short_run_lowers_loss_and_writes_run_files(tmp_path):

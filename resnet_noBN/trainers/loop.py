@@ -267,7 +267,8 @@ class TrainLoop:
             if handler.signalled:  # after the last call: the run is whole, and stopped all the same
                 self.save_if_new()
                 raise Preempted(self.preempted_message())
-        stops.doing(AFTER_THE_END)
+            # said before the guard gives the signals back: a stop as it does is told so
+            stops.doing(AFTER_THE_END)
         if last_eval is None:  # nothing left to train: report the restored model
             last_eval = self._evaluate_and_log(eval_source, step, {}, print_fn, final=True)
         return self._summary(last_eval, time.perf_counter() - run_start, throughput)
