@@ -66,7 +66,7 @@ import threading
 import time
 from pathlib import Path
 
-from resnet_noBN.studies.arm_runs import STOPS
+from resnet_noBN.studies.arm_runs import STOPS, stops_held
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "launch"
@@ -260,18 +260,16 @@ def serve(path: str) -> dict | None:
 
 
 def fork_holding_stops(handlers: dict | None = None) -> int:
-    """``os.fork()`` with :data:`STOPS` held until it returns, in parent and child: a stop that
-    comes while the child runs Python's at-fork hooks waits, and is not raised in a hook, where
-    Python prints it as "Exception ignored" and drops it. The child sets ``handlers`` (a signal:
-    its handler) before it lets the stops in: one ignored there is dropped."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
-    try:
+    """``os.fork()`` with :data:`STOPS` held until it returns (``arm_runs.stops_held``), in
+    parent and child: a stop that comes while the child runs Python's at-fork hooks waits, and
+    is not raised in a hook, where Python prints it as "Exception ignored" and drops it. The
+    child sets ``handlers`` (a signal: its handler) before it lets the stops in: one ignored
+    there is dropped."""
+    with stops_held():
         pid = os.fork()
         if pid == 0:
             for signum, handler in (handlers or {}).items():
                 signal.signal(signum, handler)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return pid
 
 

@@ -8,6 +8,7 @@ checked before any starts (:func:`check`), started with its output in ``launch.l
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import functools
 import json
@@ -158,10 +159,18 @@ def popen(command: list[str], signum: int = signal.SIGTERM, **options) -> subpro
     ignored" and lost."""
     if sys.platform != "linux":
         return subprocess.Popen(command, **options)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
-    try:
+    with stops_held() as mask:
         ending = functools.partial(_stop_with, os.getpid(), ctypes.CDLL(None).prctl, signum, mask)
         return subprocess.Popen(command, preexec_fn=ending, **options)
+
+
+@contextlib.contextmanager
+def stops_held():
+    """The stops (:data:`STOPS`) held in this thread for the while (a fork made in it: in its
+    child too), then let in as before; gives the mask as it was."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield mask
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
