@@ -228,6 +228,10 @@ HOOKED_FORK = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[1])
 import warm_start
+# Python's own handlers, whatever this process inherited (a shell's background job starts with
+# SIGINT ignored, and Python keeps it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 sent = []
 os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), sent[-1]))
 
