@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 
+import launchers
 import pytest
 from doc_blocks import (
     NOT_RUN_REASONS,
@@ -233,14 +234,8 @@ def test_the_run_blocks_run(block: Block, tmp_path, generated_cifar10):
             f"{block.where}: the tests run repository scripts only, not {cmd.argv[0]}"
         )
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **cmd.env)
-        proc = subprocess.run(
-            [sys.executable, str(REPO / cmd.argv[1]), *cmd.argv[2:], *adding],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO,
-            env=env,
-        )
+        argv = [sys.executable, str(REPO / cmd.argv[1]), *cmd.argv[2:], *adding]
+        proc = launchers.finished(argv, env, timeout=300, cwd=REPO)  # a launcher forks warm
         assert proc.returncode == expected_status, (
             f"{block.where}: {' '.join(cmd.argv)} exited {proc.returncode}\n{proc.stderr[-3000:]}"
         )
