@@ -22,6 +22,7 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 import flops  # noqa: E402  (bench/ is not a package)
+import launchers  # noqa: E402
 import peaks  # noqa: E402
 import timing  # noqa: E402
 
@@ -200,25 +201,27 @@ def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
 
 
 # ------------------------------------------------------------------ end to end
+def backend_env(keras_backend: str) -> dict:
+    """This process's variables with ``keras_backend`` chosen, as a user chooses it: the default
+    (TensorFlow) by leaving KERAS_BACKEND unset. A launch forks from the warm process of those
+    variables (tests/launchers.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    return env if keras_backend == "tensorflow" else {**env, "KERAS_BACKEND": keras_backend}
+
+
 def _run_bench(args, tmp_path, keras_backend="tensorflow"):
     out = tmp_path / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "throughput.py"),
-            "--model=small",
-            "--batch_size=8",
-            "--steps=2",
-            "--warmup=1",
-            f"--output={out}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-        env=dict(os.environ, KERAS_BACKEND=keras_backend),
-    )
+    argv = [
+        sys.executable,
+        str(BENCH / "throughput.py"),
+        "--model=small",
+        "--batch_size=8",
+        "--steps=2",
+        "--warmup=1",
+        f"--output={out}",
+        *args,
+    ]
+    proc = launchers.finished(argv, backend_env(keras_backend), timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert json.loads(out.read_text()) == last
@@ -359,14 +362,8 @@ def test_benchmark_compares_the_two_keras_backends_in_one_run(tensorflow_run):
 )
 def test_benchmark_refuses_what_a_backend_cannot_run(keras_backend, flags, error):
     pytest.importorskip(keras_backend)
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "throughput.py"), "--synthetic", *flags],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, KERAS_BACKEND=keras_backend),
-        timeout=300,
-    )
+    argv = [sys.executable, str(BENCH / "throughput.py"), "--synthetic", *flags]
+    proc = launchers.finished(argv, backend_env(keras_backend), timeout=300, cwd=REPO)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == error
     assert proc.stdout == ""
@@ -401,12 +398,8 @@ def test_the_health_cost_benchmark_times_the_trainer_with_and_without_it():
     """bench/health_cost.py: the trainer with the run's health against the same without its
     gradient and weight norms, pair by pair (correctness only: each pair's ratio of the two
     s/step, the median last)."""
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "health_cost.py"), "--model=small", "--pairs=2", "--chunk=1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    proc = launchers.run(
+        "bench/health_cost.py", "--model=small", "--pairs=2", "--chunk=1", timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()

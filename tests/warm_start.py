@@ -2,8 +2,9 @@
 imports: TensorFlow, JAX or PyTorch, Keras, matplotlib (about 4 s of CPU for TensorFlow), and
 the project's modules that a training launch of ``launch/cifar.py`` imports on that backend
 (:data:`LAUNCH_MODULES`, :data:`BACKEND_MODULES`). Then it forks one child per launch of
-``launch/*.py``. The child is the launch. It has its own pid, session, exit status, signals,
-standard streams, folder and environment, as a cold ``python launch/NAME.py`` has.
+``launch/*.py`` or ``bench/*.py``. The child is the launch. It has its own pid, session, exit
+status, signals, standard streams, folder and environment, as a cold ``python launch/NAME.py``
+has.
 
 Only the imports are shared. The TensorFlow warm process also lists the devices, once:
 TensorFlow's probe of CUDA writes an error line where there is none. A launcher that refuses its
@@ -12,7 +13,7 @@ warm launch never writes that line, where a cold one that trains does.
 
 Each set of variables read at import (:func:`reads_at_import`) has a warm process of its own. A
 launch starts cold where the tests measure a process itself (its imports, its coverage), or
-outside ``launch/``.
+outside ``launch/`` and ``bench/``.
 
 The warm process freezes what its imports made (``gc.freeze``, as the gc module's documentation
 advises before a fork): no launch's collection walks those objects, nor does its exit.
@@ -70,6 +71,7 @@ from resnet_noBN.studies.arm_runs import STOPS, stops_held
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "launch"
+BENCH = REPO / "bench"  # its scripts start as launchers do, and fork warm too
 BACKENDS = ("tensorflow", "jax", "torch")  # KERAS_BACKEND names, each the module it imports
 # the variables read at import: the prefixes and names below, Python's start-up among them (its
 # locale, its time zone). The temporary folder (TMPDIR, TEMP, TMP) is not: ``tempfile`` finds it
@@ -647,7 +649,7 @@ class WarmProcesses:
             and not any(name in env for name in ALWAYS_COLD)
             and argv[0] == sys.executable
             and script is not None
-            and script.parent == LAUNCHERS
+            and script.parent in (LAUNCHERS, BENCH)
             and env.get("KERAS_BACKEND", "tensorflow") in BACKENDS
         )
 
