@@ -235,7 +235,7 @@ def test_the_run_blocks_run(block: Block, tmp_path, generated_cifar10):
         )
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **cmd.env)
         argv = [sys.executable, str(REPO / cmd.argv[1]), *cmd.argv[2:], *adding]
-        proc = launchers.finished(argv, env, timeout=300, cwd=REPO)  # a launcher forks warm
+        proc = launchers.finished(argv, env, timeout=300, cwd=REPO)  # launch/, bench/: warm
         assert proc.returncode == expected_status, (
             f"{block.where}: {' '.join(cmd.argv)} exited {proc.returncode}\n{proc.stderr[-3000:]}"
         )
