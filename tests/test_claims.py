@@ -3,6 +3,7 @@ report with its verdicts and plot, resume, divergence, a folder of another run r
 anything is written, bad flags."""
 
 import json
+import os
 import sys
 
 import launchers
@@ -221,6 +222,78 @@ def test_a_diverged_seed_counts_as_chance_and_verdicts_weigh_the_spread():
     one = claims.arm_summary([result(0, 0.5)], 10)
     assert one["sd"] is None
     assert claims.verdict(arms["he"], one, base)["text"].endswith("one seed: spread unknown")
+
+
+def test_a_verdict_at_its_edges():
+    """A gap of 0 is neither way (and no claim holds at 0), a gap of 0.5 already one way, a gap
+    equal to the spread is within it, and one seed on either side leaves the spread unknown."""
+    arms = {arm.name: arm for arm in claims.ARMS}
+    base = claims.arm_summary([result(0, 0.30), result(1, 0.30)], 10)  # sd 0
+    same = claims.verdict(arms["leaky_relu"], base, base)
+    assert same["text"] == "no claim: the same as the baseline; gap within seed spread"
+    same = claims.verdict(arms["he"], base, base)
+    assert same["holds"] is False and same["exceeds_spread"] is False
+    assert same["text"] == "paper's direction does not hold; gap within seed spread"
+    half = claims.arm_summary([result(0, 0.305), result(1, 0.305)], 10)
+    assert claims.verdict(arms["leaky_relu"], half, base)["text"].startswith("no claim: worse")
+    v = claims.verdict(arms["he"], half, base)
+    assert v["gap"] == pytest.approx(0.5) and v["holds"] is True
+    assert v["text"] == "paper's direction holds; gap > seed spread"
+    one = claims.arm_summary([result(0, 0.30)], 10)
+    v = claims.verdict(arms["he"], half, one)
+    assert v["exceeds_spread"] is None and v["text"].endswith("; one seed: spread unknown")
+
+
+def test_the_report_reads_each_arms_ended_seeds_and_writes_a_row_each(tmp_path):
+    """summarize and markdown_table on run folders written here, 3 seeds: the baseline's seeds
+    0 and 1 ended (seed 2 still running, its config.json naming CIFAR-100, so a diverged seed
+    counts as 99%); no_identity's two, one diverged; conv_bias's one; standard's none (no row);
+    he not in the study. Rows in the table's order, not the order asked in."""
+    out = str(tmp_path)
+
+    def write(arm, seed, name, record):
+        folder = arm_runs.run_dir(out, f"claims_{arm}", seed)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(record, f)
+
+    def ended(arm, seed, error=None):
+        write(arm, seed, arm_runs.RESULT_FILE, {"test_error": error, "diverged": error is None})
+
+    ended("hardt_ma", 0, 0.60)
+    ended("hardt_ma", 1, 0.62)
+    write("hardt_ma", 2, "config.json", {"data": {"dataset": "cifar100"}})
+    ended("no_identity", 0, 0.70)
+    ended("no_identity", 1)
+    ended("conv_bias", 0, 0.5555)
+    asked = ("claims_conv_bias", "claims_no_identity", "claims_standard", "claims_hardt_ma")
+    budget = study.Budget(seeds=3)
+    summary = claims.summarize(out, asked, budget)
+    assert list(summary) == ["hardt_ma", "no_identity", "conv_bias"]
+    assert summary["hardt_ma"]["seeds"] == [0, 1] and summary["hardt_ma"]["diverged"] == 0
+    assert summary["no_identity"]["test_errors"] == [70.0, 99.0]
+    assert summary["no_identity"]["sd"] == pytest.approx(20.5060966)
+    assert summary["no_identity"]["verdict"]["gap"] == pytest.approx(23.5)
+    assert summary["conv_bias"]["sd"] is None
+    assert claims.markdown_table(summary, asked, budget).splitlines() == [
+        "| arm | change from the paper's network | the paper | test error % (mean ± sd) "
+        "| seeds (diverged) | gap to baseline (pp) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| `hardt_ma` | the paper's network | baseline: sigma = 1/(k^2 c), fixed random "
+        "projection, identity shortcuts | 61.00 ± 1.41 | 2/3 (0) | - | baseline |",
+        "| `no_identity` | no identity shortcuts (a plain chain) | identity matters: the title "
+        "claim (Sec. 1-2) | 84.50 ± 20.51 | 2/3 (1) | +23.50 | paper's direction holds; "
+        "gap > seed spread |",
+        "| `conv_bias` | a bias on every convolution | no claim: Table 1 counts kernels only "
+        "| 55.55 ± - | 1/3 (0) | -5.45 | no claim: better than the baseline; one seed: "
+        "spread unknown |",
+    ]
+    assert claims.summarize(out, ("claims_standard",), budget) == {}
+    write("he", 0, "config.json", {"data": {}})  # a record without its data set: CIFAR-10
+    assert claims.classes(out, ("claims_he",), 1) == 10
+    alone = claims.summarize(out, ("claims_no_identity",), budget)["no_identity"]
+    assert alone["test_errors"] == [70.0, 90.0]  # no config.json read: CIFAR-10's chance
+    assert alone["verdict"] == {"gap": None, "text": "no baseline yet"}
 
 
 def test_the_studys_budget_keeps_the_papers_proportions():

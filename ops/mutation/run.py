@@ -173,6 +173,21 @@ PASSES: dict[str, Pass] = {
         ("tests/test_study.py", "-k", "health"),
         functions=("figures", "markdown_table"),
     ),
+    # the claims study's report: each arm's seeds, chance for a diverged one, the verdict
+    # against the baseline's spread, the table (results/claims/claims.md)
+    "claims": Pass(
+        "resnet_noBN/studies/claims.py",
+        ("tests/test_claims.py", "-k", "diverged_seed or report_reads or verdict_at"),
+        functions=(
+            "arm_summary",
+            "verdict",
+            "_arms",
+            "classes",
+            "summarize",
+            "_fmt",
+            "markdown_table",
+        ),
+    ),
     # a run's record (config.json) and what may change on resume
     "record": Pass(
         "resnet_noBN/runs/record.py",
