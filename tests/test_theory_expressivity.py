@@ -326,6 +326,15 @@ def test_lemma_b1_check_uses_the_classes_and_seed_it_is_given():
     assert lines[0].startswith("Lemma B.1 as stated, sphere (n=100): at k=32")
 
 
+def test_the_committed_sweep_table_is_made_again_from_its_record():
+    """results/theory/sweep.md, every figure and the fit's line, from results/theory/sweep.json
+    (what launch/expressivity.py wrote from one record): a row without a width or parameter
+    count as the record has it."""
+    folder = REPO / "results" / "theory"
+    sweep = json.loads((folder / "sweep.json").read_text())
+    assert expressivity_report.sweep_table(sweep) == (folder / "sweep.md").read_text()
+
+
 def test_summary_of_a_record_keeps_the_last_lines_figures():
     fit = {k: 1 for k in expressivity_report.SUMMARY_KEYS} | {"d": 3, "margins": [0.5]}
     record = {
@@ -344,9 +353,16 @@ def test_summary_of_a_record_keeps_the_last_lines_figures():
         "files": ["a.json"],
     }
     sweep = {"rows": [], "c_fit": 2.0}
-    record = record | {"lemma_b1": None, "sweep": sweep}
+    raised = {"duplicate_point": "error", "width_too_small": "error"}
+    record |= {
+        "lemma_b1": None,
+        "sweep": sweep,
+        "image_source": "slices",
+        "precondition_errors": raised,
+    }
     summary = expressivity_report.summary_of(record, [])
     assert summary["lemma_b1"] is None and summary["sweep"] == {"c_fit": 2.0}
+    assert summary["image_source"] == "slices" and summary["precondition_errors_raised"] is True
 
 
 # --- The launcher --------------------------------------------------------------------------

@@ -188,6 +188,12 @@ PASSES: dict[str, Pass] = {
             "markdown_table",
         ),
     ),
+    # Section 3's sweep as results/theory/sweep.md prints it, and the last line's figures
+    "expressivity_report": Pass(
+        "resnet_noBN/theory/expressivity_report.py",
+        ("tests/test_theory_expressivity.py", "-k", "sweep_table or summary_of"),
+        functions=("sweep_table", "summary_of"),
+    ),
     # a run's record (config.json) and what may change on resume
     "record": Pass(
         "resnet_noBN/runs/record.py",
