@@ -4,7 +4,6 @@ asserted)."""
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -201,27 +200,27 @@ def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
 
 
 # ------------------------------------------------------------------ end to end
-def backend_env(keras_backend: str) -> dict:
-    """This process's variables with ``keras_backend`` chosen, as a user chooses it: the default
-    (TensorFlow) by leaving KERAS_BACKEND unset. A launch forks from the warm process of those
-    variables (tests/launchers.py)."""
-    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
-    return env if keras_backend == "tensorflow" else {**env, "KERAS_BACKEND": keras_backend}
+def chosen(keras_backend: str) -> dict:
+    """``keras_backend`` chosen as a user chooses it, for ``launchers.run``'s ``env``: the
+    default (TensorFlow) by leaving KERAS_BACKEND unset, so the launch forks from the warm
+    process the launcher tests use."""
+    return {"KERAS_BACKEND": None if keras_backend == "tensorflow" else keras_backend}
 
 
 def _run_bench(args, tmp_path, keras_backend="tensorflow"):
     out = tmp_path / "result.json"
-    argv = [
-        sys.executable,
-        str(BENCH / "throughput.py"),
+    proc = launchers.run(
+        "bench/throughput.py",
         "--model=small",
         "--batch_size=8",
         "--steps=2",
         "--warmup=1",
         f"--output={out}",
         *args,
-    ]
-    proc = launchers.finished(argv, backend_env(keras_backend), timeout=600, cwd=REPO)
+        env=chosen(keras_backend),
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert json.loads(out.read_text()) == last
@@ -362,8 +361,9 @@ def test_benchmark_compares_the_two_keras_backends_in_one_run(tensorflow_run):
 )
 def test_benchmark_refuses_what_a_backend_cannot_run(keras_backend, flags, error):
     pytest.importorskip(keras_backend)
-    argv = [sys.executable, str(BENCH / "throughput.py"), "--synthetic", *flags]
-    proc = launchers.finished(argv, backend_env(keras_backend), timeout=300, cwd=REPO)
+    proc = launchers.run(
+        "bench/throughput.py", "--synthetic", *flags, env=chosen(keras_backend), cwd=REPO
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == error
     assert proc.stdout == ""
