@@ -408,10 +408,12 @@ def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
 
 
 # a launcher whose Ctrl-C (or hang-up) reaches a run as Python's at-fork hooks run in it; the
-# run prints its SIGHUP handler; then this launcher's handler calls and blocked signals
+# run prints its SIGHUP handler; then this launcher's handler calls and the signals whose block
+# changed (this process may inherit some blocked: a profiler's, say)
 HOOKED_START = """
 import os, signal, subprocess, sys
 from resnet_noBN.studies import arm_runs
+blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 handled = []
 signal.signal(signal.SIGINT, lambda *_: handled.append(os.getpid()))
 sent = []
@@ -422,7 +424,7 @@ for signum in (signal.SIGINT, signal.SIGHUP):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup's
     proc = arm_runs.popen(run, stdout=subprocess.PIPE, text=True)
     print(proc.communicate()[0].strip() or "-", proc.returncode)
-print(handled, sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+print(handled, sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []) ^ blocked))
 """
 
 

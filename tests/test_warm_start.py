@@ -232,6 +232,7 @@ import warm_start
 # SIGINT ignored, and Python keeps it so)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # inherited (a profiler blocks some)
 sent = []
 os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), sent[-1]))
 
@@ -248,7 +249,8 @@ def status(signum, handlers):
 ignored, launch = dict.fromkeys(warm_start.STOPS, signal.SIG_IGN), warm_start.LAUNCH_HANDLERS
 cases = [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, ignored),
          (signal.SIGTERM, ignored), (signal.SIGINT, launch), (signal.SIGHUP, launch)]
-print(*[status(*case) for case in cases], sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+changed = signal.pthread_sigmask(signal.SIG_BLOCK, []) ^ blocked
+print(*[status(*case) for case in cases], sorted(changed))
 """
 
 
