@@ -35,14 +35,14 @@ group while it is forked is dropped there, as every later one is.
 A launcher that starts launches of its own (:data:`SPAWNERS`: Table 2's runs, a study's, a
 local cluster's tasks) gets them warm too (:class:`Zygote`). Before the launcher runs, a copy
 of it is forked as it stands then, still warm and clean. Each ``subprocess.Popen`` of
-``[sys.executable, launch/NAME.py, ...]`` the launcher makes is forked from that copy, through
-a middle process that ends at once. So the launch becomes the launcher's own child, as
-``Popen`` made it: the launcher is its "child subreaper" (Linux). It waits for it, signals it
-and reads its pipes as any child's. A ``python -c`` launch of a script with modules blocked
-(:func:`blocked`, as a cold launch with TensorFlow unimportable is made) is forked as the
-script's launch, the same modules blocked. A launch whose variables read at import differ from
-the launcher's, or that ``Popen`` would start otherwise (a shell, other user ids, descriptors
-passed), starts cold.
+``[sys.executable, launch/NAME.py, ...]`` (or of a ``bench/`` script) the launcher makes is
+forked from that copy, through a middle process that ends at once. So the launch becomes the
+launcher's own child, as ``Popen`` made it: the launcher is its "child subreaper" (Linux). It
+waits for it, signals it and reads its pipes as any child's. A ``python -c`` launch of a script
+with modules blocked (:func:`blocked`, as a cold launch with TensorFlow unimportable is made) is
+forked as the script's launch, the same modules blocked. A launch whose variables read at
+import differ from the launcher's, or that ``Popen`` would start otherwise (a shell, other user
+ids, descriptors passed), starts cold.
 
 Run as ``python tests/warm_start.py SOCKET``. It serves that Unix socket until its owner (the
 pytest worker) ends, then waits for its children.
@@ -146,6 +146,12 @@ PIPE_FDS = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
 CLONE_NEWNET = 0x40000000
 
 
+def warm_script(script: Path) -> bool:
+    """Whether ``script`` (a resolved path) is one a warm process may fork: a launcher of
+    ``launch/`` or a script of ``bench/``, started as the launchers are."""
+    return script.parent in (LAUNCHERS, BENCH)
+
+
 def spawns(script: str) -> bool:
     """Whether the launcher ``script`` starts launches of its own (:data:`SPAWNERS`)."""
     return os.path.basename(script) in SPAWNERS
@@ -219,13 +225,17 @@ def serve(path: str) -> dict | None:
     listener.bind(path)
     listener.listen(16)
     print("ready", flush=True)
-    children: dict[int, socket.socket] = {}  # a child's pid: the connection that asked for it
+    # a child's pid: the connection that asked for it, and the child's pidfd, readable once it
+    # has ended. The loop sleeps until a request, its owner's end or a child's: it never polls
+    # (a 10 ms poll cost each warm process 1.2% of a core, idle)
+    children: dict[int, tuple[socket.socket, int]] = {}
     owner_gone = False
     while not owner_gone or children:
         # once its owner has gone, only its children are waited for (stdin at its end would be
         # readable at every call, a loop that spins)
-        watched = [] if owner_gone else [listener, sys.stdin]
-        readable, _, _ = select.select(watched, [], [], 0.01)
+        watched = [pidfd for _, pidfd in children.values()]
+        watched += [] if owner_gone else [listener, sys.stdin]
+        readable, _, _ = select.select(watched, [], [])
         if sys.stdin in readable and not sys.stdin.buffer.read1(1):
             owner_gone = True  # its pipe closed: serve no more (a launch then starts cold)
             listener.close()
@@ -241,18 +251,20 @@ def serve(path: str) -> dict | None:
             if pid == 0:
                 listener.close()
                 connection.close()
-                for child in children.values():
+                for child, pidfd in children.values():
                     child.close()
+                    os.close(pidfd)
                 return {**request, "fds": fds}
             for fd in fds:
                 os.close(fd)
             connection.sendall(f"{pid}\n".encode())
-            children[pid] = connection
+            children[pid] = (connection, os.pidfd_open(pid))
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            connection = children.pop(pid)
+            connection, pidfd = children.pop(pid)
+            os.close(pidfd)
             try:
                 connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
             except OSError:
@@ -445,7 +457,7 @@ class Zygote:
             or (rest["gid"], rest["gids"], rest["uid"]) != (None, None, None)
             or rest["umask"] >= 0
             or argv[0] != sys.executable
-            or script.parent != LAUNCHERS
+            or not warm_script(script)
             or fork_key(variables) != cls._key
             or any(name in variables for name in ALWAYS_COLD)
         ):
@@ -649,7 +661,7 @@ class WarmProcesses:
             and not any(name in env for name in ALWAYS_COLD)
             and argv[0] == sys.executable
             and script is not None
-            and script.parent in (LAUNCHERS, BENCH)
+            and warm_script(script)
             and env.get("KERAS_BACKEND", "tensorflow") in BACKENDS
         )
 
