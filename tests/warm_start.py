@@ -234,7 +234,8 @@ def serve(path: str) -> dict | None:
         # once its owner has gone, only its children are waited for (stdin at its end would be
         # readable at every call, a loop that spins)
         watched = [pidfd for _, pidfd in children.values()]
-        watched += [] if owner_gone else [listener, sys.stdin]
+        if not owner_gone:
+            watched += [listener, sys.stdin]
         readable, _, _ = select.select(watched, [], [])
         if sys.stdin in readable and not sys.stdin.buffer.read1(1):
             owner_gone = True  # its pipe closed: serve no more (a launch then starts cold)
