@@ -10,7 +10,6 @@ resolves. The markers: docs/testing.md, "The documentation's commands"."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -233,9 +232,10 @@ def test_the_run_blocks_run(block: Block, tmp_path, generated_cifar10):
         assert is_python(cmd.argv[0]) and cmd.argv[1].endswith(".py"), (
             f"{block.where}: the tests run repository scripts only, not {cmd.argv[0]}"
         )
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **cmd.env)
-        argv = [sys.executable, str(REPO / cmd.argv[1]), *cmd.argv[2:], *adding]
-        proc = launchers.finished(argv, env, timeout=300, cwd=REPO)  # launch/, bench/: warm
+        # the block's variables added to this process's; launch/ and bench/ scripts fork warm
+        proc = launchers.run(
+            cmd.argv[1], *cmd.argv[2:], *adding, env=cmd.env, timeout=300, cwd=REPO
+        )
         assert proc.returncode == expected_status, (
             f"{block.where}: {' '.join(cmd.argv)} exited {proc.returncode}\n{proc.stderr[-3000:]}"
         )
