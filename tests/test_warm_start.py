@@ -10,7 +10,10 @@ import subprocess
 import sys
 import time
 
+import jax_cache
 import launchers
+import numpy as np
+import pytest
 import warm_start
 
 CIFAR = [sys.executable, str(launchers.REPO / "launch" / "cifar.py")]
@@ -269,3 +272,32 @@ def test_a_stop_during_the_forks_at_fork_hooks_is_held_not_lost():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout == "10 -15 20 20 10 -1 []\n"  # SIGHUP ends a launch: -1
+
+
+def test_every_process_of_a_jax_job_writes_its_compiles(tmp_path, monkeypatch):
+    """tests/jax_cache.py, which the JAX warm process applies: a process of index 1 writes its
+    compiles to the compilation cache, where JAX leaves the writing to process 0."""
+    jax = pytest.importorskip("jax")
+    from jax._src import compilation_cache, compiler, distributed
+
+    monkeypatch.setattr(compiler, "_cache_write", compiler._cache_write)  # put back after
+    monkeypatch.setattr(distributed.global_state, "process_id", 1)
+    settings = {  # this process's cache: tmp_path, every compile written
+        "jax_compilation_cache_dir": str(tmp_path),
+        "jax_persistent_cache_min_compile_time_secs": 0,
+        "jax_persistent_cache_min_entry_size_bytes": 0,
+    }
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+    try:
+        jax.jit(lambda x: x * 3.0 + 1.0)(np.arange(5.0)).block_until_ready()
+        assert list(tmp_path.iterdir()) == []  # JAX's rule
+        jax_cache.write_every_process()
+        jax.jit(lambda x: x * 5.0 + 2.0)(np.arange(5.0)).block_until_ready()
+        assert [p.name.startswith("jit__lambda") for p in tmp_path.iterdir()] == [True]
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()

@@ -15,6 +15,9 @@ Each set of variables read at import (:func:`reads_at_import`) has a warm proces
 launch starts cold where the tests measure a process itself (its imports, its coverage), or
 outside ``launch/`` and ``bench/``.
 
+The JAX warm process lets every process of a JAX job write the session's compilation cache, not
+process 0 alone (:mod:`jax_cache`).
+
 The warm process freezes what its imports made (``gc.freeze``, as the gc module's documentation
 advises before a fork): no launch's collection walks those objects, nor does its exit.
 
@@ -66,6 +69,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import jax_cache
 
 from resnet_noBN.studies.arm_runs import STOPS, stops_held
 
@@ -215,6 +220,9 @@ def serve(path: str) -> dict | None:
     for name in (*LAUNCH_MODULES, *BACKEND_MODULES[backend.__name__]):
         importlib.import_module(name)
     import resnet_noBN.plotting  # noqa: F401  (matplotlib, its backend chosen)
+
+    if backend.__name__ == "jax":
+        jax_cache.write_every_process()  # in a job, not process 0 alone
 
     # What the imports made lives as long as the process: frozen, out of every later
     # collection, as the gc module's documentation advises before fork(). No launch's
