@@ -24,10 +24,12 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
-# One JAX compilation cache for the session, in this process and every launch it starts: a JAX
-# launch of a network and devices compiled before loads the executables XLA made then (a
-# 10-step launch of the small network, 2 devices: 27 s cold, 6 s warm on a 2-core Zen 3), the
-# same code bit for bit. An entry half written (a launch killed as it wrote it, or two writing
+# One JAX compilation cache for the session, in every launch this process starts. Not in this
+# process: TensorFlow's import above loaded JAX, which read its settings then (set before it, the
+# in-process JAX tests gained nothing: 4 files, 2 pairs, wall ratio 0.995). A JAX launch of a
+# network and devices compiled before loads the executables XLA made then (a 10-step launch of
+# the small network, 2 devices: 27 s cold, 6 s warm on a 2-core Zen 3), the same code bit for
+# bit. An entry half written (a launch killed as it wrote it, or two writing
 # it at once) is read as a miss and compiled again; JAX's warning of that is silenced, so it
 # cannot add a line to an output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
 _JAX_CACHE_ENV = {
