@@ -29,9 +29,9 @@ tf.config.set_logical_device_configuration(
 # in-process JAX tests gained nothing: 4 files, 2 pairs, wall ratio 0.995). A JAX launch of a
 # network and devices compiled before loads the executables XLA made then (a 10-step launch of
 # the small network, 2 devices: 27 s cold, 6 s warm on a 2-core Zen 3), the same code bit for
-# bit. An entry half written (a launch killed as it wrote it, or two writing
-# it at once) is read as a miss and compiled again; JAX's warning of that is silenced, so it
-# cannot add a line to an output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
+# bit. An entry half written (a launch killed as it wrote it, or two writing it at once) is read
+# as a miss and compiled again; JAX's warning of that is silenced, so it cannot add a line to an
+# output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
 _JAX_CACHE_ENV = {
     "JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-"),
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
