@@ -82,6 +82,15 @@ def test_the_copys_config_mutates_the_module_and_runs_its_tests(tmp_path):
     assert not any("slices" in a for a in plain["tool"]["mutmut"]["pytest_add_cli_args"])
 
 
+def test_mutmut_runs_the_copy_and_every_launch_cold(tmp_path, monkeypatch):
+    """The copy's mutants on PYTHONPATH; every launch a test starts cold: a warm process started
+    in mutmut's own process would be its child, and mutmut's runner stops at a child not its own."""
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "stats")
+    env = run.mutmut_env(tmp_path)
+    assert env["PYTHONPATH"] == str(tmp_path / "mutants")
+    assert env["RESNET_NOBN_TESTS_COLD"] == "1" and "MUTANT_UNDER_TEST" not in env
+
+
 def test_each_pass_and_each_equivalent_names_what_exists():
     """Every pass's module, functions and test files exist; every entry of the list names a
     pass's module and a function of its scope, and says why."""

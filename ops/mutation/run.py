@@ -452,6 +452,11 @@ def mutmut_env(work: Path) -> dict:
         "MUTATION_HITS": str(work / "hits"),
         "MUTATION_ROOT": str(work / "mutants"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        # every launch a test starts is a fresh process of the mutant's code. A warm process
+        # (tests/warm_start.py) started by the tests mutmut runs in its own process would be
+        # that process's child: mutmut's runner reaps any child (os.wait) and stops with a
+        # KeyError when the child is not one of its workers
+        "RESNET_NOBN_TESTS_COLD": "1",
     }
     env.pop("MUTANT_UNDER_TEST", None)
     return env
