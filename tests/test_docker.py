@@ -315,6 +315,18 @@ def test_dockerfile_python_satisfies_python_requires(dockerfile):
     assert version >= minimum, f"{base}: Python {version} < python_requires {minimum}"
 
 
+def test_the_dependencies_layer_copies_setup_py_alone_before_the_package(dockerfile):
+    """setup.py's dependencies are installed where only setup.py has been copied, and the package
+    after it without them: a change to the package or the README builds only the later layers."""
+    steps = [(k, a) for k, a in dockerfile.instructions if k in ("COPY", "RUN")]
+    first = next(i for i, (k, _) in enumerate(steps) if k == "COPY")
+    assert steps[first] == ("COPY", "setup.py ./"), steps[first]
+    assert steps[first + 1][0] == "RUN" and "pip install . " in steps[first + 1][1] + " "
+    package = next(i for i, (k, a) in enumerate(steps) if k == "COPY" and "resnet_noBN/" in a)
+    assert package > first + 1
+    assert "pip install --no-deps ." in steps[package + 1][1], steps[package + 1]
+
+
 def test_dockerfile_copies_exist_in_the_build_context(dockerfile):
     rules = dockerignore_rules()
     assert dockerfile.copies, "the Dockerfile copies nothing from the repository"
