@@ -280,6 +280,9 @@ def test_every_process_of_a_jax_job_writes_its_compiles(tmp_path, monkeypatch):
     jax = pytest.importorskip("jax")
     from jax._src import compilation_cache, compiler, distributed
 
+    # the CPU client made first, as process 0 of 1: one made while the index is faked would
+    # keep it, and every later JAX test of this worker would see a job of 2 processes
+    assert jax.process_count() == 1
     monkeypatch.setattr(compiler, "_cache_write", compiler._cache_write)  # put back after
     monkeypatch.setattr(distributed.global_state, "process_id", 1)
     settings = {  # this process's cache: tmp_path, every compile written
