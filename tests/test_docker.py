@@ -321,7 +321,7 @@ def test_the_dependencies_layer_copies_setup_py_alone_before_the_package(dockerf
     steps = [(k, a) for k, a in dockerfile.instructions if k in ("COPY", "RUN")]
     first = next(i for i, (k, _) in enumerate(steps) if k == "COPY")
     assert steps[first] == ("COPY", "setup.py ./"), steps[first]
-    assert steps[first + 1][0] == "RUN" and "pip install . " in steps[first + 1][1] + " "
+    assert steps[first + 1][0] == "RUN" and "pip install . &&" in steps[first + 1][1]
     package = next(i for i, (k, a) in enumerate(steps) if k == "COPY" and "resnet_noBN/" in a)
     assert package > first + 1
     assert "pip install --no-deps ." in steps[package + 1][1], steps[package + 1]
