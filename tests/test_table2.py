@@ -546,8 +546,9 @@ def test_a_gpu_takes_jax_in_bfloat16_and_a_cpu_the_default_backend(tmp_path, mon
 
 def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp_path):
     """What a GPU machine gets, on this CPU: nvidia-smi (a stand-in) lists an H200, so the runs
-    take JAX and mixed_bfloat16; JAX here has no CUDA, so its timing run computes on the CPU
-    and the plan says so in one line; both runs end, recorded in that backend and precision."""
+    take JAX and mixed_bfloat16; JAX here has no CUDA, so its timing run, stopped where its
+    config.json names the CPU, times the CPU's few steps, not a GPU's 300, and the plan says so
+    in one line; both runs end, recorded in that backend and precision."""
     tool = tmp_path / "bin" / "nvidia-smi"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0123)'\n")
@@ -558,8 +559,6 @@ def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp
     out = tmp_path / "table"
     env = {"PATH": f"{tool.parent}{os.pathsep}{os.environ['PATH']}", "KERAS_BACKEND": None}
     flags = TINY.replace("--train_steps=40,--eval_every=20", "--train_steps=20,--eval_every=20")
-    # batch 8: its timing run takes a GPU's 300 steps, here on the CPU
-    flags = flags.replace("--batch_size=32", "--batch_size=8")
     proc = table2(data, out, seeds=1, run_flags=flags, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
@@ -568,7 +567,9 @@ def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp
         "  backend: jax (the only backend measured on a GPU here (H100, H200)); precision "
         "mixed_bfloat16 (bfloat16 convolutions: the default on a GPU)"
     ) in lines
-    assert "299 timed steps of cifar10_paper, seed 0 on cpu" in proc.stdout
+    # a record every step (the CPU's), read every 0.2 s: 2 timed steps or a few more
+    timed = re.search(r"\((\d+) timed steps of cifar10_paper, seed 0 on cpu,", proc.stdout)
+    assert timed and 2 <= int(timed[1]) < table2_plan.PROBE_LOG_EVERY["gpu"]
     assert (
         "  warning: nvidia-smi lists NVIDIA H200, but the jax backend computes on the CPU: "
         "install its GPU build (pip install -e '.[cuda13]' (or '.[cuda12]' where the NVIDIA "
@@ -582,6 +583,156 @@ def test_a_gpu_users_path_runs_end_to_end_and_names_a_cpu_build(write_cifar, tmp
         )
     assert "| 0 | " in (out / table2_report.TABLE_FILE).read_text()
     assert "jax, mixed_bfloat16, cpu |" in (out / table2_report.TABLE_FILE).read_text()
+
+
+# a launch/cifar.py stand-in for the timing run. It notes its flags, Keras backend and
+# parent-death signal, writes config.json (its devices: $FAKE_DEVICE, comma-separated), and
+# after 0.4 s three records of 100 images/s times k at steps k x log_every, the first 1 s
+# before the others; then it trains on until it is killed. Where it computes on the CPU with
+# a GPU's log_every, it writes no record for 30 s (a GPU's steps on a CPU). $FAKE_MODE ends it
+# otherwise: "refuse" (three lines, the last its error on stderr, exit 2), "crash" (one record,
+# three lines, the last on stdout, exit 1), "killed" (no record, no line, SIGKILL).
+FAKE_LAUNCHER = """
+import ctypes, json, os, signal, sys, time
+death = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(death))  # PR_GET_PDEATHSIG
+call = {"argv": sys.argv[1:], "backend": os.environ["KERAS_BACKEND"], "death": death.value}
+with open(os.environ["FAKE_CALLS"], "a") as f:
+    f.write(json.dumps(call) + "\\n")
+flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+model_dir, every, mode = flags["model_dir"], int(flags["log_every"]), os.environ["FAKE_MODE"]
+if mode == "refuse":
+    print("checking the data", flush=True)
+    print("checking the flags", flush=True)
+    print("error: --data_path holds no CIFAR-10", file=sys.stderr, flush=True)
+    sys.exit(2)
+if mode == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+os.makedirs(model_dir)
+with open(os.path.join(model_dir, "config.tmp"), "w") as f:
+    json.dump({"runtime": {"devices": os.environ["FAKE_DEVICE"].split(",")}}, f)
+os.replace(os.path.join(model_dir, "config.tmp"), os.path.join(model_dir, "config.json"))
+if every > 1 and os.environ["FAKE_DEVICE"] == "cpu":
+    time.sleep(30)
+time.sleep(0.4)
+with open(os.path.join(model_dir, "train.jsonl"), "w") as f:
+    for k in (1,) if mode == "crash" else (1, 2, 3):
+        f.write(json.dumps({"step": k * every, "images_per_sec": 100.0 * k}) + "\\n")
+        f.flush()
+        time.sleep(1.0 if k == 1 and mode == "train" else 0)
+if mode == "crash":
+    print("warning: the loss is large", file=sys.stderr, flush=True)
+    print("step 1: loss nan", flush=True)
+    print("diverged at step 1: the loss is NaN", flush=True)
+    sys.exit(1)
+time.sleep(30)
+"""
+
+
+@pytest.fixture
+def fake_launcher(tmp_path, monkeypatch):
+    """The timing run's launcher stood in (:data:`FAKE_LAUNCHER`), its temporary folder and
+    working folder ``tmp_path``'s; gives (a plan on ``gpus``, the calls made so far)."""
+    launcher = tmp_path / "cifar.py"
+    launcher.write_text(FAKE_LAUNCHER)
+    monkeypatch.setattr(study, "LAUNCHER", str(launcher))
+    monkeypatch.setattr(table2_plan.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("FAKE_MODE", "train")
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # the plan's backend is jax
+
+    def calls():
+        path = tmp_path / "calls"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    return lambda gpus: plan_of(tmp_path / "out", gpus=gpus, backend="jax"), calls
+
+
+@pytest.mark.parametrize(
+    "gpus, device, log_everys, steps",
+    [
+        (["NVIDIA H200"], "cpu", [100, 1], 2),  # stopped at its config.json, timed again
+        (["NVIDIA H200"], "NVIDIA H200,NVIDIA H200", [100], 299),
+        ([], "CPU", [1], 2),
+    ],
+)
+def test_the_timing_run_takes_the_devices_steps_and_restarts_where_a_gpus_run_is_on_the_cpu(
+    fake_launcher, tmp_path, monkeypatch, gpus, device, log_everys, steps
+):
+    """The timing run logs every 100 steps where nvidia-smi lists a GPU, every step on a CPU.
+    Where a GPU's timing run names the CPU in its config.json (JAX without CUDA), it is killed
+    there, before any step, and run again every step: at Table 1's width a GPU's 300 steps on
+    a CPU take over an hour. Its rate, devices, start-up and line are the last run's. Each run
+    is the run's command, seeded, in a throwaway folder, never evaluating or checkpointing, on
+    the plan's backend, killed with its launcher; no folder is left."""
+    monkeypatch.setenv("FAKE_DEVICE", device)
+    plan_on, calls = fake_launcher
+    began = time.monotonic()
+    measured, line = table2_plan.measure(plan_on(gpus), RunState("cifar10_paper", 1, "f", "", 0))
+    took = time.monotonic() - began
+    assert took < 20  # never the 30 s a GPU's steps on the CPU stand for
+    assert [int(c["argv"][-2].removeprefix("--log_every=")) for c in calls()] == log_everys
+    for call in calls():
+        assert call["argv"][:2] == ["--experiment=cifar10_paper", "--seed=1"]
+        assert re.fullmatch(
+            rf"--model_dir={tmp_path}/tmp/table2-timing-{os.getpid()}-\w+/run", call["argv"][-6]
+        )
+        assert call["argv"][-5:-2] == [
+            "--train_steps=1000000",
+            "--eval_every=1000000",
+            "--checkpoint_every=1000000",
+        ]
+        assert call["argv"][-1] == "--replay_divergence=0"
+        assert (call["backend"], call["death"]) == ("jax", signal.SIGKILL)
+    devices = tuple(device.split(","))
+    assert (measured.images_per_s, measured.timed_steps, measured.devices) == (
+        300.0,
+        steps,
+        devices,
+    )
+    # to the first record (after the launcher's 0.4 s), not to the third (1 s later)
+    assert measured.startup_s >= 0.4 and took - measured.startup_s > 0.5
+    assert line.startswith(
+        f"300.0 images/s training ({steps} timed steps of cifar10_paper, seed 1 on "
+        f"{' + '.join(devices)}, in a throwaway folder; start-up "
+    )
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.parametrize(
+    "mode, said",
+    [
+        ("crash", "exit 1 at step 1: diverged at step 1: the loss is NaN"),
+        ("killed", "SIGKILL at step 0: SIGKILL"),
+    ],
+)
+def test_a_timing_run_that_ends_first_is_said_with_its_step_and_last_line(
+    fake_launcher, tmp_path, monkeypatch, mode, said
+):
+    """A timing run that ends before its timed steps: no rate, and why in one line (how it
+    ended, its last record's step, its last line of output, else how it ended)."""
+    monkeypatch.setenv("FAKE_MODE", mode)
+    monkeypatch.setenv("FAKE_DEVICE", "CPU")
+    plan_on, _ = fake_launcher
+    run = RunState("cifar10_paper", 1, "f", "", 0)
+    assert table2_plan.measure(plan_on([]), run) == (
+        None,
+        f"the timing run of cifar10_paper, seed 1 ended before a timed step ({said})",
+    )
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_a_timing_run_that_refuses_its_input_is_one_line(fake_launcher, tmp_path, monkeypatch):
+    """A timing run that refuses its input (exit 2) is the plan's refusal: its error line,
+    named by the run."""
+    monkeypatch.setenv("FAKE_MODE", "refuse")
+    plan_on, _ = fake_launcher
+    with pytest.raises(InputError) as refused:
+        table2_plan.measure(plan_on([]), RunState("cifar10_paper", 1, "f", "", 0))
+    assert str(refused.value) == "cifar10_paper, seed 1: --data_path holds no CIFAR-10"
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_the_projection_counts_the_steps_left_evaluations_and_start_up():

@@ -145,19 +145,22 @@ PASSES: dict[str, Pass] = {
         ("tests/test_table2.py", "-k", "figures_are_known"),
         functions=("run_entry", "summarize", "_run_cell", "_computed", "markdown_tables"),
     ),
-    # Table 2's plan: each run's state, its command, its projected time, the total (the tests
-    # in this process: the launcher's, on the slices, take minutes)
+    # Table 2's plan: each run's state, its command, its timing run (a stand-in launcher), its
+    # projected time, the total (the tests in this process: the launcher's, on the slices,
+    # take minutes)
     "table2_plan": Pass(
         "resnet_noBN/studies/table2_plan.py",
         (
             "tests/test_table2.py",
             "-k",
-            "projection or gpu_takes or plan_in_words or killed_launchers",
+            "projection or gpu_takes or plan_in_words or killed_launchers or timing_run",
         ),
         functions=(
             "runs",
             "state",
             "remove_left_timing_folders",
+            "_timing_run",
+            "measure",
             "Plan.command",
             "evaluations",
             "seconds",

@@ -72,6 +72,7 @@ EVAL_SPEEDUP = 3.0
 PROBE_RECORDS = 3
 PROBE_LOG_EVERY = {"gpu": 100, "cpu": 1}
 PROBE_STEPS = 1_000_000  # never reached: no evaluation, no checkpoint
+PROBE_POLL_S = 0.2  # how often the timing run's records and config.json are read
 MAX_SEEDS = 100  # --seeds: each seed is two runs of days on a CPU, hours on a GPU
 
 
@@ -361,15 +362,29 @@ def remove_left_timing_folders() -> list[str]:
     return removed
 
 
-def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
-    """``run`` timed: its command in a throwaway folder (no evaluation, no checkpoint), stopped
-    after :data:`PROBE_RECORDS` progress records; (the measurement, its line), or (None, why)
-    where it ended first (a divergence, a failure: its last line). InputError where it refused
-    its input. The folder is removed, however this ends (one a killed launcher left, at the
-    next timing run: :func:`remove_left_timing_folders`)."""
-    remove_left_timing_folders()
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """What one timing run left: its whole progress records, the seconds to its first, its
+    config.json ({} where it wrote none), its exit code, its output's lines, and whether it was
+    stopped at its config.json for naming the CPU (:func:`_timing_run`)."""
+
+    records: list[dict]
+    first_s: float | None
+    config: dict
+    returncode: int
+    lines: list[str]
+    stopped_on_cpu: bool
+
+
+def _timing_run(plan: Plan, run: RunState, log_every: int) -> Timing:
+    """``run``'s command in a throwaway folder (no evaluation, no checkpoint, a progress record
+    every ``log_every`` steps), stopped after :data:`PROBE_RECORDS` records; stopped at its
+    config.json (written before its first step) where that names the CPU and ``log_every`` is
+    a GPU's, whose steps on a CPU would take minutes to an hour at Table 1's width. The
+    folder is removed, however this ends (one a killed launcher left, at the next timing run:
+    :func:`remove_left_timing_folders`)."""
     folder = tempfile.mkdtemp(prefix=f"{TIMING_PREFIX}{os.getpid()}-")
-    model_dir, log_every = os.path.join(folder, "run"), PROBE_LOG_EVERY[plan.device_kind]
+    model_dir = os.path.join(folder, "run")
     command = [
         *plan.command(run.experiment, run.seed),
         f"--model_dir={model_dir}",
@@ -379,16 +394,21 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
         f"--log_every={log_every}",
         "--replay_divergence=0",
     ]
-    began, first_s, records = time.monotonic(), None, []
+    watch_cpu = log_every > PROBE_LOG_EVERY["cpu"]
+    began, first_s, records, config = time.monotonic(), None, [], {}
     try:
         with open(os.path.join(folder, "launch.log"), "w") as log:  # killed with this process
             proc = arm_runs.popen(command, signal.SIGKILL, stdout=log, stderr=log, env=plan.env())
         try:
             while len(records) < PROBE_RECORDS and proc.poll() is None:
-                time.sleep(0.2)
+                time.sleep(PROBE_POLL_S)
                 records = _records(os.path.join(model_dir, "train.jsonl"))
                 if records and first_s is None:
                     first_s = time.monotonic() - began
+                config = config or record.read_config(model_dir)
+                if watch_cpu and config and arm_runs.on_cpu(config["runtime"]["devices"]):
+                    break
+            stopped_on_cpu = len(records) < PROBE_RECORDS and proc.poll() is None
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -398,19 +418,32 @@ def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
         config = record.read_config(model_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    name = f"{run.experiment}, seed {run.seed}"
+    return Timing(records, first_s, config, proc.returncode, lines, stopped_on_cpu)
+
+
+def measure(plan: Plan, run: RunState) -> tuple[Measured | None, str]:
+    """``run`` timed (:func:`_timing_run`): on a GPU a record every
+    ``PROBE_LOG_EVERY["gpu"]`` steps, again every CPU step where the run computes on the CPU
+    (JAX without CUDA on a machine whose ``nvidia-smi`` lists a GPU: :func:`describe` warns).
+    Returns (the measurement, its line), or (None, why) where the run ended first (a
+    divergence, a failure: its last line); InputError where it refused its input."""
+    remove_left_timing_folders()
+    timing = _timing_run(plan, run, PROBE_LOG_EVERY[plan.device_kind])
+    if timing.stopped_on_cpu:
+        timing = _timing_run(plan, run, PROBE_LOG_EVERY["cpu"])
+    records, name = timing.records, f"{run.experiment}, seed {run.seed}"
     if len(records) < PROBE_RECORDS:
-        if proc.returncode == 2:
-            raise InputError(f"{name}: {lines[-1].removeprefix('error: ')}")
+        if timing.returncode == 2:
+            raise InputError(f"{name}: {timing.lines[-1].removeprefix('error: ')}")
         step = records[-1]["step"] if records else 0
-        why = f"{arm_runs.ended_by(proc.returncode)} at step {step}: {lines[-1]}"
+        why = f"{arm_runs.ended_by(timing.returncode)} at step {step}: {timing.lines[-1]}"
         return None, f"the timing run of {name} ended before a timed step ({why})"
-    devices = tuple(config.get("runtime", {}).get("devices", ["CPU"]))
+    devices = tuple(timing.config["runtime"]["devices"])
     steps = records[-1]["step"] - 1  # the first call, one step, compiled
-    measured = Measured(records[-1]["images_per_sec"], first_s, steps, devices)
+    measured = Measured(records[-1]["images_per_sec"], timing.first_s, steps, devices)
     return measured, (
         f"{measured.images_per_s:,.1f} images/s training ({steps} timed steps of {name} on "
-        f"{' + '.join(devices)}, in a throwaway folder; start-up {duration(first_s)})"
+        f"{' + '.join(devices)}, in a throwaway folder; start-up {duration(timing.first_s)})"
     )
 
 
