@@ -220,6 +220,7 @@ def test_the_picture_draws_each_series_its_references_and_the_errors(measured_st
     ]
 
 
+@pytest.mark.filterwarnings("error")  # no empty legend where no run was evaluated
 def test_references_need_two_depths(measured_study, monkeypatch):
     """1/ℓ and log ℓ / ℓ are drawn from two depths on, not for one."""
     result = study.summary(study.runs(str(measured_study)))

@@ -147,7 +147,8 @@ def plot(result: dict, path: str) -> str:
     _depth_axis(error_ax, depths)
     error_ax.set_ylabel("test error (%)")
     error_ax.set_title("test error by depth")
-    error_ax.legend(fontsize=7)
+    if error_ax.get_lines():  # no run evaluated: no legend (matplotlib warns on an empty one)
+        error_ax.legend(fontsize=7)
     return plotting.save(fig, path)
 
 
