@@ -1,5 +1,5 @@
 """`--strategy=mirrored` on JAX with 2 forced CPU devices runs to the end when three such runs
-share the machine's cores and their calls dispatch hundreds of steps (``JaxTrainer.run_steps``
+share the machine's cores and their calls dispatch a hundred steps each (``JaxTrainer.run_steps``
 bounds the steps in flight on a multi-device CPU mesh; without that bound XLA aborts each run
 after 40 s in a collective, rc 134).
 
@@ -12,14 +12,17 @@ pytest.importorskip("jax")
 from test_tensorflow_free_backends import final_json, launch  # noqa: E402
 
 RUNS = 3
+# one call of this many steps, 3 times the 32 unfinished computations XLA admits per device.
+# Without the bound, runs of 100 aborted in 5 tries of 5 (300: 1 of 1; 50: 1 of 3), 2026-12-06
+STEPS = 100
 
 
 def test_three_concurrent_mirrored_runs_of_long_calls_all_finish_alike(
     tmp_path, write_cifar, monkeypatch
 ):
-    """Three runs at once, 2 CPU devices each, batch 8 (a step of milliseconds, so a call of
-    about 5 s, after the first, dispatches hundreds of steps): every run exits 0, at step 300,
-    with the same weights (same seed)."""
+    """Three runs at once, 2 CPU devices each, batch 8, each in one call of :data:`STEPS` steps
+    dispatched back to back: every run exits 0, at its last step, with the same weights (same
+    seed)."""
     data = tmp_path / "data"
     write_cifar(data / "cifar-10-batches-bin", "cifar10", 8)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
@@ -34,8 +37,8 @@ def test_three_concurrent_mirrored_runs_of_long_calls_all_finish_alike(
                 "--eval_batch_size=16",
                 "--learning_rate=0.005",
                 "--seed=4",
-                *(f"--{name}=300" for name in ("train_steps", "log_every", "eval_every")),
-                "--checkpoint_every=300",
+                *(f"--{name}={STEPS}" for name in ("train_steps", "log_every", "eval_every")),
+                f"--checkpoint_every={STEPS}",
             ]
         )
         for i in range(RUNS)
@@ -44,5 +47,5 @@ def test_three_concurrent_mirrored_runs_of_long_calls_all_finish_alike(
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
     finals = [final_json(output) for output in outputs]
-    assert [final["final_step"] for final in finals] == [300] * RUNS
+    assert [final["final_step"] for final in finals] == [STEPS] * RUNS
     assert len({final["weights_sha256"] for final in finals}) == 1

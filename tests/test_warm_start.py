@@ -151,6 +151,7 @@ def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
     assert warm.path(table2, spawner) == len(started) == 6 and started[-1] == spawner
     assert warm.counts == {"warm": 8, "cold": 13}
     assert warm_start.reads_at_import("XLA_FLAGS") and not warm_start.reads_at_import("PATH")
+    assert warm_start.reads_at_import("XLA_FLAGS", "torch")
 
 
 def test_a_module_made_unimportable_fails_to_import_warm_and_cold(tmp_path, monkeypatch):
@@ -174,6 +175,31 @@ def test_a_module_made_unimportable_fails_to_import_warm_and_cold(tmp_path, monk
         outputs.append((proc.stdout.read(), proc.wait(60), type(proc).__name__))
     blocked = "import of tensorflow halted; None in sys.modules\n"
     assert outputs == [(blocked, 0, "Popen"), (blocked, 0, "Popen"), (blocked, 0, "WarmProcess")]
+
+
+def test_jax_launches_that_force_other_cpu_devices_share_a_warm_process(tmp_path, monkeypatch):
+    """XLA_FLAGS is read as JAX makes its client, not at import (``RUNTIME_ONLY_ON``): JAX
+    launches that force 1, 2 and 3 CPU devices share one set of variables, so the second and
+    third fork from one warm process, and each has the devices it forced. The set is the one
+    the test above uses: after it, all three are warm."""
+    monkeypatch.setattr(warm_start, "LAUNCHERS", tmp_path)
+    monkeypatch.delenv("RESNET_NOBN_TESTS_COLD", raising=False)
+    script = tmp_path / "devices.py"
+    script.write_text("import jax\nprint(jax.device_count())\n")
+    found = []
+    for count in (1, 2, 3):
+        variables = dict(
+            env(),
+            KERAS_BACKEND="jax",
+            JAX_WARM_START_PROBE="1",
+            XLA_FLAGS=f"--xla_force_host_platform_device_count={count}",
+        )
+        launch = [sys.executable, str(script)]
+        proc = launchers.start(launch, variables, subprocess.PIPE, subprocess.DEVNULL)
+        found.append((proc.stdout.read(), proc.wait(60), type(proc).__name__))
+    assert [f[:2] for f in found] == [("1\n", 0), ("2\n", 0), ("3\n", 0)]
+    assert [f[2] for f in found[1:]] == ["WarmProcess", "WarmProcess"]
+    assert not warm_start.reads_at_import("XLA_FLAGS", "jax")
 
 
 SPAWNER = """

@@ -103,6 +103,10 @@ IMPORT_NAMES = (
     "TZ",
 )
 RUNTIME_ONLY = ("TF_CONFIG",)  # read when a strategy starts, not at import
+# read on one backend when its runtime starts, not at import: JAX reads XLA_FLAGS (the CPU
+# devices it forces among them) as it makes its client, at a launch's first device use, which
+# its warm process never makes. TensorFlow's warm process lists its devices, so not there
+RUNTIME_ONLY_ON = {"jax": ("XLA_FLAGS",)}
 # where the tests measure each process itself: what it imports, the lines it runs
 ALWAYS_COLD = ("PYTHONPROFILEIMPORTTIME", "COVERAGE_PROCESS_START")
 STARTED: list[subprocess.Popen] = []  # the warm processes, kept while this process lives
@@ -186,9 +190,10 @@ def unblocked(argv: list[str]) -> tuple[list[str], list[str]] | None:
     return [argv[0], found["script"], *argv[3:]], modules
 
 
-def reads_at_import(name: str) -> bool:
-    """Whether a library the launchers import reads the variable ``name`` as it is imported."""
-    if name in RUNTIME_ONLY:
+def reads_at_import(name: str, backend: str = "tensorflow") -> bool:
+    """Whether a library a launch on Keras ``backend`` imports reads the variable ``name`` as
+    it is imported."""
+    if name in RUNTIME_ONLY or name in RUNTIME_ONLY_ON.get(backend, ()):
         return False
     return name.startswith(IMPORT_PREFIXES) or name in IMPORT_NAMES
 
@@ -196,7 +201,8 @@ def reads_at_import(name: str) -> bool:
 def import_variables(env: dict) -> dict:
     """The variables of ``env`` read at import, ``KERAS_BACKEND`` given where it is not: a
     launch without it imports TensorFlow, as one with it set to ``tensorflow``."""
-    found = {k: v for k, v in env.items() if reads_at_import(k)}
+    backend = env.get("KERAS_BACKEND", "tensorflow")
+    found = {k: v for k, v in env.items() if reads_at_import(k, backend)}
     return {"KERAS_BACKEND": "tensorflow", **found}
 
 
