@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax_cache
@@ -18,12 +19,12 @@ import warm_start
 
 CIFAR = [sys.executable, str(launchers.REPO / "launch" / "cifar.py")]
 PROBE = """
-import json, os, sys
+import json, os, sys, tempfile
 from resnet_noBN.host import cpu
 print(json.dumps({
     "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "session": os.getsid(0),
     "pid": os.getpid(), "x": os.environ.get("WARM_START_X"), "keras": "keras" in sys.modules,
-    "onednn": cpu.default_onednn(),
+    "onednn": cpu.default_onednn(), "tmp": tempfile.gettempdir(),
 }), flush=True)
 if sys.argv[1] == "raise":
     raise ValueError("probe")
@@ -65,16 +66,17 @@ def test_a_warm_launch_prints_and_exits_as_a_cold_one(monkeypatch):
 
 
 def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path):
-    """A probe forked as a launch: its arguments, ``sys.path[0]``, folder, environment and a
-    session of its own; Keras already imported; the warm process's oneDNN decision; exit
-    statuses 0 and 3, an exception's 1 with its traceback, a signal's minus its number."""
+    """A probe forked as a launch: its arguments, ``sys.path[0]``, folder, environment (its
+    temporary folder found again from it) and a session of its own; Keras already imported; the
+    warm process's oneDNN decision; exit statuses 0 and 3, an exception's 1 with its traceback,
+    a signal's minus its number."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     path = usual_path()
 
     def fork(arg, out, new_session=True):
         argv = [sys.executable, str(probe), arg]
-        variables = dict(env(), WARM_START_X="x")
+        variables = dict(env(), WARM_START_X="x", TMPDIR=str(tmp_path))
         return warm_start.fork(path, argv, variables, out.fileno(), out.fileno(), "/", new_session)
 
     for arg, status in (("0", 0), ("3", 3), ("raise", 1)):
@@ -87,6 +89,7 @@ def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path
         assert seen["argv"] == [str(probe), arg] and seen["path0"] == str(tmp_path)
         assert seen["cwd"] == "/" and seen["session"] == seen["pid"] == proc.pid
         assert seen["x"] == "x" and seen["keras"] and seen["onednn"]
+        assert seen["tmp"] == str(tmp_path) != tempfile.gettempdir()  # not the warm process's
         raised = (
             lines[1:2] == ["Traceback (most recent call last):"]
             and lines[-1] == "ValueError: probe"
@@ -106,6 +109,16 @@ def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path
             pass
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == -signal.SIGTERM
+
+
+def test_the_session_and_its_launches_keep_their_temporary_files_in_its_own_folder(
+    session_temporary_folder, tmp_path_factory
+):
+    """TMPDIR, for this process and every launch, is a folder in pytest's own for the session
+    (conftest): what killed launches leave there goes with it, not into the machine's."""
+    assert tempfile.gettempdir() == os.environ["TMPDIR"] == str(session_temporary_folder)
+    assert session_temporary_folder.parent == tmp_path_factory.getbasetemp()
+    assert session_temporary_folder.is_dir()
 
 
 def test_a_launch_that_cannot_share_the_imports_starts_cold(monkeypatch):
