@@ -55,12 +55,13 @@ def main() -> None:
         return tf.data.Dataset.from_tensors((images, labels)).repeat()
 
     trainers = {}
+    scratch = tempfile.TemporaryDirectory(prefix="health_cost-")  # removed as the process ends
     for name, cls in (("with", Trainer), ("without", WithoutHealth)):
         trainer = cls(
             strategy,
             lambda: build_cifar_model(ModelConfig.preset(args.model)),
             cfg,
-            tempfile.mkdtemp(),
+            f"{scratch.name}/{name}",
             is_chief=False,
         )
         iterator = trainer.start(batches, 0)

@@ -65,7 +65,7 @@ def session_temporary_folder(tmp_path_factory) -> Path:
     """The temporary folder of every test and every process it starts: a folder in the
     session's own (pytest keeps the last three). Not the machine's. There, each process a test
     kills leaves a file of TensorFlow's autograph, and each tfds builder made before its data is
-    prepared leaves an empty folder: 37 files and folders in a whole run."""
+    prepared leaves an empty folder: 35 files and folders in a whole run."""
     folder = tmp_path_factory.mktemp("tmp", numbered=False)
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = tempfile.tempdir = str(folder)

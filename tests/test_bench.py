@@ -394,14 +394,20 @@ def test_torch_twin_inits_are_the_models(twin):
             assert twin.STDDEVS[name](k, c) == pytest.approx(stddev(k, c), rel=1e-12)
 
 
-def test_the_health_cost_benchmark_times_the_trainer_with_and_without_it():
+def test_the_health_cost_benchmark_times_the_trainer_with_and_without_it(tmp_path):
     """bench/health_cost.py: the trainer with the run's health against the same without its
     gradient and weight norms, pair by pair (correctness only: each pair's ratio of the two
-    s/step, the median last)."""
+    s/step, the median last). Its trainers' folder is gone from TMPDIR when it ends."""
     proc = launchers.run(
-        "bench/health_cost.py", "--model=small", "--pairs=2", "--chunk=1", timeout=600
+        "bench/health_cost.py",
+        "--model=small",
+        "--pairs=2",
+        "--chunk=1",
+        timeout=600,
+        env={"TMPDIR": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir())
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines[:2]] == ["pair 1", "pair 2"]
     result = json.loads(lines[-1])
