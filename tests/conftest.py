@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def session_temporary_folder(tmp_path_factory) -> Path:
+def session_temporary_folder(tmp_path_factory) -> Iterator[Path]:
     """The temporary folder of every test and every process it starts: a folder in the
     session's own (pytest keeps the last three). Not the machine's. There, each process a test
     kills leaves a file of TensorFlow's autograph, and each tfds builder made before its data is

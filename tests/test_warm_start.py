@@ -111,11 +111,12 @@ def test_a_warm_child_has_its_own_session_folder_environment_and_status(tmp_path
         assert proc.wait(60) == -signal.SIGTERM
 
 
-def test_the_session_and_its_launches_keep_their_temporary_files_in_its_own_folder(
+def test_the_sessions_temporary_folder_is_one_in_pytests_own(
     session_temporary_folder, tmp_path_factory
 ):
-    """TMPDIR, for this process and every launch, is a folder in pytest's own for the session
-    (conftest): what killed launches leave there goes with it, not into the machine's."""
+    """TMPDIR, in this process and so in every launch's environment, is a folder in pytest's
+    own for the session (conftest): what killed launches leave goes there, not into the
+    machine's. The probe above checks that a launch finds it from its environment."""
     assert tempfile.gettempdir() == os.environ["TMPDIR"] == str(session_temporary_folder)
     assert session_temporary_folder.parent == tmp_path_factory.getbasetemp()
     assert session_temporary_folder.is_dir()
