@@ -68,14 +68,10 @@ def session_temporary_folder(tmp_path_factory) -> Iterator[Path]:
     kills leaves a file of TensorFlow's autograph, and each tfds builder made before its data is
     prepared leaves an empty folder: 35 files and folders in a whole run."""
     folder = tmp_path_factory.mktemp("tmp", numbered=False)
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
-    yield folder
-    tempfile.tempdir = saved[1]
-    if saved[0] is None:
-        del os.environ["TMPDIR"]
-    else:
-        os.environ["TMPDIR"] = saved[0]
+    with pytest.MonkeyPatch.context() as patch:  # both as they were once the session ends
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
