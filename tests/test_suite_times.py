@@ -1,5 +1,5 @@
 """ops/ci/suite_times.py: each test's seconds read from pytest's JUnit file, kept one a line, and
-summed by file and by kind for docs/testing.md."""
+summed by file and by kind for docs/suite-time.md."""
 
 import json
 import os

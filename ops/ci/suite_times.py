@@ -6,7 +6,7 @@
 Reads pytest's JUnit file (each test's time is its setup, call and teardown together) and
 writes one JSON file: the machine (``lscpu``'s model, its vector extensions, the cores), the
 date, the commit, the whole run's seconds and each test's id, seconds and outcome. It prints
-two Markdown tables for docs/testing.md: the seconds by file, and by the kind of work a file
+two Markdown tables for docs/suite-time.md: the seconds by file, and by the kind of work a file
 mostly does (:data:`KINDS`). ``--compare=OLD.json`` prints the files' seconds beside another
 run's and the ten slowest tests of each.
 """

@@ -87,7 +87,7 @@ class Trainer(TrainLoop):
         )
         # AutoGraph turns the steps' tf.range loop into a graph loop. Nothing else needs it, and
         # converting the model, the optimizer and their callees cost a tiny launch an eighth of
-        # its CPU time (docs/testing.md): each step is traced as written.
+        # its CPU time (docs/suite-time.md): each step is traced as written.
         self._run_steps = tf.function(self._run_steps_fn)
         self._one_step = tf.autograph.experimental.do_not_convert(self._one_step_fn)
         self._eval_batch = tf.function(self._eval_batch_fn, autograph=False)
