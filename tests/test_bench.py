@@ -24,6 +24,7 @@ import flops  # noqa: E402  (bench/ is not a package)
 import launchers  # noqa: E402
 import peaks  # noqa: E402
 import timing  # noqa: E402
+from test_tensorflow_free_backends import backend_env  # noqa: E402
 
 PAPER = ModelConfig()
 SMALL = ModelConfig.preset("small")
@@ -202,9 +203,12 @@ def test_torch_twin_step_trains_and_keeps_the_head_fixed(twin):
 # ------------------------------------------------------------------ end to end
 def chosen(keras_backend: str) -> dict:
     """``keras_backend`` chosen as a user chooses it, for ``launchers.run``'s ``env``: the
-    default (TensorFlow) by leaving KERAS_BACKEND unset, so the launch forks from the warm
-    process the launcher tests use."""
-    return {"KERAS_BACKEND": None if keras_backend == "tensorflow" else keras_backend}
+    default (TensorFlow) by leaving KERAS_BACKEND unset, JAX or PyTorch on the CPU as the other
+    TensorFlow-free launches run (``backend_env``). So each launch forks from a warm process
+    other files use too."""
+    if keras_backend == "tensorflow":
+        return {"KERAS_BACKEND": None}
+    return backend_env(keras_backend)
 
 
 def _run_bench(args, tmp_path, keras_backend="tensorflow"):

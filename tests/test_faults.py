@@ -19,6 +19,7 @@ import time
 
 import launchers
 import pytest
+from test_tensorflow_free_backends import backend_env
 
 from resnet_noBN.configs.errors import DataError, StorageError, TimeBudgetReached, first_line
 from resnet_noBN.datasets import cifar_data
@@ -45,10 +46,11 @@ BACKENDS = (
 
 
 def cifar(backend: str, *args):
-    """launch/cifar.py on ``backend`` (JAX on the CPU); TensorFlow's in the usual environment,
-    so that it forks from the usual warm process (tests/warm_start.py)."""
-    cpu = {"JAX_PLATFORMS": "cpu"} if backend == "jax" else {}
-    return launchers.run("launch/cifar.py", *args, env={"KERAS_BACKEND": backend, **cpu})
+    """launch/cifar.py on ``backend``: TensorFlow's in the usual environment, JAX's and
+    PyTorch's in that of the other TensorFlow-free launches (``backend_env``: on the CPU), so
+    that each forks from a warm process other files use too (tests/warm_start.py)."""
+    env = {"KERAS_BACKEND": backend} if backend == "tensorflow" else backend_env(backend)
+    return launchers.run("launch/cifar.py", *args, env=env)
 
 
 def last_line(proc) -> str:
