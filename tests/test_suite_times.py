@@ -52,6 +52,26 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
     assert "| in-process | 1 | 6 | 20% |" in lines and "| containers | 1 | 0 | 1% |" in lines
     assert "| tests/test_stops.py | 2 | 24 | 80% |" in lines
     assert lines[lines.index("slowest ten:") + 1] == "   20.2 s  tests/test_stops.py::test_a"
+    assert "costliest ten in CPU:" not in lines
+
+    # measured one at a time (ops.ci.busy_cpu): each table gains the busy CPU-seconds
+    for test, cpu in zip(tests, (31.5, 2.25, 12.0, 0.5)):
+        test["busy_cpu_s"] = cpu
+    measured = {"label": "alone", "wall_s": 30.5, "machine": "m", "tests": tests}
+    lines = suite_times.summarise(measured).splitlines()
+    assert lines[lines.index("| kind | tests | seconds | share | busy CPU-s |") + 1 :][:4] == [
+        "| --- | ---: | ---: | ---: | ---: |",
+        "| signals and stops | 2 | 24 | 80% | 34 |",
+        "| in-process | 1 | 6 | 20% | 12 |",
+        "| containers | 1 | 0 | 1% | 0 |",
+    ]
+    assert "| tests/test_model.py | 1 | 6 | 20% | 12 |" in lines
+    assert suite_times.slowest(measured, 2, "busy_cpu_s") == [
+        "   31.5 CPU-s  tests/test_stops.py::test_a",
+        "   12.0 CPU-s  tests/test_model.py::test_c",
+    ]
+    del tests[3]["busy_cpu_s"]  # one test not measured: no column, not a partial sum
+    assert "busy CPU-s" not in suite_times.summarise(measured)
 
 
 def test_the_files_go_out_longest_first_under_xdist(request):
@@ -63,3 +83,54 @@ def test_the_files_go_out_longest_first_under_xdist(request):
     seconds = file_seconds()
     order = [seconds.get(item.nodeid.split("::")[0], 0.0) for item in request.session.items]
     assert len(seconds) > 30 and order == sorted(order, reverse=True)
+
+
+# a test file for ops.ci.busy_cpu: one test whose child process burns 0.3 CPU-s, one that waits
+BURNS = """
+import pathlib, resource, subprocess, sys, time
+
+def test_burns_in_a_child():
+    code = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.3: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pathlib.Path(__file__).with_name("child_cpu").write_text(str(used.ru_utime + used.ru_stime))
+
+def test_waits():
+    time.sleep(0.2)
+"""
+
+
+def test_a_test_run_alone_gets_the_machines_busy_cpu_its_children_included(tmp_path):
+    """``-p ops.ci.busy_cpu``: every test gets a ``busy_cpu_s`` property in the JUnit file, which
+    suite_times keeps; a test's child's CPU is in its figure (to /proc/stat's tick). With
+    pytest-xdist's workers the plugin refuses, in one line."""
+    (tmp_path / "test_burns.py").write_text(BURNS)
+    junit = tmp_path / "run.xml"
+
+    def pytest_run(*more):
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", str(tmp_path / "test_burns.py"), "-q"]
+            + ["-p", "ops.ci.busy_cpu", "-p", "no:cacheprovider", *more],
+            cwd=suite_times.REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    proc = pytest_run(f"--junitxml={junit}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, tests = suite_times.read_junit(junit)
+    assert [t["test"].split("::")[1] for t in tests] == ["test_burns_in_a_child", "test_waits"]
+    child = float((tmp_path / "child_cpu").read_text())
+    assert child >= 0.3 and tests[0]["busy_cpu_s"] >= child - 0.03, (child, tests)
+    assert tests[1]["busy_cpu_s"] >= 0 and tests[1]["seconds"] >= 0.2
+    assert "| file | tests | seconds | share | busy CPU-s |" in suite_times.summarise(
+        {"label": "alone", "wall_s": 1.0, "machine": "m", "tests": tests}
+    )
+
+    refused = pytest_run("-n", "2")
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR
+    assert refused.stderr.strip().splitlines() == [
+        "ERROR: -p ops.ci.busy_cpu measures the tests one at a time: drop -n (pytest-xdist's "
+        "workers), or each test's figure holds the other workers' CPU"
+    ]

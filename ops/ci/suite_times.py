@@ -8,7 +8,8 @@ writes one JSON file: the machine (``lscpu``'s model, its vector extensions, the
 date, the commit, the whole run's seconds and each test's id, seconds and outcome. It prints
 two Markdown tables for docs/suite-time.md: the seconds by file, and by the kind of work a file
 mostly does (:data:`KINDS`). ``--compare=OLD.json`` prints the files' seconds beside another
-run's and the ten slowest tests of each.
+run's and the ten slowest tests of each. A run with ``-p ops.ci.busy_cpu`` (the tests one at a
+time) gives each test its CPU too: the tables and the record then hold it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ops.ci.busy_cpu import PROPERTY
 from ops.ci.suite_under_load import machine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +61,8 @@ def kind_of(path: str) -> str:
 
 
 def read_junit(path: Path) -> tuple[float, list[dict]]:
-    """The run's seconds and its tests (id, seconds, outcome), in the order they ran."""
+    """The run's seconds and its tests (id, seconds, outcome, and the machine's busy CPU where
+    ``ops.ci.busy_cpu`` measured it), in the order they ran."""
     root = ET.parse(path).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     tests = []
@@ -70,9 +73,15 @@ def read_junit(path: Path) -> tuple[float, list[dict]]:
         for tag in ("failure", "error", "skipped"):
             if case.find(tag) is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
-        tests.append(
-            {"test": test_id, "seconds": round(float(case.get("time", 0)), 3), "outcome": outcome}
-        )
+        test = {
+            "test": test_id,
+            "seconds": round(float(case.get("time", 0)), 3),
+            "outcome": outcome,
+        }
+        cpu = [p.get("value") for p in case.iter("property") if p.get("name") == PROPERTY]
+        if cpu:
+            test[PROPERTY] = float(cpu[0])
+        tests.append(test)
     return float(suite.get("time", 0)), tests
 
 
@@ -83,43 +92,42 @@ def lscpu_model() -> str:
     return f"{fields.get('Model name', '').strip()} (family {family}, model {model})"
 
 
-def by(tests: list[dict], key) -> dict[str, float]:
-    totals = defaultdict(float)
+def table(tests: list[dict], key, head: str) -> str:
+    """Tests, seconds (and busy CPU-seconds, where measured) by ``key`` of a test's id, the
+    longest first."""
+    fields = ["seconds"] + ([PROPERTY] if all(PROPERTY in t for t in tests) else [])
+    sums = defaultdict(lambda: [0] + [0.0] * len(fields))
     for test in tests:
-        totals[key(test["test"])] += test["seconds"]
-    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
-
-
-def table(totals: dict[str, float], counts: dict[str, int], head: str) -> str:
-    whole = sum(totals.values())
-    lines = [f"| {head} | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
-    for name, seconds in totals.items():
-        lines.append(f"| {name} | {counts[name]} | {seconds:,.0f} | {seconds / whole:.0%} |")
+        row = sums[key(test["test"])]
+        row[0] += 1
+        for i, field in enumerate(fields, 1):
+            row[i] += test[field]
+    whole = sum(row[1] for row in sums.values())
+    titles = " | ".join({"seconds": "seconds | share", PROPERTY: "busy CPU-s"}[f] for f in fields)
+    lines = [f"| {head} | tests | {titles} |", "| --- " + "| ---: " * (len(fields) + 2) + "|"]
+    for name, (count, seconds, *cpu) in sorted(sums.items(), key=lambda kv: -kv[1][1]):
+        cells = [f"{count}", f"{seconds:,.0f}", f"{seconds / whole:.0%}"]
+        lines.append(f"| {name} | " + " | ".join(cells + [f"{c:,.0f}" for c in cpu]) + " |")
     return "\n".join(lines)
 
 
 def summarise(record: dict) -> str:
     tests = record["tests"]
-    files = by(tests, lambda t: t.split("::")[0])
-    kinds = by(tests, lambda t: kind_of(t.split("::")[0]))
-    file_counts = defaultdict(int)
-    kind_counts = defaultdict(int)
-    for test in tests:
-        file_counts[test["test"].split("::")[0]] += 1
-        kind_counts[kind_of(test["test"].split("::")[0])] += 1
     return "\n\n".join(
         [
             f"{record['label']}: {len(tests)} tests, {record['wall_s']:,.0f} s"
             f" on {record['machine']}",
-            table(kinds, kind_counts, "kind"),
-            table(files, file_counts, "file"),
+            table(tests, lambda t: kind_of(t.split("::")[0]), "kind"),
+            table(tests, lambda t: t.split("::")[0], "file"),
         ]
     )
 
 
-def slowest(record: dict, n: int = 10) -> list[str]:
-    top = sorted(record["tests"], key=lambda t: -t["seconds"])[:n]
-    return [f"{t['seconds']:7.1f} s  {t['test']}" for t in top]
+def slowest(record: dict, n: int = 10, field: str = "seconds") -> list[str]:
+    """The ``n`` tests highest in ``field`` (their seconds, or busy CPU-seconds)."""
+    top = sorted(record["tests"], key=lambda t: -t.get(field, 0))[:n]
+    unit = "s" if field == "seconds" else "CPU-s"
+    return [f"{t[field]:7.1f} {unit}  {t['test']}" for t in top if field in t]
 
 
 def dumps(record: dict) -> str:
@@ -159,6 +167,8 @@ def main() -> None:
     args.out.write_text(dumps(record))
     print(summarise(record))
     print("\nslowest ten:\n" + "\n".join(slowest(record)))
+    if any(PROPERTY in t for t in tests):
+        print("\ncostliest ten in CPU:\n" + "\n".join(slowest(record, field=PROPERTY)))
     if args.compare:
         old = json.loads(args.compare.read_text())
         print(

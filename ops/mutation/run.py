@@ -271,6 +271,15 @@ PASSES: dict[str, Pass] = {
         functions=("served_model", "copy_weights", "write", "remove", "load", "read_keras_file"),
         forkserver=True,
     ),
+    # the suite's time kept (ops/ci/suite_times.json): each test's seconds and CPU read from a
+    # run's JUnit file, summed by file and kind for docs/suite-time.md
+    "suite_times": Pass(
+        "ops/ci/suite_times.py",
+        ("tests/test_suite_times.py",),
+        functions=("kind_of", "read_junit", "table", "summarise", "slowest", "dumps"),
+    ),
+    # each test's CPU, the machine's, from /proc/stat, as a test's JUnit property
+    "busy_cpu": Pass("ops/ci/busy_cpu.py", ("tests/test_suite_times.py",)),
 }
 
 # Written into the copy (beside mutants/, and copied into it): in every Python process started
