@@ -401,7 +401,8 @@ def present(p: Pass, work: Path) -> list[str]:
 def mutmut_config(p: Pass, work: Path, slices: str | None) -> str:
     """The [tool.mutmut] section of the pass's copy: its module mutated, its tests run, the rest
     of the tree beside them in mutants/."""
-    tops = sorted({path.name for path in work.iterdir()} - {"resnet_noBN", "tests"})
+    source = p.module.split("/")[0]  # resnet_noBN, or ops for the suite's own tools
+    tops = sorted({path.name for path in work.iterdir()} - {source, "tests"})
     extra = ["-p", "no:cacheprovider", "-p", "mutation_hits"]
     if p.slices and slices:
         extra.append(f"--cifar_slices={slices}")
@@ -409,7 +410,7 @@ def mutmut_config(p: Pass, work: Path, slices: str | None) -> str:
         [
             "",
             "[tool.mutmut]",
-            'source_paths = ["resnet_noBN"]',
+            f"source_paths = {toml_list([source])}",
             f"only_mutate = {toml_list([p.module])}",
             f"also_copy = {toml_list([*tops, 'sitecustomize.py', 'mutation_hits.py'])}",
             f"pytest_add_cli_args_test_selection = {toml_list(present(p, work))}",
