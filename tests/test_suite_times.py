@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import file_seconds
 
-from ops.ci import suite_times
+from ops.ci import busy_cpu, suite_times
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="1" tests="4" time="30.5">
@@ -72,6 +72,39 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
     ]
     del tests[3]["busy_cpu_s"]  # one test not measured: no column, not a partial sum
     assert "busy CPU-s" not in suite_times.summarise(measured)
+
+
+# an error, a time past the milliseconds, the CPU beside another property
+ONE_ERROR = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" time="1.25">
+<testcase classname="tests.test_a" name="test_e" time="0.2504"><error message="x"/>
+<properties><property name="other" value="7"/><property name="busy_cpu_s" value="0.75"/>
+</properties></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_a_record_is_read_and_written_exactly_and_the_cpu_counted_in_ticks(tmp_path, monkeypatch):
+    """The record's fields as read, its text as written; the ten slowest by default; the busy
+    time summed from user, nice, system, irq and softirq ticks."""
+    junit = tmp_path / "run.xml"
+    junit.write_text(ONE_ERROR)
+    wall_s, tests = suite_times.read_junit(junit)
+    assert wall_s == 1.25
+    assert tests == [
+        {"test": "tests/test_a.py::test_e", "seconds": 0.25, "outcome": "error", "busy_cpu_s": 0.75}
+    ]
+    assert suite_times.dumps({"label": "l", "wall_s": 1.25, "tests": tests}) == (
+        '{\n "label": "l",\n "wall_s": 1.25,\n "tests": [\n'
+        '{"test": "tests/test_a.py::test_e", "seconds": 0.25, "outcome": "error", '
+        '"busy_cpu_s": 0.75}\n ]\n}\n'
+    )
+    many = {"tests": [{"test": f"t{i}", "seconds": float(i)} for i in range(12)]}
+    assert suite_times.slowest(many) == [f"{i:7.1f} s  t{i}" for i in range(11, 1, -1)]
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 200 300 4000 500 60 70 0 0 0\ncpu0 1 1 1 1 1 1 1 0 0 0\n")
+    monkeypatch.setattr(busy_cpu, "STAT", str(stat))
+    assert busy_cpu.busy_cpu_s() == 1630 / os.sysconf("SC_CLK_TCK")
 
 
 def test_the_files_go_out_longest_first_under_xdist(request):

@@ -21,15 +21,15 @@ import os
 import pytest
 
 PROPERTY = "busy_cpu_s"
+STAT = "/proc/stat"
 _START = pytest.StashKey[float]()
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def busy_cpu_s() -> float:
-    """The seconds every core has spent busy since boot (``/proc/stat``'s first line)."""
-    with open("/proc/stat") as stat:
+    """The seconds every core has spent busy since boot (:data:`STAT`'s first line, in ticks)."""
+    with open(STAT) as stat:
         user, nice, system, _idle, _iowait, irq, softirq = map(int, stat.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / _TICKS
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def pytest_configure(config: pytest.Config) -> None:

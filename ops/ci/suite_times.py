@@ -63,26 +63,25 @@ def kind_of(path: str) -> str:
 def read_junit(path: Path) -> tuple[float, list[dict]]:
     """The run's seconds and its tests (id, seconds, outcome, and the machine's busy CPU where
     ``ops.ci.busy_cpu`` measured it), in the order they ran."""
-    root = ET.parse(path).getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    suite = ET.parse(path).getroot().find("testsuite")  # pytest's: <testsuites><testsuite>
     tests = []
     for case in suite.iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        test_id = f"{module}.py::{case.get('name')}"
+        module = case.attrib["classname"].replace(".", "/")
+        test_id = f"{module}.py::{case.attrib['name']}"
         outcome = "passed"
         for tag in ("failure", "error", "skipped"):
             if case.find(tag) is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
         test = {
             "test": test_id,
-            "seconds": round(float(case.get("time", 0)), 3),
+            "seconds": round(float(case.attrib["time"]), 3),
             "outcome": outcome,
         }
-        cpu = [p.get("value") for p in case.iter("property") if p.get("name") == PROPERTY]
-        if cpu:
-            test[PROPERTY] = float(cpu[0])
+        cpu = case.find(f"properties/property[@name='{PROPERTY}']")
+        if cpu is not None:
+            test[PROPERTY] = float(cpu.attrib["value"])
         tests.append(test)
-    return float(suite.get("time", 0)), tests
+    return float(suite.attrib["time"]), tests
 
 
 def lscpu_model() -> str:
@@ -125,9 +124,9 @@ def summarise(record: dict) -> str:
 
 def slowest(record: dict, n: int = 10, field: str = "seconds") -> list[str]:
     """The ``n`` tests highest in ``field`` (their seconds, or busy CPU-seconds)."""
-    top = sorted(record["tests"], key=lambda t: -t.get(field, 0))[:n]
+    top = sorted((t for t in record["tests"] if field in t), key=lambda t: -t[field])[:n]
     unit = "s" if field == "seconds" else "CPU-s"
-    return [f"{t[field]:7.1f} {unit}  {t['test']}" for t in top if field in t]
+    return [f"{t[field]:7.1f} {unit}  {t['test']}" for t in top]
 
 
 def dumps(record: dict) -> str:
