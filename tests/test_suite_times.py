@@ -94,10 +94,12 @@ def test_a_record_is_read_and_written_exactly_and_the_cpu_counted_in_ticks(tmp_p
     assert tests == [
         {"test": "tests/test_a.py::test_e", "seconds": 0.25, "outcome": "error", "busy_cpu_s": 0.75}
     ]
-    assert suite_times.dumps({"label": "l", "wall_s": 1.25, "tests": tests}) == (
-        '{\n "label": "l",\n "wall_s": 1.25,\n "tests": [\n'
+    line = (
         '{"test": "tests/test_a.py::test_e", "seconds": 0.25, "outcome": "error", '
-        '"busy_cpu_s": 0.75}\n ]\n}\n'
+        '"busy_cpu_s": 0.75}'
+    )
+    assert suite_times.dumps({"label": "l", "wall_s": 1.25, "tests": tests * 2}) == (
+        '{\n "label": "l",\n "wall_s": 1.25,\n "tests": [\n' + line + ",\n" + line + "\n ]\n}\n"
     )
     many = {"tests": [{"test": f"t{i}", "seconds": float(i)} for i in range(12)]}
     assert suite_times.slowest(many) == [f"{i:7.1f} s  t{i}" for i in range(11, 1, -1)]
