@@ -424,7 +424,10 @@ def reachable_from_other_hosts(pid: int) -> list[str]:
 
 
 def test_listening_sockets_are_read_with_their_addresses():
-    """The check itself, on sockets of this process: loopback, IPv4 and dual-stack wildcards."""
+    """The check itself, on sockets of this process: loopback, IPv4 and dual-stack wildcards.
+    An IPv4 and an IPv6 socket may hold the same port (the kernel drew one for both in a run
+    of 2026-12-07), so ``::1`` takes the IPv4 wildcard's port here, and each socket is known
+    by its address and port."""
     with (
         socket.socket() as lo,
         socket.socket() as any4,
@@ -432,23 +435,26 @@ def test_listening_sockets_are_read_with_their_addresses():
         socket.socket(socket.AF_INET6) as lo6,
         socket.socket() as unbound,
     ):
-        for s, address in ((lo, "127.0.0.1"), (any4, "0.0.0.0"), (any6, "::"), (lo6, "::1")):
+        for s, address in ((lo, "127.0.0.1"), (any4, "0.0.0.0"), (any6, "::")):
             s.bind((address, 0))
+        lo6.bind(("::1", any4.getsockname()[1]))
+        for s in (lo, any4, any6, lo6):
             s.listen()
         unbound.bind(("127.0.0.1", 0))  # bound, not listening
-        found = {p: a for a, p in listening_sockets(os.getpid())}
-        assert found == {
-            lo.getsockname()[1]: ipaddress.ip_address("127.0.0.1"),
-            any4.getsockname()[1]: ipaddress.ip_address("0.0.0.0"),
-            any6.getsockname()[1]: ipaddress.ip_address("::"),
-            lo6.getsockname()[1]: ipaddress.ip_address("::1"),
+        found = listening_sockets(os.getpid())
+        assert sorted(found, key=str) == sorted(
+            [
+                (ipaddress.ip_address(s.getsockname()[0]), s.getsockname()[1])
+                for s in (lo, any4, any6, lo6)
+            ],
+            key=str,
+        )
+        assert {str(a): is_loopback(a) for a, _ in found} == {
+            "127.0.0.1": True,
+            "0.0.0.0": False,
+            "::": False,
+            "::1": True,
         }
-        assert [is_loopback(found[s.getsockname()[1]]) for s in (lo, any4, any6, lo6)] == [
-            True,
-            False,
-            False,
-            True,
-        ]
     assert is_loopback(ipaddress.ip_address("::ffff:127.0.0.1"))
     assert "lo" in interfaces(os.getpid())
 
