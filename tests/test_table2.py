@@ -395,7 +395,8 @@ def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
         assert "stopped" not in log.read_text()
         launcher.kill()
         launcher.wait()
-        while "stopped by SIGTERM" not in log.read_text():
+        # the whole line: with PYTHONUNBUFFERED set, print writes its newline apart
+        while "stopped by SIGTERM\n" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
     finally:
