@@ -12,8 +12,12 @@ every job, and process 0 waited for it. Letting it write cut that second job fro
 process of an earlier job wrote. The executables are the ones XLA made, bit for bit: a job's
 weights are the same.
 
-The JAX warm process (tests/warm_start.py) calls it before it forks, so every warm JAX launch
-has it. A cold launch keeps JAX's rule.
+:func:`keys_free_of_device_ids` lets a process read what another process compiled for another
+device of the same layout: the network's initial draws are compiled once in the session, not in
+every process of every job.
+
+The JAX warm process (tests/warm_start.py) calls both before it forks, so every warm JAX launch
+has them. A cold launch keeps JAX's rules.
 """
 
 
@@ -37,3 +41,36 @@ def write_every_process() -> None:
             )
 
     compiler._cache_write = write
+
+
+def keys_free_of_device_ids() -> None:
+    """A computation's key names how many devices run it, on how many processes, not which.
+
+    JAX's key holds the devices' ids twice: in the compile options' device assignment, and in the
+    topology's fingerprint (``jax/_src/cache_key.py``). On a GPU JAX strips the first, so that the
+    processes of a job share one key. On the CPU it keeps both, so a program compiled for device
+    0 is compiled again for device 1, 2 or 3. Each process of a job is a different device: every
+    process of every JAX job compiled the network's initial draws again, 7 programs of
+    ``jax.random.normal`` of the small network (5 to 7 CPU-s a process), though each is one
+    device's program and the same in all.
+
+    Here both are left out of the key. A program for one device is then compiled once in the
+    session. A program for several devices is compiled once per layout (its devices, its
+    processes), as before: the 2 x 2 job, the 4 x 1 job and one process of 4 devices each
+    compile their own step, so their weights, compared bit for bit, still come from three
+    compilations. An executable read from the cache runs on the process's own devices: JAX
+    passes them, and the compile options, as it loads it.
+    """
+    from jax._src import cache_key
+
+    hash_options = cache_key._hash_serialized_compile_options
+
+    def options_without_assignment(hash_obj, options, strip_device_assignment=False):
+        return hash_options(hash_obj, options, strip_device_assignment=True)
+
+    def layout(hash_obj, devices):
+        processes = len({device.process_index for device in devices.flat})
+        hash_obj.update(f"{devices.flat[0].platform} {devices.size} {processes}".encode())
+
+    cache_key._hash_serialized_compile_options = options_without_assignment
+    cache_key._hash_accelerator_config = layout

@@ -344,3 +344,49 @@ def test_every_process_of_a_jax_job_writes_its_compiles(tmp_path, monkeypatch):
         for name, value in before.items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()
+
+
+def test_a_jax_compiles_key_names_its_devices_layout_not_their_ids(monkeypatch):
+    """tests/jax_cache.py, which the JAX warm process applies: two device assignments of one
+    shape hash alike (JAX's own key tells them apart); one device hashes alike on any process;
+    4 devices on 1, 2 or 4 processes hash apart."""
+    pytest.importorskip("jax")
+    import hashlib
+    from collections import namedtuple
+
+    from jax._src import cache_key
+    from jax._src.lib import xla_client
+
+    for name in ("_hash_serialized_compile_options", "_hash_accelerator_config"):
+        monkeypatch.setattr(cache_key, name, getattr(cache_key, name))  # put back after
+
+    def options(*ids):
+        made = xla_client.CompileOptions()
+        made.device_assignment = xla_client.DeviceAssignment.create(np.array([[i] for i in ids]))
+        return made
+
+    def digest(hash_part, value) -> str:
+        hash_obj = hashlib.sha256()
+        hash_part(hash_obj, value)
+        return hash_obj.hexdigest()
+
+    def options_digests():
+        hash_part = cache_key._hash_serialized_compile_options
+        return digest(hash_part, options(0, 1)), digest(hash_part, options(2, 3))
+
+    first, second = options_digests()
+    assert first != second  # JAX's rule on the CPU
+    jax_cache.keys_free_of_device_ids()
+    first, second = options_digests()
+    assert first == second
+
+    Device = namedtuple("Device", "platform process_index")
+
+    def layout(*processes) -> str:
+        devices = np.empty(len(processes), dtype=object)  # as JAX holds them: no tuples
+        devices[:] = [Device("cpu", p) for p in processes]
+        return digest(cache_key._hash_accelerator_config, devices)
+
+    assert layout(0) == layout(3)
+    assert len({layout(0), layout(0, 0, 0, 0), layout(0, 0, 1, 1), layout(0, 1, 2, 3)}) == 4
+    assert layout(0, 0, 1, 1) == layout(2, 2, 3, 3)
