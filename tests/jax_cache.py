@@ -16,9 +16,17 @@ weights are the same.
 device of the same layout: the network's initial draws are compiled once in the session, not in
 every process of every job.
 
-The JAX warm process (tests/warm_start.py) calls both before it forks, so every warm JAX launch
-has them. A cold launch keeps JAX's rules.
+Both make processes write the same entry at once, and read what another is writing. JAX writes
+an entry in place (``jax/_src/lru_cache.py``, ``LRUCache.put``): a reader could load an
+executable cut short, and two writers could interleave. :func:`whole_entries_only` writes each
+entry beside it, then renames it into place: a reader finds the whole entry or none.
+
+The JAX warm process (tests/warm_start.py) calls all three before it forks, so every warm JAX
+launch has them. A cold launch keeps JAX's rules.
 """
+
+import os
+import threading
 
 
 def write_every_process() -> None:
@@ -74,3 +82,23 @@ def keys_free_of_device_ids() -> None:
 
     cache_key._hash_serialized_compile_options = options_without_assignment
     cache_key._hash_accelerator_config = layout
+
+
+def whole_entries_only() -> None:
+    """An entry of the cache (eviction off, JAX's default) is written to a file of its own, then
+    renamed into place (atomic on one file system); an entry already there is kept."""
+    from jax._src import lru_cache
+
+    put = lru_cache.LRUCache.put
+
+    def put_whole(self, key: str, value: bytes) -> None:
+        if self.eviction_enabled or not key:  # JAX's lock and checks
+            return put(self, key, value)
+        entry = self.path / f"{key}{lru_cache._CACHE_SUFFIX}"
+        if entry.exists():
+            return
+        part = entry.with_name(f"{entry.name}.{os.getpid()}-{threading.get_ident()}.part")
+        part.write_bytes(value)
+        os.replace(part, entry)
+
+    lru_cache.LRUCache.put = put_whole

@@ -390,3 +390,31 @@ def test_a_jax_compiles_key_names_its_devices_layout_not_their_ids(monkeypatch):
     assert layout(0) == layout(3)
     assert len({layout(0), layout(0, 0, 0, 0), layout(0, 0, 1, 1), layout(0, 1, 2, 3)}) == 4
     assert layout(0, 0, 1, 1) == layout(2, 2, 3, 3)
+
+
+def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
+    """tests/jax_cache.py, which the JAX warm process applies: an entry whose write fails half
+    way is not there to read (JAX's own writing leaves the half); one written is read whole, and
+    kept when written again."""
+    pytest.importorskip("jax")
+    from jax._src import lru_cache
+
+    def half_then_full(path, data):
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lru_cache.LRUCache, "put", lru_cache.LRUCache.put)  # put back after
+    cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
+    with monkeypatch.context() as failing:
+        failing.setattr(type(cache.path), "write_bytes", half_then_full)  # etils' or pathlib's
+        with pytest.raises(OSError):
+            cache.put("jax", b"executable")
+        assert cache.get("jax") == b"execu"  # JAX's rule: the half is read
+        jax_cache.whole_entries_only()
+        with pytest.raises(OSError):
+            cache.put("kept", b"executable")
+    assert cache.get("kept") is None
+    cache.put("kept", b"executable")
+    cache.put("kept", b"another")
+    assert cache.get("kept") == b"executable"

@@ -16,8 +16,8 @@ launch starts cold where the tests measure a process itself (its imports, its co
 outside ``launch/`` and ``bench/``.
 
 The JAX warm process lets every process of a JAX job write the session's compilation cache, not
-process 0 alone, and read what another process compiled for another device of the same layout
-(:mod:`jax_cache`).
+process 0 alone, and read what another process compiled for another device of the same layout,
+each entry written whole (:mod:`jax_cache`).
 
 The warm process freezes what its imports made (``gc.freeze``, as the gc module's documentation
 advises before a fork): no launch's collection walks those objects, nor does its exit.
@@ -231,6 +231,7 @@ def serve(path: str) -> dict | None:
     if backend.__name__ == "jax":
         jax_cache.write_every_process()  # in a job, not process 0 alone
         jax_cache.keys_free_of_device_ids()  # one device's programs compiled once
+        jax_cache.whole_entries_only()  # what they share is read whole
 
     # What the imports made lives as long as the process: frozen, out of every later
     # collection, as the gc module's documentation advises before fork(). No launch's
