@@ -67,7 +67,8 @@ def keys_free_of_device_ids() -> None:
     processes), as before: the 2 x 2 job, the 4 x 1 job and one process of 4 devices each
     compile their own step, so their weights, compared bit for bit, still come from three
     compilations. An executable read from the cache runs on the process's own devices: JAX
-    passes them, and the compile options, as it loads it.
+    passes them, and the compile options, as it loads it. A cold launch keeps JAX's key, so it
+    reads none of these entries: the SLURM JAX job's processes (docs/suite-time.md).
     """
     from jax._src import cache_key
 
@@ -86,7 +87,8 @@ def keys_free_of_device_ids() -> None:
 
 def whole_entries_only() -> None:
     """An entry of the cache (eviction off, JAX's default) is written to a file of its own, then
-    renamed into place (atomic on one file system); an entry already there is kept."""
+    renamed into place (atomic on one file system); an entry already there is kept, and a write
+    that fails leaves nothing."""
     from jax._src import lru_cache
 
     put = lru_cache.LRUCache.put
@@ -98,7 +100,12 @@ def whole_entries_only() -> None:
         if entry.exists():
             return
         part = entry.with_name(f"{entry.name}.{os.getpid()}-{threading.get_ident()}.part")
-        part.write_bytes(value)
-        os.replace(part, entry)
+        try:
+            part.write_bytes(value)
+            os.replace(part, entry)
+        except BaseException:
+            if part.exists():
+                part.unlink()
+            raise
 
     lru_cache.LRUCache.put = put_whole

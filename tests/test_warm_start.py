@@ -399,7 +399,7 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
     pytest.importorskip("jax")
     from jax._src import lru_cache
 
-    def half_then_full(path, data):
+    def half_then_a_full_disk(path, data):
         with open(path, "wb") as f:
             f.write(data[: len(data) // 2])
         raise OSError(28, "No space left on device")
@@ -407,7 +407,9 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.setattr(lru_cache.LRUCache, "put", lru_cache.LRUCache.put)  # put back after
     cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
     with monkeypatch.context() as failing:
-        failing.setattr(type(cache.path), "write_bytes", half_then_full)  # etils' or pathlib's
+        failing.setattr(
+            type(cache.path), "write_bytes", half_then_a_full_disk
+        )  # etils' or pathlib's
         with pytest.raises(OSError):
             cache.put("jax", b"executable")
         assert cache.get("jax") == b"execu"  # JAX's rule: the half is read
@@ -415,6 +417,7 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
         with pytest.raises(OSError):
             cache.put("kept", b"executable")
     assert cache.get("kept") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-cache"]  # no part left
     cache.put("kept", b"executable")
     cache.put("kept", b"another")
     assert cache.get("kept") == b"executable"
