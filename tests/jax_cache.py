@@ -16,9 +16,9 @@ weights are the same.
 device of the same layout: the network's initial draws are compiled once in the session, not in
 every process of every job.
 
-Both make processes write the same entry at once, and read what another is writing. JAX writes
-an entry in place (``jax/_src/lru_cache.py``, ``LRUCache.put``): a reader could load an
-executable cut short, and two writers could interleave. :func:`whole_entries_only` writes each
+Together they make processes write the same entry at once, and read what another is writing.
+JAX writes an entry in place (``jax/_src/lru_cache.py``, ``LRUCache.put``): a reader could load
+an executable cut short, and two writers could interleave. :func:`whole_entries_only` writes each
 entry beside it, then renames it into place: a reader finds the whole entry or none.
 
 The JAX warm process (tests/warm_start.py) calls all three before it forks, so every warm JAX
@@ -86,10 +86,12 @@ def keys_free_of_device_ids() -> None:
 
 
 def whole_entries_only() -> None:
-    """An entry of the cache (eviction off, JAX's default) is written to a file of its own, then
-    renamed into place (atomic on one file system); an entry already there is kept, and a write
-    that fails leaves nothing."""
+    """An entry of the cache (eviction off, JAX's default) is written as the project writes a
+    run's files (``storage.atomic_write``: a file of its own, then renamed into place); an entry
+    already there is kept, and a write that fails leaves nothing."""
     from jax._src import lru_cache
+
+    from resnet_noBN.host import storage
 
     put = lru_cache.LRUCache.put
 
@@ -99,13 +101,7 @@ def whole_entries_only() -> None:
         entry = self.path / f"{key}{lru_cache._CACHE_SUFFIX}"
         if entry.exists():
             return
-        part = entry.with_name(f"{entry.name}.{os.getpid()}-{threading.get_ident()}.part")
-        try:
-            part.write_bytes(value)
-            os.replace(part, entry)
-        except BaseException:
-            if part.exists():
-                part.unlink()
-            raise
+        part = f"{entry}.{os.getpid()}-{threading.get_ident()}.part"  # one a writer
+        storage.atomic_write(str(entry), lambda f: f.write(value), temporary=part)
 
     lru_cache.LRUCache.put = put_whole

@@ -399,17 +399,22 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
     pytest.importorskip("jax")
     from jax._src import lru_cache
 
+    from resnet_noBN.host import storage
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
     def half_then_a_full_disk(path, data):
         with open(path, "wb") as f:
             f.write(data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
+        full_disk()
 
     monkeypatch.setattr(lru_cache.LRUCache, "put", lru_cache.LRUCache.put)  # put back after
     cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
     with monkeypatch.context() as failing:
-        failing.setattr(
-            type(cache.path), "write_bytes", half_then_a_full_disk
-        )  # etils' or pathlib's
+        # JAX's write (etils' or pathlib's write_bytes); the hook's, once its data is written
+        failing.setattr(type(cache.path), "write_bytes", half_then_a_full_disk)
+        failing.setattr(storage.os, "fsync", full_disk)
         with pytest.raises(OSError):
             cache.put("jax", b"executable")
         assert cache.get("jax") == b"execu"  # JAX's rule: the half is read
