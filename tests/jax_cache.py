@@ -21,12 +21,24 @@ JAX writes an entry in place (``jax/_src/lru_cache.py``, ``LRUCache.put``): a re
 an executable cut short, and two writers could interleave. :func:`whole_entries_only` writes each
 entry beside it, then renames it into place: a reader finds the whole entry or none.
 
-The JAX warm process (tests/warm_start.py) calls all three before it forks, so every warm JAX
-launch has them. A cold launch keeps JAX's rules.
+The JAX warm process (tests/warm_start.py) calls all three (:func:`share`) before it forks, so
+every warm JAX launch has them. A cold launch keeps JAX's rules, unless its ``PYTHONPATH`` names
+tests/cold_jax (:data:`COLD`): its ``sitecustomize`` calls :func:`share` once JAX is imported.
+The SLURM JAX job's tasks start cold under ``slurmd``, so tests/test_slurm.py names it.
 """
 
 import os
 import threading
+from pathlib import Path
+
+COLD = Path(__file__).resolve().parent / "cold_jax"  # on a cold launch's PYTHONPATH
+
+
+def share() -> None:
+    """The three below: what every JAX process of the tests does to the session's cache."""
+    write_every_process()  # in a job, not process 0 alone
+    keys_free_of_device_ids()  # one device's programs compiled once
+    whole_entries_only()  # what they share is read whole
 
 
 def write_every_process() -> None:
@@ -68,7 +80,7 @@ def keys_free_of_device_ids() -> None:
     compile their own step, so their weights, compared bit for bit, still come from three
     compilations. An executable read from the cache runs on the process's own devices: JAX
     passes them, and the compile options, as it loads it. A cold launch keeps JAX's key, so it
-    reads none of these entries: the SLURM JAX job's processes (docs/suite-time.md).
+    reads none of these entries, unless it starts with :data:`COLD` on its path.
     """
     from jax._src import cache_key
 
@@ -91,11 +103,13 @@ def whole_entries_only() -> None:
     already there is kept, and a write that fails leaves nothing."""
     from jax._src import lru_cache
 
-    from resnet_noBN.host import storage
-
     put = lru_cache.LRUCache.put
 
     def put_whole(self, key: str, value: bytes) -> None:
+        # imported at the first write: resnet_noBN imports Keras, which may be importing JAX
+        # as this runs (tests/cold_jax)
+        from resnet_noBN.host import storage
+
         if self.eviction_enabled or not key:  # JAX's lock and checks
             return put(self, key, value)
         entry = self.path / f"{key}{lru_cache._CACHE_SUFFIX}"

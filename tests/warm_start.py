@@ -229,9 +229,7 @@ def serve(path: str) -> dict | None:
     import resnet_noBN.plotting  # noqa: F401  (matplotlib, its backend chosen)
 
     if backend.__name__ == "jax":
-        jax_cache.write_every_process()  # in a job, not process 0 alone
-        jax_cache.keys_free_of_device_ids()  # one device's programs compiled once
-        jax_cache.whole_entries_only()  # what they share is read whole
+        jax_cache.share()
 
     # What the imports made lives as long as the process: frozen, out of every later
     # collection, as the gc module's documentation advises before fork(). No launch's
