@@ -453,6 +453,10 @@ class Lease:
             "PYTHON": sys.executable,
             "JAX_PLATFORMS": "cpu",
             "LEASE_TEST_MACHINE": self.marker,
+            # the session's JAX compilation cache (tests/conftest.py): a start reads what an
+            # earlier one compiled (the machine is lost twice; the lease starts 3 times)
+            **{k: v for k, v in os.environ.items() if k.startswith("JAX_PERSISTENT_CACHE_")},
+            "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR", ""),
         }
         self.outs: list[Path] = []
 
