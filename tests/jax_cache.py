@@ -24,7 +24,8 @@ entry beside it, then renames it into place: a reader finds the whole entry or n
 The JAX warm process (tests/warm_start.py) calls all three (:func:`share`) before it forks, so
 every warm JAX launch has them. A cold launch keeps JAX's rules, unless its ``PYTHONPATH`` names
 tests/cold_jax (:data:`COLD`): its ``sitecustomize`` calls :func:`share` once JAX is imported.
-The SLURM JAX job's tasks start cold under ``slurmd``, so tests/test_slurm.py names it.
+The SLURM JAX job's tasks start cold under ``slurmd``, so tests/test_slurm.py names it. So does
+``backend_env`` (tests/test_tensorflow_free_backends.py) on JAX: the probes it runs start cold.
 """
 
 import os
@@ -32,10 +33,16 @@ import threading
 from pathlib import Path
 
 COLD = Path(__file__).resolve().parent / "cold_jax"  # on a cold launch's PYTHONPATH
+_shared = False
 
 
 def share() -> None:
-    """The three below: what every JAX process of the tests does to the session's cache."""
+    """The three below, once a process: what every JAX process of the tests does to the
+    session's cache."""
+    global _shared
+    if _shared:  # a warm process started on COLD's path: its sitecustomize called it first
+        return
+    _shared = True
     write_every_process()  # in a job, not process 0 alone
     keys_free_of_device_ids()  # one device's programs compiled once
     whole_entries_only()  # what they share is read whole

@@ -429,9 +429,10 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one():
-    """tests/cold_jax (the SLURM JAX job's tasks start with it on PYTHONPATH): a look-up of JAX
-    imports nothing; once the process imports JAX, the three hooks of tests/jax_cache.py are in
-    place, as in the JAX warm process."""
+    """tests/cold_jax (the SLURM JAX job's tasks and the JAX probes start with it on
+    PYTHONPATH): a look-up of JAX imports nothing; once the process imports JAX, the three hooks
+    of tests/jax_cache.py are in place, as in the JAX warm process; the warm process's own call
+    (a warm process started on that path) leaves them as they are."""
     pytest.importorskip("jax")
     probe = (
         "import importlib.util, json, sys\n"
@@ -439,12 +440,15 @@ def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one():
         "looked = 'jax' in sys.modules\n"
         "import jax\n"
         "from jax._src import cache_key, compiler, lru_cache\n"
-        "hooks = [compiler._cache_write, cache_key._hash_accelerator_config]\n"
-        "print(json.dumps([looked, *(f.__name__ for f in [*hooks, lru_cache.LRUCache.put])]))\n"
+        "hooks = lambda: [compiler._cache_write, cache_key._hash_accelerator_config,\n"
+        "                 lru_cache.LRUCache.put]\n"
+        "first = hooks()\n"
+        "import jax_cache; jax_cache.share()  # as tests/warm_start.py's serve does\n"
+        "print(json.dumps([looked, *(f.__name__ for f in first), hooks() == first]))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(jax_cache.COLD))
     done = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [False, "write", "layout", "put_whole"]
+    assert json.loads(done.stdout) == [False, "write", "layout", "put_whole", True]

@@ -27,8 +27,8 @@ class _ShareOnceJaxRuns:
                 sys.meta_path.remove(self)
             where = Path(__file__).resolve().parents[1] / "jax_cache.py"
             found = importlib.util.spec_from_file_location("jax_cache", where)
-            jax_cache = importlib.util.module_from_spec(found)
-            found.loader.exec_module(jax_cache)
+            jax_cache = sys.modules["jax_cache"] = importlib.util.module_from_spec(found)
+            found.loader.exec_module(jax_cache)  # the module a later `import jax_cache` gets
             jax_cache.share()
 
         spec.loader.exec_module = run_then_share
