@@ -428,22 +428,27 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
     assert cache.get("kept") == b"executable"
 
 
-def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one():
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one(warm):
     """tests/cold_jax (the SLURM JAX job's tasks and the JAX probes start with it on
     PYTHONPATH): a look-up of JAX imports nothing; once the process imports JAX, the three hooks
-    of tests/jax_cache.py are in place, as in the JAX warm process; the warm process's own call
-    (a warm process started on that path) leaves them as they are."""
+    of tests/jax_cache.py are in place, as in the JAX warm process. A warm process started on
+    that path (``warm``: it imports jax_cache first) calls ``share`` again: the hooks stay."""
     pytest.importorskip("jax")
+    tests = str(launchers.REPO / "tests")
+    as_warm_start = f"sys.path.insert(0, {tests!r}); import jax_cache\n" if warm else ""
     probe = (
         "import importlib.util, json, sys\n"
-        "importlib.util.find_spec('jax')  # the backend registry's check, before Keras\n"
+        + as_warm_start
+        + "importlib.util.find_spec('jax')  # the backend registry's check, before Keras\n"
         "looked = 'jax' in sys.modules\n"
         "import jax\n"
         "from jax._src import cache_key, compiler, lru_cache\n"
         "hooks = lambda: [compiler._cache_write, cache_key._hash_accelerator_config,\n"
         "                 lru_cache.LRUCache.put]\n"
         "first = hooks()\n"
-        "import jax_cache; jax_cache.share()  # as tests/warm_start.py's serve does\n"
+        + ("" if warm else "import jax_cache\n")  # the module the sitecustomize registered
+        + "jax_cache.share()  # as tests/warm_start.py's serve does\n"
         "print(json.dumps([looked, *(f.__name__ for f in first), hooks() == first]))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(jax_cache.COLD))

@@ -25,10 +25,12 @@ class _ShareOnceJaxRuns:
             run(module)
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
-            where = Path(__file__).resolve().parents[1] / "jax_cache.py"
-            found = importlib.util.spec_from_file_location("jax_cache", where)
-            jax_cache = sys.modules["jax_cache"] = importlib.util.module_from_spec(found)
-            found.loader.exec_module(jax_cache)  # the module a later `import jax_cache` gets
+            jax_cache = sys.modules.get("jax_cache")  # tests/warm_start.py imports it first
+            if jax_cache is None:
+                where = Path(__file__).resolve().parents[1] / "jax_cache.py"
+                found = importlib.util.spec_from_file_location("jax_cache", where)
+                jax_cache = sys.modules["jax_cache"] = importlib.util.module_from_spec(found)
+                found.loader.exec_module(jax_cache)  # the one a later `import jax_cache` gets
             jax_cache.share()
 
         spec.loader.exec_module = run_then_share
