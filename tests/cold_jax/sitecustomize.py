@@ -19,6 +19,8 @@ class _ShareOnceJaxRuns:
         if name != "jax":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:  # no JAX here: the look-up answers as without
+            return spec
         run = spec.loader.exec_module
 
         def run_then_share(module):
