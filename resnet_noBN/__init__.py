@@ -32,13 +32,14 @@ first, before anything loads TensorFlow.
 
 Importing the package loads no Keras (a launcher answers a bad flag before any backend loads),
 but the layers a model file of ``launch/export.py`` is made of (:data:`SAVED_LAYERS`) are
-registered with Keras as Keras is imported (or at once, where it already is), so that
+registered with Keras as Keras is imported (or at once, where it already is:
+``host.after_import``), so that
 ``keras.saving.load_model(FILE)`` opens one after ``import resnet_noBN`` on every backend.
 """
 
 import importlib
-import importlib.abc
-import sys
+
+from resnet_noBN.host.after_import import after_import
 
 LAYERS = (
     "configs",
@@ -77,31 +78,4 @@ def _register_saved_layers() -> None:
         importlib.import_module(name)
 
 
-class _RegisterWithKeras(importlib.abc.MetaPathFinder):
-    """Keras' own spec, found by the finders after this one, its loader made to register the
-    layers of :data:`SAVED_LAYERS` once it has run Keras (then this finder leaves
-    ``sys.meta_path``). A look-up that imports nothing (``importlib.util.find_spec``, as
-    TensorFlow's) leaves it in place."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
-            return None
-        others = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
-        spec = next(filter(None, (f.find_spec(fullname, path, target) for f in others)), None)
-        if spec is not None and spec.loader is not None:
-            execute = spec.loader.exec_module
-
-            def exec_module(module):
-                execute(module)
-                if self in sys.meta_path:
-                    sys.meta_path.remove(self)
-                _register_saved_layers()
-
-            spec.loader.exec_module = exec_module
-        return spec
-
-
-if "keras" in sys.modules:
-    _register_saved_layers()
-else:
-    sys.meta_path.insert(0, _RegisterWithKeras())
+after_import("keras", _register_saved_layers)
