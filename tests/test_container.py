@@ -152,6 +152,9 @@ def final(output: str) -> dict:
 
 
 def test_image_runs_as_its_user_and_has_the_pinned_tensorflow(engine, image):
+    """As its user (UID 1000), with the pinned TensorFlow; /tmp empty as the image starts (the
+    build leaves no cache there that the user could not write), so matplotlib keeps its cache in
+    the image's MPLCONFIGDIR and warns of nothing."""
     proc = subprocess.run(
         [
             engine,
@@ -162,14 +165,17 @@ def test_image_runs_as_its_user_and_has_the_pinned_tensorflow(engine, image):
             "python",
             image,
             "-c",
-            "import os, tensorflow as tf; print(os.getuid(), os.getgid(), tf.__version__)",
+            "import json, os; left = os.listdir('/tmp'); import matplotlib, tensorflow as tf; "
+            "print(json.dumps([os.getuid(), os.getgid(), tf.__version__, left, "
+            "matplotlib.get_configdir()]))",
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["1000", "1000", "2.21.0"]
+    assert json.loads(proc.stdout) == [1000, 1000, "2.21.0", [], "/tmp/matplotlib"]
+    assert "matplotlib" not in proc.stderr.lower(), proc.stderr[-2000:]
 
 
 def test_image_trains_on_mounted_files_and_resumes_from_its_checkpoints(
