@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import jax_cache
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -34,9 +35,8 @@ tf.config.set_logical_device_configuration(
 # as a miss and compiled again; JAX's warning of that is silenced, so it cannot add a line to an
 # output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
 _JAX_CACHE_ENV = {
-    "JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    jax_cache.FOLDER: tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-"),
+    **jax_cache.SETTINGS,
 }
 for _name, _value in _JAX_CACHE_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -45,7 +45,7 @@ os.environ["PYTHONWARNINGS"] = ",".join(
     filter(None, [os.environ.get("PYTHONWARNINGS"), f"ignore:{_CACHE_MISS_WARNING}"])
 )
 warnings.filterwarnings("ignore", message=_CACHE_MISS_WARNING)
-atexit.register(shutil.rmtree, _JAX_CACHE_ENV["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+atexit.register(shutil.rmtree, _JAX_CACHE_ENV[jax_cache.FOLDER], ignore_errors=True)
 
 CIFAR_SLICES_ENV = "RESNET_NOBN_CIFAR_SLICES"
 

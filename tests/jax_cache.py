@@ -33,7 +33,18 @@ import threading
 from pathlib import Path
 
 COLD = Path(__file__).resolve().parent / "cold_jax"  # on a cold launch's PYTHONPATH
+FOLDER = "JAX_COMPILATION_CACHE_DIR"  # the session's cache (tests/conftest.py); empty: off
+SETTINGS = {  # every compile written to it, however quick or small
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
 _shared = False
+
+
+def environment() -> dict[str, str]:
+    """The session's cache as this process has it: :data:`FOLDER` and :data:`SETTINGS`, for a
+    process started with an environment of its own (tests/test_gpu_lease.py's)."""
+    return {name: os.environ.get(name, "") for name in (FOLDER, *SETTINGS)}
 
 
 def share() -> None:

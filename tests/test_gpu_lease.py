@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+import jax_cache
 import numpy as np
 import pytest
 
@@ -455,8 +456,7 @@ class Lease:
             "LEASE_TEST_MACHINE": self.marker,
             # the session's JAX compilation cache (tests/conftest.py): a start reads what an
             # earlier one compiled (the machine is lost twice; the lease starts 3 times)
-            **{k: v for k, v in os.environ.items() if k.startswith("JAX_PERSISTENT_CACHE_")},
-            "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR", ""),
+            **jax_cache.environment(),
         }
         self.outs: list[Path] = []
 
