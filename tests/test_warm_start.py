@@ -216,6 +216,23 @@ def test_jax_launches_that_force_other_cpu_devices_share_a_warm_process(tmp_path
     assert not warm_start.reads_at_import("XLA_FLAGS", "jax")
 
 
+def test_tests_cold_jax_on_the_path_forks_from_the_same_warm_process():
+    """tests/cold_jax on ``PYTHONPATH`` gives a cold process the warm JAX process's hooks, so
+    it is no import variable of its own: a launch with it (``backend_env``'s, test_bench.py's
+    TensorFlow one) has the key of one without; another folder there still makes a key of its
+    own."""
+    cold, root = str(jax_cache.COLD), str(launchers.REPO)
+    for backend in ("jax", "tensorflow"):
+        plain = warm_start.import_variables({"KERAS_BACKEND": backend, "PYTHONPATH": root})
+        with_cold = {"KERAS_BACKEND": backend, "PYTHONPATH": os.pathsep.join([cold, root])}
+        assert warm_start.import_variables(with_cold) == plain
+        assert warm_start.import_variables({"KERAS_BACKEND": backend, "PYTHONPATH": cold}) == {
+            "KERAS_BACKEND": backend
+        }
+        other = {"KERAS_BACKEND": backend, "PYTHONPATH": os.pathsep.join([cold, "/elsewhere"])}
+        assert warm_start.import_variables(other)["PYTHONPATH"] == "/elsewhere"
+
+
 SPAWNER = """
 import json, os, subprocess, sys
 from resnet_noBN.studies import arm_runs

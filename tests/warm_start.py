@@ -201,9 +201,15 @@ def reads_at_import(name: str, backend: str = "tensorflow") -> bool:
 
 def import_variables(env: dict) -> dict:
     """The variables of ``env`` read at import, ``KERAS_BACKEND`` given where it is not: a
-    launch without it imports TensorFlow, as one with it set to ``tensorflow``."""
+    launch without it imports TensorFlow, as one with it set to ``tensorflow``. ``PYTHONPATH``
+    is read without tests/cold_jax (``jax_cache.COLD``): it gives a cold process what every
+    warm JAX process has (``jax_cache.share``), so a launch with it forks from the same warm
+    process as one without; the processes it starts cold keep it."""
     backend = env.get("KERAS_BACKEND", "tensorflow")
     found = {k: v for k, v in env.items() if reads_at_import(k, backend)}
+    if "PYTHONPATH" in found:
+        path = [p for p in found.pop("PYTHONPATH").split(os.pathsep) if p != str(jax_cache.COLD)]
+        found.update({"PYTHONPATH": os.pathsep.join(path)} if path else {})
     return {"KERAS_BACKEND": "tensorflow", **found}
 
 
