@@ -26,6 +26,8 @@ every warm JAX launch has them. A cold launch keeps JAX's rules, unless its ``PY
 tests/cold_jax (:data:`COLD`): its ``sitecustomize`` calls :func:`share` once JAX is imported.
 The SLURM JAX job's tasks start cold under ``slurmd``, so tests/test_slurm.py names it. So does
 ``backend_env`` (tests/test_tensorflow_free_backends.py) on JAX: the probes it runs start cold.
+So do tests/test_bench.py's TensorFlow launches: the JAX peer of ``--compare_backend`` starts
+cold. The warm processes ignore it on ``PYTHONPATH`` (``warm_start.import_variables``).
 """
 
 import os

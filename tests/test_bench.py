@@ -207,8 +207,8 @@ def chosen(keras_backend: str) -> dict:
     default (TensorFlow) by leaving KERAS_BACKEND unset, JAX or PyTorch on the CPU as the other
     TensorFlow-free launches run (``backend_env``). So each launch forks from a warm process
     other files use too. TensorFlow's has tests/cold_jax on its path, which its warm process
-    ignores: the JAX peer ``--compare_backend`` starts cold keys its compiles as the JAX
-    launches do, so the JAX benchmark reads the step it compiled."""
+    ignores: the JAX peer that ``--compare_backend`` starts cold then keys its compiles as the
+    JAX launches do, so the JAX benchmark reads the step the peer compiled."""
     if keras_backend == "tensorflow":
         return {"KERAS_BACKEND": None, "PYTHONPATH": str(jax_cache.COLD)}
     return backend_env(keras_backend)
