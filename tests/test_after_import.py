@@ -50,3 +50,21 @@ def test_a_module_not_installed_is_looked_up_as_without_the_hook(module):
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("after_import_nowhere")
     assert sys.after_import_log == []
+
+
+def test_hooks_of_two_copies_of_the_file_on_one_module_each_run_once(module):
+    """The package's copy and a ``sitecustomize``'s (loaded by its path) both waiting on one
+    module: each finder asks the other, and each hook runs once, after the module; before, the
+    two asked each other until Python's recursion limit."""
+    path = importlib.util.find_spec("resnet_noBN.host.after_import").origin
+    spec = importlib.util.spec_from_file_location("_after_import_copy", path)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    finders = len(sys.meta_path)
+    after_import(module, lambda: sys.after_import_log.append("package"))
+    copy.after_import(module, lambda: sys.after_import_log.append("copy"))
+    after_import(module, lambda: sys.after_import_log.append("package again"))
+    assert importlib.util.find_spec(module) is not None and sys.after_import_log == []
+    importlib.import_module(module)
+    assert sorted(sys.after_import_log[1:]) == ["copy", "package", "package again"]
+    assert sys.after_import_log[0] == "ran" and len(sys.meta_path) == finders

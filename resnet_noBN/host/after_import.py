@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+import threading
 from collections.abc import Callable
 
 
@@ -14,16 +15,28 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """``name``'s own spec, found by the finders after this one, its loader made to call ``hook``
     once it has run the module (then this finder leaves ``sys.meta_path``). A look-up that
     imports nothing (``importlib.util.find_spec``, as TensorFlow's of Keras) leaves it in place;
-    where ``name`` is not installed, the look-up answers None, as it would without it."""
+    where ``name`` is not installed, the look-up answers None, as it would without it.
+
+    Several hooks may wait on one module, each finder from a copy of this file of its own (the
+    package's, a ``sitecustomize``'s). Each asks the others, so a finder asked again while it
+    looks (by another's look-up) answers None: the last finder asked finds the spec, and each
+    wraps its loader in turn. Without that, two of them asked each other until Python's
+    recursion limit."""
 
     def __init__(self, name: str, hook: Callable[[], None]):
         self.name, self.hook = name, hook
+        self.looking: set[int] = set()  # the threads this finder is looking in
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        thread = threading.get_ident()
+        if fullname != self.name or thread in self.looking:
             return None
         others = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
-        spec = next(filter(None, (f.find_spec(fullname, path, target) for f in others)), None)
+        self.looking.add(thread)
+        try:
+            spec = next(filter(None, (f.find_spec(fullname, path, target) for f in others)), None)
+        finally:
+            self.looking.discard(thread)
         if spec is not None and spec.loader is not None:
             execute = spec.loader.exec_module
 
