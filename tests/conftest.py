@@ -74,6 +74,21 @@ def session_temporary_folder(tmp_path_factory) -> Iterator[Path]:
         yield folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cold_processes_share_the_jax_cache() -> Iterator[None]:
+    """Every Python a test starts cold (under slurmd, a launcher's runs on another backend, a
+    probe) shares the session's JAX cache as the warm JAX launches do: tests/cold_jax's
+    ``sitecustomize``, last on ``PYTHONPATH`` (a folder before it with its own, as ops/mutation's
+    mutants, wins). A process that never imports JAX runs as without it, and the warm processes
+    ignore it (tests/jax_cache.py). Set here, where the tests run: the pytest-xdist workers, and
+    the JAX they import in-process, keep JAX's own rules, which tests/test_warm_start.py checks."""
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    with pytest.MonkeyPatch.context() as patch:
+        if str(jax_cache.COLD) not in path:
+            patch.setenv("PYTHONPATH", os.pathsep.join([*path, str(jax_cache.COLD)]))
+        yield
+
+
 @pytest.fixture(scope="session")
 def mirrored_strategy():
     """MirroredStrategy over the two logical CPUs, one per test session: like a real process,

@@ -22,19 +22,21 @@ an executable cut short, and two writers could interleave. :func:`whole_entries_
 entry beside it, then renames it into place: a reader finds the whole entry or none.
 
 The JAX warm process (tests/warm_start.py) calls all three (:func:`share`) before it forks, so
-every warm JAX launch has them. A cold launch keeps JAX's rules, unless its ``PYTHONPATH`` names
-tests/cold_jax (:data:`COLD`): its ``sitecustomize`` calls :func:`share` once JAX is imported.
-The SLURM JAX job's tasks start cold under ``slurmd``, so tests/test_slurm.py names it. So does
-``backend_env`` (tests/test_tensorflow_free_backends.py) on JAX: the probes it runs start cold.
-So do tests/test_bench.py's TensorFlow launches: the JAX peer of ``--compare_backend`` starts
-cold. The warm processes ignore it on ``PYTHONPATH`` (``warm_start.import_variables``).
+every warm JAX launch has them. A cold launch does too: tests/conftest.py puts tests/cold_jax
+(:data:`COLD`) last on the ``PYTHONPATH`` of every process a test starts, and its
+``sitecustomize`` calls :func:`share` once JAX is imported: the SLURM JAX job's tasks under
+``slurmd``, the probes, a launcher's runs on another backend, the JAX peer of
+``--compare_backend``. A test that sets ``PYTHONPATH`` keeps it there (``backend_env``,
+tests/test_tensorflow_free_backends.py). The warm processes ignore it
+(``warm_start.import_variables``): their launches' variables read at import are a user's. The
+pytest workers do not have it: the JAX they import keeps JAX's rules.
 """
 
 import os
 import threading
 from pathlib import Path
 
-COLD = Path(__file__).resolve().parent / "cold_jax"  # on a cold launch's PYTHONPATH
+COLD = Path(__file__).resolve().parent / "cold_jax"  # last on the session's PYTHONPATH
 FOLDER = "JAX_COMPILATION_CACHE_DIR"  # the session's cache (tests/conftest.py); empty: off
 SETTINGS = {  # every compile written to it, however quick or small
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
@@ -99,8 +101,8 @@ def keys_free_of_device_ids() -> None:
     processes), as before: the 2 x 2 job, the 4 x 1 job and one process of 4 devices each
     compile their own step, so their weights, compared bit for bit, still come from three
     compilations. An executable read from the cache runs on the process's own devices: JAX
-    passes them, and the compile options, as it loads it. A cold launch keeps JAX's key, so it
-    reads none of these entries, unless it starts with :data:`COLD` on its path.
+    passes them, and the compile options, as it loads it. A process without :data:`COLD` on its
+    path keeps JAX's key, so it reads none of these entries.
     """
     from jax._src import cache_key
 

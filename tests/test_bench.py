@@ -21,7 +21,6 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 import flops  # noqa: E402  (bench/ is not a package)
-import jax_cache  # noqa: E402
 import launchers  # noqa: E402
 import peaks  # noqa: E402
 import timing  # noqa: E402
@@ -206,11 +205,11 @@ def chosen(keras_backend: str) -> dict:
     """``keras_backend`` chosen as a user chooses it, for ``launchers.run``'s ``env``: the
     default (TensorFlow) by leaving KERAS_BACKEND unset, JAX or PyTorch on the CPU as the other
     TensorFlow-free launches run (``backend_env``). So each launch forks from a warm process
-    other files use too. TensorFlow's has tests/cold_jax on its path, which its warm process
-    ignores: the JAX peer that ``--compare_backend`` starts cold then keys its compiles as the
-    JAX launches do, so the JAX benchmark reads the step the peer compiled."""
+    other files use too. The JAX peer that TensorFlow's ``--compare_backend`` starts cold keys
+    its compiles as the JAX launches do (tests/cold_jax), so the JAX benchmark reads the step
+    the peer compiled."""
     if keras_backend == "tensorflow":
-        return {"KERAS_BACKEND": None, "PYTHONPATH": str(jax_cache.COLD)}
+        return {"KERAS_BACKEND": None}
     return backend_env(keras_backend)
 
 

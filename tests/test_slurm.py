@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 
-import jax_cache
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -188,9 +187,7 @@ def test_the_sbatch_script_runs_a_jax_job_equal_to_one_process(slurm, tmp_path, 
         PJRT_NPROC="4",
     )
     steps = ("--train_steps=20", "--log_every=10")
-    # the tasks start cold under slurmd: on this path they key and share the session's JAX
-    # cache as the warm launches do (tests/jax_cache.py), and read the draws compiled before
-    job, log = submit(dict(jax_env, PYTHONPATH=str(jax_cache.COLD)), "jax", data, *steps)
+    job, log = submit(jax_env, "jax", data, *steps)
     wait_for(lambda: job_state(env, job) in ("COMPLETED", "FAILED", "CANCELLED"), "the job")
     text = log.read_text()
     assert job_state(env, job) == "COMPLETED", text[-3000:]

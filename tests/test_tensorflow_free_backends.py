@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax_cache
 import keras
 import launchers
 import numpy as np
@@ -48,9 +47,7 @@ BACKENDS = ("jax", "torch")  # KERAS_BACKEND names; each is also the module it n
 def backend_env(backend: str) -> dict:
     """This process's variables, ``backend`` the Keras backend, on the CPU."""
     pytest.importorskip(backend)
-    path = [str(ROOT)]
-    if backend == "jax":  # a cold process (a probe) shares the JAX cache as a warm launch does
-        path.insert(0, str(jax_cache.COLD))
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]  # tests/cold_jax kept
     return {
         **os.environ,
         "KERAS_BACKEND": backend,

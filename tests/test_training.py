@@ -4,17 +4,16 @@ import contextlib
 import dataclasses
 import glob
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import keras
 import numpy as np
 import optimizer_probe
 import pytest
 import tensorflow as tf
+from test_tensorflow_free_backends import backend_env
 
 from resnet_noBN.configs.errors import CheckpointError, TrainingDiverged
 from resnet_noBN.configs.network_config import ModelConfig
@@ -515,17 +514,9 @@ def probe_backend(backend: str) -> dict:
     backend is not installed)."""
     if backend == "tensorflow":
         return optimizer_probe.trajectories()
-    pytest.importorskip(backend)
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": backend,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-        "JAX_PLATFORMS": "cpu",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
     proc = subprocess.run(
         [sys.executable, optimizer_probe.__file__],
-        env=env,
+        env=backend_env(backend),
         capture_output=True,
         text=True,
         timeout=300,

@@ -445,6 +445,29 @@ def test_a_jax_cache_entry_is_read_whole_or_not_at_all(tmp_path, monkeypatch):
     assert cache.get("kept") == b"executable"
 
 
+def test_every_process_a_test_starts_has_tests_cold_jax_and_this_worker_has_not(
+    tmp_path, monkeypatch
+):
+    """tests/conftest.py's ``cold_processes_share_the_jax_cache``: a process a test starts runs
+    tests/cold_jax's ``sitecustomize``, last on its path, so that a folder before it with its
+    own (ops/mutation's mutants) wins; this pytest process, whose in-process JAX keeps JAX's
+    rules, does not run it."""
+    cold = str(jax_cache.COLD)
+    path = [p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p]
+    assert path[-1] == cold and path.count(cold) == 1
+    assert not getattr(sys.modules.get("sitecustomize"), "__file__", "").startswith(cold)
+
+    def sitecustomize() -> str:
+        which = "import sitecustomize; print(sitecustomize.__file__)"
+        done = subprocess.run([sys.executable, "-c", which], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    assert sitecustomize() == str(jax_cache.COLD / "sitecustomize.py")
+    (tmp_path / "sitecustomize.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *path]))
+    assert sitecustomize() == str(tmp_path / "sitecustomize.py")
+
+
 @pytest.mark.parametrize("warm", [False, True])
 def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one(warm):
     """tests/cold_jax (the SLURM JAX job's tasks and the JAX probes start with it on

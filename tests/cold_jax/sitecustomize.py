@@ -1,10 +1,11 @@
 """Run at start-up by every Python whose ``PYTHONPATH`` names this folder (``COLD`` in
-tests/jax_cache.py). Once the process has imported JAX, it keys, writes and reads the session's
-compilation cache as the warm JAX launches do (``jax_cache.share``). It imports only the
-standard library, so a process that never imports JAX runs as it would without it. The hook is
-the package's ``host/after_import.py``, loaded by its path: importing the package here would
-register its Keras hook before the process's own imports (tests/test_export.py's probes import
-in both orders)."""
+tests/jax_cache.py): every process the tests start (tests/conftest.py puts it last on their
+path). Once the process has imported JAX, it keys, writes and reads the session's compilation
+cache as the warm JAX launches do (``jax_cache.share``). It imports only the standard library,
+so a process that never imports JAX runs as it would without it. The hook is the package's
+``host/after_import.py``, loaded by its path: importing the package here would register its
+Keras hook before the process's own imports (tests/test_export.py's probes import in both
+orders)."""
 
 import importlib.util
 import sys
