@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
-import threading
 from collections.abc import Callable
 
 
@@ -21,22 +20,22 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     package's, a ``sitecustomize``'s). Each asks the others, so a finder asked again while it
     looks (by another's look-up) answers None: the last finder asked finds the spec, and each
     wraps its loader in turn. Without that, two of them asked each other until Python's
-    recursion limit."""
+    recursion limit. Python holds its import lock while a finder looks, so one flag serves every
+    thread."""
 
     def __init__(self, name: str, hook: Callable[[], None]):
         self.name, self.hook = name, hook
-        self.looking: set[int] = set()  # the threads this finder is looking in
+        self.looking = False
 
     def find_spec(self, fullname, path=None, target=None):
-        thread = threading.get_ident()
-        if fullname != self.name or thread in self.looking:
+        if fullname != self.name or self.looking:
             return None
         others = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
-        self.looking.add(thread)
+        self.looking = True
         try:
             spec = next(filter(None, (f.find_spec(fullname, path, target) for f in others)), None)
         finally:
-            self.looking.discard(thread)
+            self.looking = False
         if spec is not None and spec.loader is not None:
             execute = spec.loader.exec_module
 
