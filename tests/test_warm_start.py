@@ -218,9 +218,8 @@ def test_jax_launches_that_force_other_cpu_devices_share_a_warm_process(tmp_path
 
 def test_tests_cold_jax_on_the_path_forks_from_the_same_warm_process():
     """tests/cold_jax on ``PYTHONPATH`` gives a cold process the warm JAX process's hooks, so
-    it is no import variable of its own: a launch with it (``backend_env``'s, test_bench.py's
-    TensorFlow one) has the key of one without; another folder there still makes a key of its
-    own."""
+    it is no import variable of its own: a launch with it (every launch a test starts) has the
+    key of one without; another folder there still makes a key of its own."""
     cold, root = str(jax_cache.COLD), str(launchers.REPO)
     for backend in ("jax", "tensorflow"):
         plain = warm_start.import_variables({"KERAS_BACKEND": backend, "PYTHONPATH": root})
@@ -459,7 +458,9 @@ def test_every_process_a_test_starts_has_tests_cold_jax_and_this_worker_has_not(
 
     def sitecustomize() -> str:
         which = "import sitecustomize; print(sitecustomize.__file__)"
-        done = subprocess.run([sys.executable, "-c", which], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", which], capture_output=True, text=True, timeout=60
+        )
         return done.stdout.strip()
 
     assert sitecustomize() == str(jax_cache.COLD / "sitecustomize.py")
@@ -470,8 +471,8 @@ def test_every_process_a_test_starts_has_tests_cold_jax_and_this_worker_has_not(
 
 @pytest.mark.parametrize("warm", [False, True])
 def test_a_cold_jax_launch_on_the_cold_path_shares_the_cache_as_a_warm_one(warm):
-    """tests/cold_jax (the SLURM JAX job's tasks and the JAX probes start with it on
-    PYTHONPATH): a look-up of JAX imports nothing; once the process imports JAX, the three hooks
+    """tests/cold_jax (every process a test starts has it on PYTHONPATH, tests/conftest.py):
+    a look-up of JAX imports nothing; once the process imports JAX, the three hooks
     of tests/jax_cache.py are in place, as in the JAX warm process. A warm process started on
     that path (``warm``: it imports jax_cache first) calls ``share`` again: the hooks stay."""
     pytest.importorskip("jax")
