@@ -17,23 +17,15 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402  (after the log level)
-
-# Two logical CPU devices, so MirroredStrategy can be tested with two replicas on a CPU. This
-# must run before TensorFlow initialises its devices, hence at conftest import.
-_cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
-)
-
-# One JAX compilation cache for the session, in every launch this process starts. Not in this
-# process: TensorFlow's import above loaded JAX, which read its settings then (set before it, the
-# in-process JAX tests gained nothing: 4 files, 2 pairs, wall ratio 0.995). A JAX launch of a
-# network and devices compiled before loads the executables XLA made then (a 10-step launch of
-# the small network, 2 devices: 27 s cold, 6 s warm on a 2-core Zen 3), the same code bit for
-# bit. An entry half written (a launch killed as it wrote it, or two writing it at once) is read
-# as a miss and compiled again; JAX's warning of that is silenced, so it cannot add a line to an
-# output a test reads. ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
+# One JAX compilation cache for the session, in every launch this process starts, and in its own
+# JAX: TensorFlow, which imports JAX, is imported after this (pytest_configure), and xdist's workers
+# take these settings from the controller. For the in-process JAX tests alone the cache gains
+# nothing (4 files, 2 pairs, wall ratio 0.995). A JAX launch of a network and devices compiled
+# before loads the executables XLA made then (a 10-step launch of the small network, 2 devices: 27 s
+# cold, 6 s warm on a 2-core Zen 3), the same code bit for bit. An entry half written (a launch
+# killed as it wrote it, or two writing it at once) is read as a miss and compiled again; JAX's
+# warning of that is silenced, so it cannot add a line to an output a test reads.
+# ``JAX_COMPILATION_CACHE_DIR=`` turns it off.
 _JAX_CACHE_ENV = {
     jax_cache.FOLDER: tempfile.mkdtemp(prefix="resnet_noBN-jax-cache-"),
     **jax_cache.SETTINGS,
@@ -93,6 +85,8 @@ def cold_processes_share_the_jax_cache() -> Iterator[None]:
 def mirrored_strategy():
     """MirroredStrategy over the two logical CPUs, one per test session: like a real process,
     which has one strategy (two over the same devices would share collective keys)."""
+    import tensorflow as tf
+
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
@@ -174,6 +168,7 @@ def write_image_tree():
     returns {split: (uint8 images [N, 32, 32, 3], labels [N])} in label order, then file name.
     PNG is lossless, so what is read back must equal what was written."""
     import numpy as np
+    import tensorflow as tf
 
     from resnet_noBN.datasets.cifar_input import DATASETS
 
@@ -272,7 +267,44 @@ class _LaunchCounts:
             )
 
 
+def hands_out_the_tests(config) -> bool:
+    """Whether this process is pytest-xdist's controller: it starts the workers and runs no
+    test (not a worker, tests distributed, not ``--collect-only``, which xdist runs here)."""
+    return (
+        not hasattr(config, "workerinput")
+        and getattr(config.option, "dist", "no") != "no"
+        and not config.getoption("collectonly")
+    )
+
+
+@contextlib.contextmanager
+def held_as_a_conftests_output(config) -> Iterator[None]:
+    """What the block writes held by pytest, as the output of a conftest's import is (shown
+    with -s)."""
+    capture = config.pluginmanager.getplugin("capturemanager")  # None under -p no:capture
+    if capture:
+        capture.resume_global_capture()
+    try:
+        yield
+    finally:
+        if capture:
+            capture.suspend_global_capture()
+
+
 def pytest_configure(config):
+    if not hands_out_the_tests(config):
+        # Two logical CPU devices, so MirroredStrategy can be tested with two replicas on a
+        # CPU. Before TensorFlow initialises its devices: before any test module is imported.
+        # Not in xdist's controller, which runs no test: there its import took 5 CPU-s, and
+        # TensorFlow's start-up lines came after the run's summary.
+        with held_as_a_conftests_output(config):
+            import tensorflow as tf
+
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu,
+                [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()],
+            )
     config.pluginmanager.register(_LaunchCounts(), "launch-counts")
     if hasattr(config.option, "loadscopereorder"):  # the files' order is ours (above)
         config.option.loadscopereorder = False
