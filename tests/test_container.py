@@ -178,38 +178,15 @@ def test_image_runs_as_its_user_and_has_the_pinned_tensorflow(engine, image):
     assert "matplotlib" not in proc.stderr.lower(), proc.stderr[-2000:]
 
 
-def test_image_trains_on_mounted_files_and_resumes_from_its_checkpoints(
-    engine, image, data, tmp_path
-):
-    runs = runs_folder(tmp_path / "runs")
-    every = ["--log_every=4", "--checkpoint_every=4", "--eval_every=4"]
-    first = run_image(
-        engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=8", *SMALL, *every
-    )
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert final(first.stdout)["final_step"] == 8 and final(first.stdout)["test_examples"] == 16
-    for name in ("config.json", "metrics.jsonl", "checkpoint", "ckpt-4.index", "ckpt-8.index"):
-        assert (runs / "t" / name).is_file(), name
-    assert (runs / "t" / "ckpt-8.index").stat().st_uid == IMAGE_UID  # written by the image's user
-
-    again = run_image(
-        engine, image, data, runs, "--model_dir=/runs/t", "--train_steps=12", *SMALL, *every
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resumed from /runs/t/ckpt-8 at step 8" in again.stdout.splitlines()
-    assert final(again.stdout)["final_step"] == 12
-    assert (runs / "t" / "ckpt-12.index").is_file()
-
-
-def test_image_trains_like_a_kubernetes_pod_read_only_root_no_capabilities_fresh_volume(
-    engine, image, data
-):
-    """What docker/k8s/ gives the pods: a read-only root with a tmpfs on /tmp, no capabilities,
-    no privilege escalation, no network; /runs a fresh named volume (owned by the image's user
-    through its mount point)."""
+@pytest.fixture(scope="module")
+def pod_run(engine, image, data):
+    """The stoppable run, straight through, in what docker/k8s/ gives the pods: a read-only
+    root with a tmpfs on /tmp, no capabilities, no privilege escalation, no network; /runs a
+    fresh named volume (owned by the image's user through its mount point). The finished
+    process."""
     volume = f"resnet-nobn-test-runs-{os.getpid()}"
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             [
                 engine,
                 "run",
@@ -229,10 +206,7 @@ def test_image_trains_like_a_kubernetes_pod_read_only_root_no_capabilities_fresh
                 image,
                 "--data_path=/data/cifar-10-batches-bin",
                 "--model_dir=/runs/t",
-                "--train_steps=4",
-                "--eval_every=4",
-                "--log_every=2",
-                *SMALL,
+                *STOPPABLE,
             ],
             capture_output=True,
             text=True,
@@ -240,26 +214,27 @@ def test_image_trains_like_a_kubernetes_pod_read_only_root_no_capabilities_fresh
         )
     finally:
         subprocess.run([engine, "volume", "rm", "-f", volume], capture_output=True)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert final(proc.stdout)["final_step"] == 4
+
+
+def test_image_trains_like_a_kubernetes_pod_read_only_root_no_capabilities_fresh_volume(pod_run):
+    assert pod_run.returncode == 0, pod_run.stdout[-2000:] + pod_run.stderr[-2000:]
+    assert final(pod_run.stdout)["final_step"] == 150
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_digest(engine, image, data, tmp_path_factory):
-    """weights_sha256 of the stoppable run, run straight through in one container."""
-    runs = runs_folder(tmp_path_factory.mktemp("straight") / "runs")
-    proc = run_image(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert final(proc.stdout)["final_step"] == 150
-    return final(proc.stdout)["weights_sha256"]
+def uninterrupted_digest(pod_run):
+    """weights_sha256 of the stoppable run, run straight through in one container (a pod's)."""
+    assert pod_run.returncode == 0, pod_run.stderr[-3000:]
+    return final(pod_run.stdout)["weights_sha256"]
 
 
 def test_stop_saves_the_step_reached_exits_3_and_the_rerun_resumes_bit_identically(
     engine, image, data, tmp_path, uninterrupted_digest
 ):
-    """`docker stop` (SIGTERM to the entrypoint, PID 1) mid-run: a checkpoint of the step reached
-    in the mounted --model_dir, exit status 3; the same command resumes there and ends with the
-    weights of the run that was never stopped."""
+    """On CIFAR files mounted from the host, --model_dir a host folder: `docker stop` (SIGTERM
+    to the entrypoint, PID 1) mid-run writes a checkpoint of the step reached there, as the
+    image's user, and exits 3; the same command resumes from it and ends with the weights of
+    the run that was never stopped (a pod's), its evaluation of the 16 test images written."""
     runs = runs_folder(tmp_path / "runs")
     name = f"resnet-nobn-test-stop-{os.getpid()}"
     args = run_args(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE, name=name)
@@ -284,13 +259,19 @@ def test_stop_saves_the_step_reached_exits_3_and_the_rerun_resumes_bit_identical
     assert "SIGTERM received: saving a checkpoint" in output
     saved = int(re.search(r"^preempted at step (\d+): ", output, re.M).group(1))
     assert 20 <= saved < 150 and f"step {saved:>7d}  loss" in output
-    assert (runs / "t" / f"ckpt-{saved}.index").is_file()
+    for name in ("config.json", "checkpoint", f"ckpt-{saved}.index"):
+        assert (runs / "t" / name).is_file(), name
+    assert (runs / "t" / f"ckpt-{saved}.index").stat().st_uid == IMAGE_UID
 
     resumed = run_image(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from /runs/t/ckpt-{saved} at step {saved}" in resumed.stdout.splitlines()
     assert final(resumed.stdout)["final_step"] == 150
+    assert final(resumed.stdout)["test_examples"] == 16
     assert final(resumed.stdout)["weights_sha256"] == uninterrupted_digest
+    for name in ("metrics.jsonl", "ckpt-150.index"):
+        assert (runs / "t" / name).is_file(), name
+    assert (runs / "t" / "ckpt-150.index").stat().st_uid == IMAGE_UID
 
 
 # ---------------------------------------------------------------------------------------------
