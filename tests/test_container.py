@@ -259,8 +259,8 @@ def test_stop_saves_the_step_reached_exits_3_and_the_rerun_resumes_bit_identical
     assert "SIGTERM received: saving a checkpoint" in output
     saved = int(re.search(r"^preempted at step (\d+): ", output, re.M).group(1))
     assert 20 <= saved < 150 and f"step {saved:>7d}  loss" in output
-    for name in ("config.json", "checkpoint", f"ckpt-{saved}.index"):
-        assert (runs / "t" / name).is_file(), name
+    for file in ("config.json", "checkpoint", f"ckpt-{saved}.index"):
+        assert (runs / "t" / file).is_file(), file
     assert (runs / "t" / f"ckpt-{saved}.index").stat().st_uid == IMAGE_UID
 
     resumed = run_image(engine, image, data, runs, "--model_dir=/runs/t", *STOPPABLE)
@@ -269,8 +269,8 @@ def test_stop_saves_the_step_reached_exits_3_and_the_rerun_resumes_bit_identical
     assert final(resumed.stdout)["final_step"] == 150
     assert final(resumed.stdout)["test_examples"] == 16
     assert final(resumed.stdout)["weights_sha256"] == uninterrupted_digest
-    for name in ("metrics.jsonl", "ckpt-150.index"):
-        assert (runs / "t" / name).is_file(), name
+    for file in ("metrics.jsonl", "ckpt-150.index"):
+        assert (runs / "t" / file).is_file(), file
     assert (runs / "t" / "ckpt-150.index").stat().st_uid == IMAGE_UID
 
 
