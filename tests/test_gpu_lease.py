@@ -40,6 +40,12 @@ def _editable(x):
 sys.meta_path[:] = [f for f in sys.meta_path if not _editable(f)]
 sys.path_hooks[:] = [h for h in sys.path_hooks if not _editable(h)]
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != {root!r}]
+if os.getsid(0) != {sid}:  # the supervisor's session: never .carry, which every call replaces
+    def _carry(event, args):
+        if event == "open" and isinstance(args[0], str) and "/.carry/" in os.path.abspath(args[0]):
+            with open({reads!r}, "a") as f:
+                f.write(os.path.abspath(args[0]) + "\\n")
+    sys.addaudithook(_carry)
 @atexit.register
 def _where():
     if sys.modules.get("resnet_noBN"):
@@ -442,9 +448,15 @@ class Lease:
         for git in (["init", "-q"], ["add", "-A"]):  # here is a checkout: prepare counts its tree
             subprocess.run(["git", *git], cwd=self.here, check=True)
         blocker, self.record = tmp / "blocker", tmp / "imported_from.txt"
+        self.carry_reads = tmp / "carry_reads.txt"
         blocker.mkdir()
         (blocker / "sitecustomize.py").write_text(
-            SITECUSTOMIZE.format(root=os.path.realpath(ROOT), record=str(self.record))
+            SITECUSTOMIZE.format(
+                root=os.path.realpath(ROOT),
+                record=str(self.record),
+                sid=os.getsid(0),
+                reads=str(self.carry_reads),
+            )
         )
         self.marker = uuid.uuid4().hex
         self.env = {
@@ -601,6 +613,7 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
     assert (run["state"], run["step"], run["steps"]) == ("done", 2, 2), run
     assert "--schedule_steps=4" in run["command"] and "--precision=true_float32" in run["command"]
     assert status["runs"]["cifar10_paper"]["state"] == "done earlier"
+    assert not lease.carry_reads.exists(), lease.carry_reads.read_text()  # a call's, its own
     imported = set(lease.record.read_text().split())  # the copies' own, never the installed
     assert {str(lease.there / "resnet_noBN" / "__init__.py")} <= imported, imported
     assert all(p.startswith(str(tmp_path)) for p in imported), imported

@@ -2,11 +2,12 @@
 
 On a bare machine (no ``runs/lease/status.json``): say whether it is the lease's first call or
 a machine lost (``LEASE_BACK`` set: the caller had replies from an earlier machine), check that
-JAX sees a GPU and that JAX and Keras import from the carried wheels, start the supervisor in a
-session of its own, and return. On every call: take in the data part carried (``carry.receive``),
-then return at once while a part the plan wants is still to come, or else wait (at most
-``LEASE_WAIT_S``) for news (weights to bring back, a run ended while none trains, the plan
-done: ``news``); fill ``$OUT``
+JAX sees a GPU and that JAX and Keras import from the carried wheels, keep the machine's own copy
+of ``parts.json`` and the unpack tool (``carry.keep``: the supervisor never reads ``.carry``,
+which every call replaces), start the supervisor in a session of its own, and return. On every
+call: take in the data part carried (``carry.receive``), then return at once while a part the
+plan wants is still to come, or else wait (at most ``LEASE_WAIT_S``) for news (weights to bring
+back, a run ended while none trains, the plan done: ``news``); fill ``$OUT``
 (``collect.fill_out``), print the table, and last the next call: the paths to carry and the
 command, with ``LEASE_BACK`` saying what this reply brought.
 
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from ops.lease import carry, collect, plan
-from ops.lease.supervisor import POLL_S, STORE, WORK, child_env, read_json, write_json
+from ops.lease.supervisor import OWN, POLL_S, STORE, WORK, child_env, read_json, write_json
 from resnet_noBN.host import processes
 
 CALL_STARTED = time.time()  # the lease's GPU time counts from its first call's start
@@ -132,6 +133,7 @@ def start(knobs: plan.Knobs, root: Path, back: plan.Back, manifest: dict) -> int
     else:
         print("a bare machine and no LEASE_BACK: the lease's first call; starting the plan")
     work.mkdir(parents=True, exist_ok=True)
+    carry.keep(root / carry.BASE, root / OWN)
     unpack_wheels(knobs, root)
     seen = check_gpu(knobs, root)
     if isinstance(seen, str):
@@ -189,7 +191,7 @@ def call(knobs: plan.Knobs, root: Path, env=os.environ) -> int:
         back = plan.Back.parse(env.get("LEASE_BACK", ""))
     except ValueError as e:
         return error(str(e))
-    manifest = carry.load_manifest(root)
+    manifest = carry.load_manifest(root / carry.BASE)
     if manifest is None:
         return error(
             ".carry/base/parts.json is missing: run `bash launch/gpu_lease.sh prepare DATA_DIR` "

@@ -12,7 +12,10 @@ tarball of the official binary files) is read as one byte stream, its files in o
 into equal parts under that budget; ``parts.json`` holds each file's and each part's size and
 SHA-256, and the SHA-256 of every official file the source restores.
 
-On the GPU machine (:func:`receive`): a part arrives in ``.carry/parts/``, is checked against
+On the GPU machine, the lease's first call keeps a copy of ``parts.json`` and the unpack tool
+(:func:`keep`) where no call replaces it: every call replaces ``.carry/base`` while the lease's
+supervisor works on, so the supervisor never reads it (CI's run of 2026-12-07 lost a restore to
+that race). A part (:func:`receive`) arrives in ``.carry/parts/``, is checked against
 its SHA-256 and moved into the lease's store (so that the next call's carried path does not
 replace it); a damaged one is dropped and asked for again. When a data set's parts are all
 there (:func:`restore`), its files are cut back out of the parts and checked, and the official
@@ -270,11 +273,22 @@ def prepared_calls(root: Path, manifest: dict) -> list[Call]:
 # ---- there, on the GPU machine: receive and restore
 
 
-def load_manifest(root: Path) -> dict | None:
+def load_manifest(base: Path) -> dict | None:
+    """``parts.json`` from ``base`` (the carried ``.carry/base``, or the machine's own copy)."""
     try:
-        return json.loads((root / BASE / MANIFEST).read_text())
+        return json.loads((base / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
+
+
+def keep(base: Path, own: Path) -> None:
+    """``parts.json`` and the unpack tool of ``base`` copied into ``own``, the machine's own
+    folder, which no call replaces."""
+    shutil.rmtree(own, ignore_errors=True)
+    own.mkdir(parents=True)
+    shutil.copy(base / MANIFEST, own / MANIFEST)
+    if (base / "tools").is_dir():
+        shutil.copytree(base / "tools", own / "tools")
 
 
 def receive(root: Path, store: Path, manifest: dict) -> list[str]:
@@ -313,11 +327,11 @@ def complete(store: Path, manifest: dict, dataset: str) -> bool:
     return all((store / name).is_file() for name in manifest["datasets"][dataset]["parts"])
 
 
-def restore(root: Path, store: Path, manifest: dict, dataset: str, data: Path, python: str) -> Path:
+def restore(own: Path, store: Path, manifest: dict, dataset: str, data: Path, python: str) -> Path:
     """The data set's files cut back out of its parts in ``store`` and checked, the official
-    binary files restored into ``data/<dataset>`` and checked; returns the folder a run's
-    --data_path names. The parts are removed once restored. ValueError (one line) where a SHA-256
-    differs."""
+    binary files restored into ``data/<dataset>`` (a pack by the unpack tool kept in ``own``)
+    and checked; returns the folder a run's --data_path names. The parts are removed once
+    restored. ValueError (one line) where a SHA-256 differs."""
     entry = manifest["datasets"][dataset]
     source = data / f"{dataset}.source"
     shutil.rmtree(source, ignore_errors=True)
@@ -347,7 +361,7 @@ def restore(root: Path, store: Path, manifest: dict, dataset: str, data: Path, p
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     if entry["kind"] == "pack":
-        tool = root / BASE / "tools" / UNPACK_TOOL
+        tool = own / "tools" / UNPACK_TOOL
         done = subprocess.run(
             [python, str(tool), str(source), str(out_dir)], capture_output=True, text=True
         )

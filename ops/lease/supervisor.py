@@ -35,6 +35,7 @@ POLL_S = 0.5  # a poll reads a few small files: a call's news comes back within 
 WORK = Path("runs/lease")  # under the tree's root; ignored by git, never carried
 STORE = WORK / "store"  # the parts that arrived
 DATA = WORK / "data"  # the restored data sets
+OWN = WORK / "base"  # parts.json and the unpack tool, kept at the start (carry.keep)
 
 
 def write_json(path: Path, obj) -> None:
@@ -151,7 +152,7 @@ class Supervisor:
         self.k, self.root = knobs, root
         self.work = root / WORK
         self.status = read_json(self.work / "status.json")
-        self.manifest = carry.load_manifest(root) or {"datasets": {}, "parts": {}}
+        self.manifest = carry.load_manifest(root / OWN) or {"datasets": {}, "parts": {}}
         self.task: Task | None = None
         self.helpers: list[subprocess.Popen] = []  # the lease's curves, drawn beside the GPU
         self.env = child_env(root)
@@ -206,7 +207,7 @@ class Supervisor:
             t0 = time.time()
             try:
                 path = carry.restore(
-                    self.root, store, self.manifest, dataset, self.root / DATA, self.k.python
+                    self.root / OWN, store, self.manifest, dataset, self.root / DATA, self.k.python
                 )
             except (ValueError, OSError) as e:
                 entry.update(state="failed", why=str(e))
