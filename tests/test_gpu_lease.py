@@ -31,7 +31,8 @@ STEPS = 4
 
 # Imported first by every Python of a call (PYTHONPATH): no TensorFlow (as on the GPU machine),
 # no editable install of the project (only the copied tree on PYTHONPATH has it); each process
-# that imported the project writes down where from.
+# that imported the project writes down where from. A process of another session than the test's
+# (the supervisor, and all it starts) writes down every file of .carry it opens.
 SITECUSTOMIZE = """
 import atexit, os, sys
 sys.modules["tensorflow"] = None
@@ -613,7 +614,7 @@ def test_a_lease_in_parts_survives_lost_machines_and_its_weights_check_here(leas
     assert (run["state"], run["step"], run["steps"]) == ("done", 2, 2), run
     assert "--schedule_steps=4" in run["command"] and "--precision=true_float32" in run["command"]
     assert status["runs"]["cifar10_paper"]["state"] == "done earlier"
-    assert not lease.carry_reads.exists(), lease.carry_reads.read_text()  # a call's, its own
+    assert not lease.carry_reads.exists(), lease.carry_reads.read_text()  # supervisor: none
     imported = set(lease.record.read_text().split())  # the copies' own, never the installed
     assert {str(lease.there / "resnet_noBN" / "__init__.py")} <= imported, imported
     assert all(p.startswith(str(tmp_path)) for p in imported), imported
