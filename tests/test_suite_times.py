@@ -35,8 +35,23 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
         {"test": "tests/test_container.py::test_d", "seconds": 0.25, "outcome": "skipped"},
     ]
     out = tmp_path / "times.json"
+    quiet = tmp_path / "quiet.json"  # another run's record: test_a took 5 s there, test_c 4 s
+    quiet.write_text(
+        json.dumps(
+            {
+                "label": "quiet",
+                "wall_s": 9.0,
+                "tests": [
+                    {"test": "tests/test_stops.py::test_a", "seconds": 5.0},
+                    {"test": "tests/test_model.py::test_c", "seconds": 4.0},
+                    {"test": "tests/test_gone.py::test_e", "seconds": 1.5},
+                ],
+            }
+        )
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "ops.ci.suite_times", str(junit), f"--out={out}", "--commit=abc"],
+        [sys.executable, "-m", "ops.ci.suite_times", str(junit), f"--out={out}", "--commit=abc"]
+        + ["--label=loaded", f"--compare={quiet}"],
         cwd=suite_times.REPO,
         capture_output=True,
         text=True,
@@ -53,6 +68,19 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
     assert "| tests/test_stops.py | 2 | 24 | 80% |" in lines
     assert lines[lines.index("slowest ten:") + 1] == "   20.2 s  tests/test_stops.py::test_a"
     assert "costliest ten in CPU:" not in lines
+    # beside the other run, over the tests both ran (test_b, test_d and test_e left out)
+    assert lines[lines.index("| kind | tests | loaded, s | quiet, s | ratio |") + 1 :][:4] == [
+        "| --- | ---: | ---: | ---: | ---: |",
+        "| signals and stops | 1 | 20 | 5 | 4.05 |",
+        "| in-process | 1 | 6 | 4 | 1.50 |",
+        "| all | 2 | 26 | 9 | 2.92 |",
+    ]
+    assert "| tests/test_model.py | 1 | 6 | 4 | 1.50 |" in lines
+    assert lines[lines.index("slowest ten of quiet (9 s):") + 1 :] == [
+        "    5.0 s  tests/test_stops.py::test_a",
+        "    4.0 s  tests/test_model.py::test_c",
+        "    1.5 s  tests/test_gone.py::test_e",
+    ]
 
     # measured one at a time (ops.ci.busy_cpu): each table gains the busy CPU-seconds
     for test, cpu in zip(tests, (31.5, 2.25, 12.0, 0.5)):
@@ -72,6 +100,23 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
     ]
     del tests[3]["busy_cpu_s"]  # one test not measured: no column, not a partial sum
     assert "busy CPU-s" not in suite_times.summarise(measured)
+
+
+def test_a_file_not_there_is_refused_in_one_line_and_nothing_written(tmp_path, monkeypatch, capsys):
+    """A JUnit file or a --compare record that is not there: exit 2, the last line names it and
+    what to pass, and the record is not written."""
+    junit, out = tmp_path / "run.xml", tmp_path / "times.json"
+    junit.write_text(JUNIT)
+    for args, said in (
+        ([str(tmp_path / "none.xml")], f"{tmp_path / 'none.xml'}: no such file; pass the file "),
+        ([str(junit), f"--compare={tmp_path}/old.json"], f"--compare={tmp_path}/old.json: no "),
+    ):
+        monkeypatch.setattr(sys, "argv", ["suite_times", *args, f"--out={out}"])
+        with pytest.raises(SystemExit) as ended:
+            suite_times.main()
+        assert ended.value.code == 2
+        assert said in capsys.readouterr().err.splitlines()[-1]
+        assert not out.exists()
 
 
 # an error, a time past the milliseconds, the CPU beside another property

@@ -389,13 +389,14 @@ def test_a_run_is_stopped_when_its_launcher_is_killed(tmp_path):
     log = tmp_path / arm_runs.LOG_FILE
     try:
         deadline = time.monotonic() + 60
-        while "training" not in log.read_text():
+        # each line whole: with PYTHONUNBUFFERED set, print writes its newline apart, and a
+        # stop between the two writes loses the newline (the run's exit is in the handler)
+        while "training\n" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         assert "stopped" not in log.read_text()
         launcher.kill()
         launcher.wait()
-        # the whole line: with PYTHONUNBUFFERED set, print writes its newline apart
         while "stopped by SIGTERM\n" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)

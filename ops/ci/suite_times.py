@@ -7,9 +7,11 @@ Reads pytest's JUnit file (each test's time is its setup, call and teardown toge
 writes one JSON file: the machine (``lscpu``'s model, its vector extensions, the cores), the
 date, the commit, the whole run's seconds and each test's id, seconds and outcome. It prints
 two Markdown tables for docs/suite-time.md: the seconds by file, and by the kind of work a file
-mostly does (:data:`KINDS`). ``--compare=OLD.json`` prints the files' seconds beside another
-run's and the ten slowest tests of each. A run with ``-p ops.ci.busy_cpu`` (the tests one at a
-time) gives each test its CPU too: the tables and the record then hold it.
+mostly does (:data:`KINDS`). ``--compare=OTHER.json`` (another run's record) prints, by kind and
+by file, this run's seconds beside the other's over the tests both ran, and their ratio (a
+loaded run's beside a quiet one's: which work two trainings slow most), then the other's ten
+slowest tests. A run with ``-p ops.ci.busy_cpu`` (the tests one at a time) gives each test its
+CPU too: the tables and the record then hold it.
 """
 
 from __future__ import annotations
@@ -110,14 +112,46 @@ def table(tests: list[dict], key, head: str) -> str:
     return "\n".join(lines)
 
 
+def compared(record: dict, other: dict, key, head: str) -> str:
+    """By ``key`` of a test's id, over the tests both runs hold: their count, the seconds in
+    ``record`` and in ``other``, and the ratio of the two, the longest in ``record`` first; the
+    last row sums them all."""
+    theirs = {t["test"]: t["seconds"] for t in other["tests"]}
+    sums = defaultdict(lambda: [0, 0.0, 0.0])
+    for test in record["tests"]:
+        if test["test"] in theirs:
+            row = sums[key(test["test"])]
+            row[0] += 1
+            row[1] += test["seconds"]
+            row[2] += theirs[test["test"]]
+    rows = sorted(sums.items(), key=lambda kv: -kv[1][1])
+    rows.append(("all", [sum(row[i] for _, row in rows) for i in range(3)]))
+    lines = [
+        f"| {head} | tests | {record['label']}, s | {other['label']}, s | ratio |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, (count, here, there) in rows:
+        ratio = f"{here / there:.2f}" if there else "-"
+        lines.append(f"| {name} | {count} | {here:,.0f} | {there:,.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def by_kind(test: str) -> str:
+    return kind_of(test.split("::")[0])
+
+
+def by_file(test: str) -> str:
+    return test.split("::")[0]
+
+
 def summarise(record: dict) -> str:
     tests = record["tests"]
     return "\n\n".join(
         [
             f"{record['label']}: {len(tests)} tests, {record['wall_s']:,.0f} s"
             f" on {record['machine']}",
-            table(tests, lambda t: kind_of(t.split("::")[0]), "kind"),
-            table(tests, lambda t: t.split("::")[0], "file"),
+            table(tests, by_kind, "kind"),
+            table(tests, by_file, "file"),
         ]
     )
 
@@ -142,9 +176,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "ops/ci/suite_times.json")
     parser.add_argument("--label", default="quiet", help="what the run was (quiet, loaded, ...)")
     parser.add_argument("--command", default="bash .ci/run", help="the command that ran it")
-    parser.add_argument("--compare", type=Path, help="another run's suite_times JSON")
+    parser.add_argument("--compare", type=Path, help="another run's record (suite_times JSON)")
     parser.add_argument("--commit", help="the commit that ran (default: this checkout's HEAD)")
     args = parser.parse_args()
+    if not args.junit.is_file():
+        parser.error(f"{args.junit}: no such file; pass the file pytest's --junitxml wrote")
+    if args.compare and not args.compare.is_file():
+        parser.error(f"--compare={args.compare}: no such file; pass another run's record")
     wall_s, tests = read_junit(args.junit)
     commit = (
         args.commit
@@ -169,9 +207,12 @@ def main() -> None:
     if any(PROPERTY in t for t in tests):
         print("\ncostliest ten in CPU:\n" + "\n".join(slowest(record, field=PROPERTY)))
     if args.compare:
-        old = json.loads(args.compare.read_text())
+        other = json.loads(args.compare.read_text())
+        for key, head in ((by_kind, "kind"), (by_file, "file")):
+            print("\n" + compared(record, other, key, head))
         print(
-            f"\nslowest ten of {old['label']} ({old['wall_s']:,.0f} s):\n" + "\n".join(slowest(old))
+            f"\nslowest ten of {other['label']} ({other['wall_s']:,.0f} s):\n"
+            + "\n".join(slowest(other))
         )
 
 

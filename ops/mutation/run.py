@@ -272,11 +272,22 @@ PASSES: dict[str, Pass] = {
         forkserver=True,
     ),
     # the suite's time kept (ops/ci/suite_times.json): each test's seconds and CPU read from a
-    # run's JUnit file, summed by file and kind for docs/suite-time.md
+    # run's JUnit file, summed by file and kind for docs/suite-time.md, and compared with
+    # another run's
     "suite_times": Pass(
         "ops/ci/suite_times.py",
         ("tests/test_suite_times.py",),
-        functions=("kind_of", "read_junit", "table", "summarise", "slowest", "dumps"),
+        functions=(
+            "kind_of",
+            "read_junit",
+            "table",
+            "compared",
+            "by_kind",
+            "by_file",
+            "summarise",
+            "slowest",
+            "dumps",
+        ),
     ),
     # each test's CPU, the machine's, from /proc/stat, as a test's JUnit property
     "busy_cpu": Pass("ops/ci/busy_cpu.py", ("tests/test_suite_times.py",)),
