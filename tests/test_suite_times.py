@@ -76,6 +76,22 @@ def test_a_junit_file_is_kept_a_test_a_line_and_summed_by_file_and_kind(tmp_path
         "| all | 2 | 26 | 9 | 2.92 |",
     ]
     assert "| tests/test_model.py | 1 | 6 | 4 | 1.50 |" in lines
+    other = json.loads(quiet.read_text())
+    other["tests"][1]["seconds"] = 0.0  # a test of no time there: no ratio, not a division
+    assert suite_times.compared(record, other, suite_times.by_file, "file").splitlines() == [
+        "| file | tests | loaded, s | quiet, s | ratio |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        "| tests/test_stops.py | 1 | 20 | 5 | 4.05 |",
+        "| tests/test_model.py | 1 | 6 | 0 | - |",
+        "| all | 2 | 26 | 5 | 5.25 |",
+    ]
+    # two tests of a kind summed; the rows by this run's seconds, not the other's
+    other["tests"] = [dict(t, seconds=s) for t, s in zip(tests[:3], (5.0, 1.0, 8.0))]
+    assert suite_times.compared(record, other, suite_times.by_kind, "kind").splitlines()[2:] == [
+        "| signals and stops | 2 | 24 | 6 | 4.04 |",
+        "| in-process | 1 | 6 | 8 | 0.75 |",
+        "| all | 3 | 30 | 14 | 2.16 |",
+    ]
     assert lines[lines.index("slowest ten of quiet (9 s):") + 1 :] == [
         "    5.0 s  tests/test_stops.py::test_a",
         "    4.0 s  tests/test_model.py::test_c",
