@@ -93,16 +93,22 @@ def lscpu_model() -> str:
     return f"{fields.get('Model name', '').strip()} (family {family}, model {model})"
 
 
-def table(tests: list[dict], key, head: str) -> str:
-    """Tests, seconds (and busy CPU-seconds, where measured) by ``key`` of a test's id, the
-    longest first."""
-    fields = ["seconds"] + ([PROPERTY] if all(PROPERTY in t for t in tests) else [])
+def summed(tests: list[dict], key, fields: list[str]) -> dict:
+    """By ``key`` of a test's id: [how many tests, then each of ``fields`` summed over them]."""
     sums = defaultdict(lambda: [0] + [0.0] * len(fields))
     for test in tests:
         row = sums[key(test["test"])]
         row[0] += 1
         for i, field in enumerate(fields, 1):
             row[i] += test[field]
+    return sums
+
+
+def table(tests: list[dict], key, head: str) -> str:
+    """Tests, seconds (and busy CPU-seconds, where measured) by ``key`` of a test's id, the
+    longest first."""
+    fields = ["seconds"] + ([PROPERTY] if all(PROPERTY in t for t in tests) else [])
+    sums = summed(tests, key, fields)
     whole = sum(row[1] for row in sums.values())
     titles = " | ".join({"seconds": "seconds | share", PROPERTY: "busy CPU-s"}[f] for f in fields)
     lines = [f"| {head} | tests | {titles} |", "| --- " + "| ---: " * (len(fields) + 2) + "|"]
@@ -117,13 +123,12 @@ def compared(record: dict, other: dict, key, head: str) -> str:
     ``record`` and in ``other``, and the ratio of the two, the longest in ``record`` first; the
     last row sums them all."""
     theirs = {t["test"]: t["seconds"] for t in other["tests"]}
-    sums = defaultdict(lambda: [0, 0.0, 0.0])
-    for test in record["tests"]:
-        if test["test"] in theirs:
-            row = sums[key(test["test"])]
-            row[0] += 1
-            row[1] += test["seconds"]
-            row[2] += theirs[test["test"]]
+    both = [
+        {**test, "theirs": theirs[test["test"]]}
+        for test in record["tests"]
+        if test["test"] in theirs
+    ]
+    sums = summed(both, key, ["seconds", "theirs"])
     rows = sorted(sums.items(), key=lambda kv: -kv[1][1])
     rows.append(("all", [sum(row[i] for _, row in rows) for i in range(3)]))
     lines = [
@@ -136,12 +141,12 @@ def compared(record: dict, other: dict, key, head: str) -> str:
     return "\n".join(lines)
 
 
-def by_kind(test: str) -> str:
-    return kind_of(test.split("::")[0])
-
-
 def by_file(test: str) -> str:
     return test.split("::")[0]
+
+
+def by_kind(test: str) -> str:
+    return kind_of(by_file(test))
 
 
 def summarise(record: dict) -> str:

@@ -280,6 +280,7 @@ PASSES: dict[str, Pass] = {
         functions=(
             "kind_of",
             "read_junit",
+            "summed",
             "table",
             "compared",
             "by_kind",
